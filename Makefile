@@ -1,0 +1,44 @@
+# The two commands of the README: `make demo` and `make test`. Both make .venv and install into it.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SEEDS ?= 200
+
+.PHONY: demo test lint proto unit integration sim bench bench-quick clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,delta]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy bookie client spark_connector pyspark_bkledger.py tests examples
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
+
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \
+		proto/bookie.proto proto/formats.proto
+	rm -f proto/formats_pb2_grpc.py
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.run --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
