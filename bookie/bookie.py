@@ -1,0 +1,218 @@
+"""The bookie: journal + ledger storage + the in-memory ledger state its decisions read.
+
+Mirrors BookKeeper's BookieImpl. Every add, fence and explicit LAC goes through the journal; a
+reply that depends on a journal record is released only from the journal's callback, after the
+fsync that covers it (R8, R15). Ledger storage is updated in that same callback, so an entry is
+readable before its acknowledgement leaves. At start the journal is replayed from the last
+checkpoint (LastLogMark) before anything is served (R22, R23).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bookie import records_io
+from bookie.config import BookieConfig
+from bookie.core import decisions
+from bookie.core import records as rec
+from bookie.journal import Journal, LogMark
+from bookie.storage import LedgerStorage, StorageError
+
+log = logging.getLogger("bkledger.bookie")
+
+Done = Callable[[BaseException | None], None]
+
+
+class Bookie:
+    """Owns the journal, the ledger storage and the per-ledger view (master key, fenced, LAC)."""
+
+    def __init__(self, config: BookieConfig, on_fatal: Callable[[BaseException], None] | None = None):
+        self.config = config
+        self._on_fatal = on_fatal
+        self._lock = threading.Lock()
+        self._keys: dict[int, bytes] = {}
+        self._fenced: set[int] = set()
+        self.storage: LedgerStorage | None = None
+        self.journal: Journal | None = None
+        self._checkpoint_stop = threading.Event()
+        self._checkpoint_thread: threading.Thread | None = None
+
+    # ---- start and stop -------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.config
+        for d in [cfg.journal_dir, *cfg.ledger_dirs]:
+            (d / "current").mkdir(parents=True, exist_ok=True)
+        self.storage = LedgerStorage(cfg.ledger_dirs, entry_log_size_limit=cfg.logSizeLimit)
+        self.journal = Journal(
+            cfg.journal_dir,
+            max_group_wait_ms=cfg.journalMaxGroupWaitMSec,
+            buffered_writes_threshold=cfg.journalBufferedWritesThreshold,
+            flush_when_queue_empty=cfg.journalFlushWhenQueueEmpty,
+            sync_data=cfg.journalSyncData,
+            max_size_mb=cfg.journalMaxSizeMB,
+            max_backups=cfg.journalMaxBackups,
+            on_fatal=self._journal_failed,
+        )
+        mark = records_io.read_last_mark(cfg.ledger_dirs)
+        replayed = [0]
+
+        def apply(_file_id: int, _offset: int, record: rec.Record) -> None:
+            self._apply_record(record)
+            replayed[0] += 1
+
+        end = self.journal.replay(mark, apply)
+        log.info("replayed %d journal records from %s to %s", replayed[0], mark, end)
+        self._load_view()
+        self.journal.start()
+        self._checkpoint_thread = threading.Thread(target=self._checkpoint_loop, name="checkpoint", daemon=True)
+        self._checkpoint_thread.start()
+
+    def _load_view(self) -> None:
+        assert self.storage is not None
+        for ledger_id in self.storage.ledgers():
+            key = self.storage.master_key(ledger_id)
+            if key is not None:
+                self._keys[ledger_id] = key
+            if self.storage.is_fenced(ledger_id):
+                self._fenced.add(ledger_id)
+
+    def _apply_record(self, record: rec.Record) -> None:
+        """Replay one journal record into ledger storage (idempotent)."""
+        assert self.storage is not None
+        if isinstance(record, rec.AddBatchRecord):
+            self.storage.add_batch(record.ledger_id, record.entry_ids, record.sizes, record.data)
+        elif isinstance(record, rec.LedgerKeyRecord):
+            self.storage.set_master_key(record.ledger_id, record.master_key)
+        elif isinstance(record, rec.FenceRecord):
+            self.storage.set_fenced(record.ledger_id)
+        elif isinstance(record, rec.ExplicitLacRecord):
+            self.storage.set_explicit_lac(record.ledger_id, record.body)
+
+    def close(self) -> None:
+        self._checkpoint_stop.set()
+        if self.journal is not None:
+            self.journal.close()
+        if self._checkpoint_thread is not None:
+            self._checkpoint_thread.join(timeout=10)
+        if self.storage is not None and self.journal is not None and not self.journal.failed:
+            self._checkpoint(self.journal.position())
+        if self.storage is not None:
+            self.storage.close()
+
+    # ---- checkpoint -----------------------------------------------------------------------
+    def _checkpoint_loop(self) -> None:
+        interval = max(self.config.flushInterval, 10) / 1000.0
+        while not self._checkpoint_stop.wait(interval):
+            if self.journal is not None and not self.journal.failed:
+                self.journal.request_checkpoint(self._checkpoint)
+
+    def _checkpoint(self, mark: LogMark) -> None:
+        """Flush ledger storage, then record that the journal before `mark` is no longer needed."""
+        assert self.storage is not None and self.journal is not None
+        try:
+            self.storage.flush()
+            records_io.write_last_mark(self.config.ledger_dirs, mark)
+            self.journal.remove_old_files(mark)
+        except OSError as exc:
+            log.error("checkpoint failed, journal kept: %s", exc)
+
+    def _journal_failed(self, exc: BaseException) -> None:
+        log.error("journal failed (%s): no further adds are acknowledged", exc)
+        if self._on_fatal is not None:
+            self._on_fatal(exc)
+
+    # ---- ledger view ----------------------------------------------------------------------
+    def view(self, ledger_id: int) -> decisions.LedgerView | None:
+        with self._lock:
+            key = self._keys.get(ledger_id)
+            if key is None:
+                return None
+            return decisions.LedgerView(key, ledger_id in self._fenced)
+
+    @property
+    def journal_failed(self) -> bool:
+        return self.journal is not None and self.journal.failed
+
+    # ---- writes (each reply only from the journal callback) --------------------------------
+    def add_batch(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        record_key: bool,
+        entry_ids: Sequence[int],
+        sizes: Sequence[int],
+        data: bytes,
+        *,
+        sync: bool,
+        done: Done,
+    ) -> None:
+        assert self.journal is not None and self.storage is not None
+        payloads = []
+        if record_key:
+            with self._lock:
+                self._keys.setdefault(ledger_id, master_key)
+            payloads.append(rec.encode_ledger_key(ledger_id, master_key))
+        payloads.append(rec.encode_add_batch(ledger_id, entry_ids, sizes, data))
+        storage = self.storage
+
+        def journaled(err: BaseException | None) -> None:
+            if err is None:
+                try:
+                    if record_key:
+                        storage.set_master_key(ledger_id, master_key)
+                    storage.add_batch(ledger_id, entry_ids, sizes, data)
+                except (OSError, StorageError) as exc:
+                    err = exc
+            done(err)
+
+        self.journal.append(payloads, journaled, sync=sync)
+
+    def fence(self, ledger_id: int, master_key: bytes, record_key: bool, done: Done) -> None:
+        """R15: mark fenced now (later adds see it at once), reply after the FENCE record is durable."""
+        assert self.journal is not None and self.storage is not None
+        payloads = []
+        with self._lock:
+            if record_key:
+                self._keys.setdefault(ledger_id, master_key)
+            self._fenced.add(ledger_id)
+        if record_key:
+            payloads.append(rec.encode_ledger_key(ledger_id, master_key))
+        payloads.append(rec.encode_fence(ledger_id))
+        storage = self.storage
+
+        def journaled(err: BaseException | None) -> None:
+            if err is None:
+                if record_key:
+                    storage.set_master_key(ledger_id, master_key)
+                storage.set_fenced(ledger_id)
+            done(err)
+
+        self.journal.append(payloads, journaled, sync=True)
+
+    def write_explicit_lac(self, ledger_id: int, body: bytes, done: Done) -> None:
+        assert self.journal is not None and self.storage is not None
+        storage = self.storage
+
+        def journaled(err: BaseException | None) -> None:
+            if err is None:
+                storage.set_explicit_lac(ledger_id, body)
+            done(err)
+
+        self.journal.append([rec.encode_explicit_lac(ledger_id, body)], journaled, sync=True)
+
+    def force_ledger(self, done: Done) -> None:
+        """Make every earlier (deferred-sync) write durable: an empty synced group covers them."""
+        assert self.journal is not None
+        self.journal.append([], done, sync=True)
+
+
+def dirs_have_data(dirs: Sequence[Path]) -> bool:
+    """Whether any directory already holds bookie files (used by the cookie check)."""
+    for d in dirs:
+        current = d / "current"
+        if current.is_dir() and any(p.name != "VERSION" for p in current.iterdir()):
+            return True
+    return False

@@ -1,0 +1,110 @@
+"""The `bkledger` command: `bookie` (one standalone bookie), `local` (a cluster on this machine).
+
+Mirrors BookKeeper's `bin/bookkeeper bookie` and the local-bookie tooling. Errors a user can fix
+print one line saying what to do and exit non-zero; they never print a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LOCAL_DIR = "var/local-cluster"
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+def _overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes key=value, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_bookie(args: argparse.Namespace) -> int:
+    from bookie.config import ConfigError, load
+    from bookie.service import run_bookie
+
+    _setup_logging(args.verbose)
+    try:
+        config = load(Path(args.conf), **_overrides(args.set))
+    except ConfigError as exc:
+        print(f"bkledger bookie: {exc}", file=sys.stderr)
+        return 2
+    return run_bookie(config)
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from bookie.local.cluster import ClusterError, LocalCluster
+
+    try:
+        if args.action == "up":
+            cluster = LocalCluster(args.dir)
+            cluster.up(args.bookies, _overrides(args.set))
+            print(cluster.metadata_service_uri)
+        elif args.action == "down":
+            LocalCluster.load(args.dir).down()
+            print(f"local cluster in {args.dir} stopped")
+        else:
+            status = LocalCluster.load(args.dir).status()
+            if args.json:
+                print(json.dumps(status, indent=2))
+            else:
+                _print_status(status)
+    except ClusterError as exc:
+        print(f"bkledger local {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_status(status: dict[str, Any]) -> None:
+    zk = status["zookeeper"]
+    print(f"metadataServiceUri  {status['metadataServiceUri']}")
+    print(f"zookeeper           {zk['address']}  pid {zk['pid']}  {'up' if zk['alive'] else 'DOWN'}")
+    print(f"{'bookie':<22}{'pid':>8}  state  directories")
+    for b in status["bookies"]:
+        state = "up" if b["alive"] else "DOWN"
+        print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {b['journal_dir']} {','.join(b['ledger_dirs'])}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bkledger", description="A replicated, ledger-backed log store")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("bookie", help="run one bookie (storage server)")
+    p.add_argument("--conf", required=True, help="configuration file with BookKeeper key names")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_bookie)
+
+    p = sub.add_parser("local", help="a ZooKeeper and bookies on this machine")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--bookies", type=int, default=3, help="number of bookies (up)")
+    p.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="where the cluster lives")
+    p.add_argument("--json", action="store_true", help="status as JSON")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")
+    p.set_defaults(func=cmd_local)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Bookie configuration: BookKeeper's bk_server.conf key names, read from a Java-properties file.
+
+Only the keys this bookie understands are accepted; an unknown key or a bad value is a
+`ConfigError` naming the key, so a typo never passes silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BookieConfig:
+    metadataServiceUri: str = "zk://127.0.0.1:2181/ledgers"
+    bookiePort: int = 3181
+    listenAddress: str = "127.0.0.1"       # where the server binds; keep it on loopback for tests
+    advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress
+    bookieId: str = ""                     # explicit bookie id; default: advertisedAddress:bookiePort
+    journalDirectories: tuple[str, ...] = ("/tmp/bk-txn",)
+    ledgerDirectories: tuple[str, ...] = ("/tmp/bk-data",)
+    journalSyncData: bool = True
+    journalMaxGroupWaitMSec: float = 2.0
+    journalBufferedWritesThreshold: int = 512 * 1024
+    journalFlushWhenQueueEmpty: bool = True
+    journalMaxSizeMB: int = 2048
+    journalMaxBackups: int = 5
+    flushInterval: int = 60000             # ms between checkpoints (storage flush + lastMark)
+    logSizeLimit: int = 1 << 30            # entry log roll size
+    nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest request; larger entries get EBADREQ
+    diskUsageThreshold: float = 0.95
+    diskUsageLwmThreshold: float = 0.90
+    diskCheckInterval: int = 10000         # ms
+    readOnlyModeEnabled: bool = True
+    forceReadOnlyBookie: bool = False
+    zkTimeout: int = 10000                 # ms, ZooKeeper session timeout
+    gcWaitTime: int = 1000                 # ms; used by garbage collection
+    longPollMaxTimeoutMs: int = 10000
+
+    @property
+    def bookie_id(self) -> str:
+        if self.bookieId:
+            return self.bookieId
+        return f"{self.advertisedAddress or self.listenAddress}:{self.bookiePort}"
+
+    @property
+    def journal_dir(self) -> Path:
+        return Path(self.journalDirectories[0])
+
+    @property
+    def ledger_dirs(self) -> list[Path]:
+        return [Path(d) for d in self.ledgerDirectories]
+
+    def with_overrides(self, **overrides: Any) -> BookieConfig:
+        return from_mapping({**to_mapping(self), **{k: str(v) for k, v in overrides.items()}})
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BookieConfig)}
+
+
+def _convert(key: str, raw: str) -> Any:
+    default = _FIELDS[key].default
+    raw = raw.strip()
+    try:
+        if isinstance(default, bool):
+            if raw.lower() not in ("true", "false"):
+                raise ValueError("expected true or false")
+            return raw.lower() == "true"
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, tuple):
+            parts = tuple(p.strip() for p in raw.split(",") if p.strip())
+            if not parts:
+                raise ValueError("expected a comma-separated list of directories")
+            return parts
+        return raw
+    except ValueError as exc:
+        raise ConfigError(f"bad value {raw!r} for {key}: {exc}") from None
+
+
+def from_mapping(values: Mapping[str, str]) -> BookieConfig:
+    kwargs: dict[str, Any] = {}
+    for key, raw in values.items():
+        if key not in _FIELDS:
+            known = ", ".join(sorted(_FIELDS))
+            raise ConfigError(f"unknown configuration key {key!r}; known keys: {known}")
+        kwargs[key] = _convert(key, raw)
+    config = BookieConfig(**kwargs)
+    validate(config)
+    return config
+
+
+def to_mapping(config: BookieConfig) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in _FIELDS:
+        value = getattr(config, name)
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, tuple):
+            out[name] = ",".join(value)
+        else:
+            out[name] = str(value)
+    return out
+
+
+def validate(config: BookieConfig) -> None:
+    if not 0 < config.bookiePort < 65536:
+        raise ConfigError(f"bookiePort must be 1..65535, got {config.bookiePort}")
+    if not 0 < config.diskUsageThreshold <= 1:
+        raise ConfigError("diskUsageThreshold must be in (0, 1]")
+    if config.diskUsageLwmThreshold > config.diskUsageThreshold:
+        raise ConfigError("diskUsageLwmThreshold must not exceed diskUsageThreshold")
+    if config.nettyMaxFrameSizeBytes < 1024:
+        raise ConfigError("nettyMaxFrameSizeBytes must be at least 1024")
+    if len(config.journalDirectories) != 1:
+        raise ConfigError("exactly one journal directory is supported (journalDirectories)")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"line {number}: expected key=value, got {line!r}")
+        values[line[:sep].strip()] = line[sep + 1 :].strip()
+    return values
+
+
+def load(path: Path, **overrides: Any) -> BookieConfig:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+    values = parse_properties(text)
+    values.update({k: str(v) for k, v in overrides.items()})
+    return from_mapping(values)
+
+
+def render(config: BookieConfig) -> str:
+    return "".join(f"{k}={v}\n" for k, v in to_mapping(config).items())

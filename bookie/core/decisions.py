@@ -1,0 +1,154 @@
+"""The bookie's request decisions: which status an add, read or fence request gets (pure).
+
+Mirrors BookKeeper's WriteEntryProcessorV3 / ReadEntryProcessorV3 checks, in their order:
+malformed or oversized request -> EBADREQ (R26), read-only bookie -> EREADONLY unless high priority
+(R25), master key mismatch -> EUA (R26), fenced ledger -> EFENCED unless a recovery add (R15).
+The driver executes what these return; nothing here touches a socket, a file or a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+
+from proto import bookie_pb2 as pb
+
+HEADER = struct.Struct(">qqqq")          # ledgerId | entryId | lastAddConfirmed | length
+HEADER_SIZE = HEADER.size                # 32 bytes; the digest and payload follow
+MASTER_KEY_SIZE = 20
+
+Status = int
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerView:
+    """What the bookie knows of a ledger when it decides: its master key and fenced flag."""
+
+    master_key: bytes | None
+    fenced: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class AddCheck:
+    """The outcome of checking one add batch: a status for the whole batch, and on EOK the highest
+    piggy-backed LAC it carries and whether the master key must be recorded (first add)."""
+
+    status: Status
+    max_lac: int = -1
+    record_key: bool = False
+    reason: str = ""
+
+
+def _bad(reason: str) -> AddCheck:
+    return AddCheck(pb.EBADREQ, reason=reason)
+
+
+def check_batch_shape(
+    ledger_id: int, entry_ids: Sequence[int], sizes: Sequence[int], data_len: int, max_entry_size: int
+) -> str:
+    """'' if the batch is well formed, else why not (R26: answered with EBADREQ)."""
+    if ledger_id < 0:
+        return f"negative ledger id {ledger_id}"
+    if len(entry_ids) != len(sizes):
+        return f"{len(entry_ids)} entry ids but {len(sizes)} sizes"
+    if not entry_ids:
+        return "empty batch"
+    if sum(sizes) != data_len:
+        return f"sizes add up to {sum(sizes)} but the data has {data_len} bytes"
+    if min(entry_ids) < 0:
+        return "negative entry id"
+    if min(sizes) < HEADER_SIZE:
+        return f"an entry is shorter than the {HEADER_SIZE}-byte header"
+    largest = max(sizes)
+    if largest > max_entry_size:
+        return f"entry of {largest} bytes exceeds the limit of {max_entry_size} bytes"
+    return ""
+
+
+def check_headers(
+    ledger_id: int, entry_ids: Sequence[int], sizes: Sequence[int], data: bytes | memoryview
+) -> tuple[str, int]:
+    """Each packaged entry must name the ledger and entry id it is sent as. Returns (why not, max LAC)."""
+    offset = 0
+    max_lac = -1
+    unpack = HEADER.unpack_from
+    for entry_id, size in zip(entry_ids, sizes, strict=True):
+        lid, eid, lac, _length = unpack(data, offset)
+        if lid != ledger_id or eid != entry_id:
+            return f"entry header says ledger {lid} entry {eid}, request says {ledger_id}/{entry_id}", -1
+        if lac > max_lac:
+            max_lac = lac
+        offset += size
+    return "", max_lac
+
+
+def decide_add(
+    view: LedgerView | None,
+    master_key: bytes,
+    *,
+    recovery_add: bool,
+    high_priority: bool,
+    read_only: bool,
+) -> AddCheck:
+    """Status for a well-formed add batch to a ledger in state `view` (None = unknown ledger)."""
+    if read_only and not (high_priority or recovery_add):
+        return AddCheck(pb.EREADONLY, reason="bookie is read-only")
+    if len(master_key) != MASTER_KEY_SIZE:
+        return _bad(f"master key must be {MASTER_KEY_SIZE} bytes")
+    if view is None or view.master_key is None:
+        return AddCheck(pb.EOK, record_key=True)
+    if view.master_key != master_key:
+        return AddCheck(pb.EUA, reason="master key does not match (wrong password)")
+    if view.fenced and not recovery_add:
+        return AddCheck(pb.EFENCED, reason="ledger is fenced")
+    return AddCheck(pb.EOK)
+
+
+@dataclasses.dataclass(frozen=True)
+class FenceCheck:
+    status: Status
+    record_key: bool = False     # the ledger was unknown: it is created fenced with this key (R15)
+    newly_fenced: bool = False   # a FENCE record must be journaled before the reply
+
+
+def decide_fence(view: LedgerView | None, master_key: bytes) -> FenceCheck:
+    """R15: fencing needs the ledger's master key; fencing an unknown ledger creates it fenced."""
+    if len(master_key) != MASTER_KEY_SIZE:
+        return FenceCheck(pb.EBADREQ)
+    if view is None or view.master_key is None:
+        return FenceCheck(pb.EOK, record_key=True, newly_fenced=True)
+    if view.master_key != master_key:
+        return FenceCheck(pb.EUA)
+    return FenceCheck(pb.EOK, newly_fenced=not view.fenced)
+
+
+def decide_write_lac(view: LedgerView | None, master_key: bytes) -> Status:
+    if view is None or view.master_key is None:
+        return pb.ENOLEDGER
+    if view.master_key != master_key:
+        return pb.EUA
+    return pb.EOK
+
+
+def decide_read(held: bool, ledger_known: bool) -> Status:
+    """R22: a miss is ENOENTRY / ENOLEDGER only when the bookie really does not hold it; storage
+    errors never reach here (they are answered EIO by the driver)."""
+    if held:
+        return pb.EOK
+    return pb.ENOENTRY if ledger_known else pb.ENOLEDGER
+
+
+def long_poll_ready(known_lac: int, previous_lac: int) -> bool:
+    """A long-poll read (previous_lac set) answers once the LAC known here passes previous_lac."""
+    return known_lac > previous_lac
+
+
+def disk_state(usages: Sequence[float], threshold: float, lwm: float, read_only_now: bool) -> bool:
+    """R25: read-only when any directory is above the threshold; writable again only once every
+    directory is below the low-water mark. Returns whether the bookie should be read-only."""
+    if any(u >= threshold for u in usages):
+        return True
+    if read_only_now:
+        return not all(u < lwm for u in usages)
+    return False

@@ -1,0 +1,408 @@
+"""The bookie journal: the write-ahead log every add, fence and explicit LAC goes through first.
+
+Mirrors BookKeeper's `Journal` / `JournalChannel` (and the ForceWriteThread folded into the same thread):
+one journal thread takes queued records in groups (journalMaxGroupWaitMSec,
+journalBufferedWritesThreshold, journalFlushWhenQueueEmpty), writes each group with one write(2)
+and makes it durable with ONE fdatasync, and only then runs the callbacks of the group (R8, R15).
+Files are `current/<hex id>.txn` with a 16-byte header, rolled at journalMaxSizeMB; replay reads them
+from a LastLogMark and stops each file at its torn tail (R23). Also owns the lastMark file I/O.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
+
+__all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"BKJN"
+VERSION = 1
+_HEADER = struct.Struct("<4sI8x")
+HEADER_SIZE = _HEADER.size
+_READ_CHUNK = 16 << 20
+
+Callback = Callable[[BaseException | None], None]
+
+
+class JournalClosedError(OSError):
+    """The journal is closed (or was never started); nothing more is written."""
+
+
+@dataclass
+class JournalStats:
+    appends: int = 0
+    groups: int = 0
+    fsyncs: int = 0
+    bytes_written: int = 0
+    rolls: int = 0
+
+
+@dataclass
+class _Item:
+    payloads: list[bytes]
+    callback: Callback
+    sync: bool
+
+
+# ---- lastMark files ---------------------------------------------------------------------------
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_mark_file(path: Path) -> LogMark | None:
+    """The LogMark stored in `path`, or None when it is missing or not a mark."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode_log_mark(raw)
+
+
+def write_mark_file(path: Path, mark: LogMark) -> None:
+    """Atomically replace `path` with `mark`: write a temp file, fsync, rename, fsync the dir."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, encode_log_mark(mark))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+# ---- journal files ----------------------------------------------------------------------------
+
+
+def _file_name(file_id: int) -> str:
+    return f"{file_id:x}.txn"
+
+
+def list_journal_ids(current: Path) -> list[int]:
+    ids = []
+    for name in os.listdir(current):
+        stem, dot, ext = name.partition(".")
+        if dot and ext == "txn":
+            try:
+                ids.append(int(stem, 16))
+            except ValueError:
+                continue
+    return sorted(ids)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _header_ok(fd: int) -> bool:
+    raw = os.pread(fd, HEADER_SIZE, 0)
+    if len(raw) != HEADER_SIZE:
+        return False
+    magic, version = _HEADER.unpack(raw)
+    return bool(magic == MAGIC and version == VERSION)
+
+
+def _replay_file(path: Path, file_id: int, start: int, apply: Callable[[int, int, Record], None]) -> int:
+    """Apply the records of one journal file from `start`; return the end of its valid prefix."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if not _header_ok(fd):
+            log.warning("journal %s: bad or missing header, skipped", path)
+            return start
+        pos = max(start, HEADER_SIZE)
+        buf = b""
+        while True:
+            chunk = os.pread(fd, _READ_CHUNK, pos + len(buf))
+            buf = buf + chunk if buf else chunk
+            it = iter_records(buf, 0)
+            for offset, record in it:
+                apply(file_id, pos + offset, record)
+            if not (it.incomplete and chunk):
+                return pos + it.end
+            pos, buf = pos + it.end, buf[it.end :]
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """Group-committing write-ahead log with one journal thread."""
+
+    def __init__(
+        self,
+        journal_dir: Path,
+        *,
+        max_group_wait_ms: float = 2.0,
+        buffered_writes_threshold: int = 512 * 1024,
+        flush_when_queue_empty: bool = True,
+        sync_data: bool = True,
+        max_size_mb: int = 2048,
+        max_backups: int = 5,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.current_dir = Path(journal_dir) / "current"
+        self.current_dir.mkdir(parents=True, exist_ok=True)
+        self.max_group_wait = max_group_wait_ms / 1000.0
+        self.buffered_writes_threshold = buffered_writes_threshold
+        self.flush_when_queue_empty = flush_when_queue_empty or max_group_wait_ms <= 0
+        self.sync_data = sync_data
+        self.max_size = max_size_mb * 1024 * 1024
+        self.max_backups = max_backups
+        self.on_fatal = on_fatal
+        self.stats = JournalStats()
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._checkpoints: list[Callable[[LogMark], None]] = []
+        self._closing = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._fd = -1
+        self._file_id = 0
+        self._offset = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    # ---- replay -------------------------------------------------------------------------------
+
+    def replay(self, mark: LogMark, apply: Callable[[int, int, Record], None]) -> LogMark:
+        """Apply every record from `mark` on, file by file in id order; return the end position."""
+        if self._thread is not None:
+            raise RuntimeError("replay() must run before start()")
+        end = mark
+        for file_id in list_journal_ids(self.current_dir):
+            if file_id < mark.file_id:
+                continue
+            start = mark.offset if file_id == mark.file_id else 0
+            stop = _replay_file(self.current_dir / _file_name(file_id), file_id, start, apply)
+            end = LogMark(file_id, max(stop, HEADER_SIZE))
+        return end
+
+    # ---- files --------------------------------------------------------------------------------
+
+    def _open_new_file(self) -> None:
+        ids = list_journal_ids(self.current_dir)
+        file_id = ids[-1] + 1 if ids else int(time.time() * 1000)
+        path = self.current_dir / _file_name(file_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, _HEADER.pack(MAGIC, VERSION))
+            os.fsync(fd)
+            fsync_dir(self.current_dir)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd, self._file_id, self._offset = fd, file_id, HEADER_SIZE
+
+    def _close_file(self, sync: bool) -> None:
+        if self._fd < 0:
+            return
+        try:
+            if sync:
+                os.fdatasync(self._fd)
+                self.stats.fsyncs += 1
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _roll(self) -> None:
+        self._close_file(sync=True)
+        self._open_new_file()
+        self.stats.rolls += 1
+
+    def position(self) -> LogMark:
+        """(file id, offset) just past the last written group."""
+        with self._cond:
+            return LogMark(self._file_id, self._offset)
+
+    def remove_old_files(self, mark: LogMark) -> None:
+        """Delete journal files wholly before `mark`, keeping the newest `max_backups` of them."""
+        old = [i for i in list_journal_ids(self.current_dir) if i < mark.file_id and i != self._file_id]
+        doomed = old[: max(0, len(old) - self.max_backups)]
+        for file_id in doomed:
+            try:
+                os.unlink(self.current_dir / _file_name(file_id))
+            except FileNotFoundError:
+                continue
+        if doomed:
+            fsync_dir(self.current_dir)
+
+    # ---- producer side ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open a new journal file and start the journal thread."""
+        if self._thread is not None or self._closed:
+            raise RuntimeError("journal already started or closed")
+        self._open_new_file()
+        self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
+        self._thread.start()
+
+    def append(self, payloads: list[bytes], callback: Callback, *, sync: bool = True) -> None:
+        """Queue records; `callback(None)` runs on the journal thread once they are durable
+        (or written, for sync=False), `callback(error)` if they never will be."""
+        with self._cond:
+            err = self.error
+            if err is None and (self._closing or self._closed):
+                err = JournalClosedError("journal is closed")
+            if err is None:
+                self._queue.append(_Item(payloads, callback, sync))
+                self.stats.appends += 1
+                self._cond.notify()
+                return
+        callback(err)
+
+    def request_checkpoint(self, fn: Callable[[LogMark], None]) -> None:
+        """Run fn(mark) on the journal thread after the current group; mark covers applied records."""
+        with self._cond:
+            if self._closing or self._closed:
+                return
+            self._checkpoints.append(fn)
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Flush what is queued (callbacks fire), stop the thread, close the file. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is threading.current_thread():
+            return  # called from a callback or hook: the thread stops after its current work
+        if self._thread is not None:
+            self._thread.join()
+        with self._cond:
+            self._closed = True
+            leftover = list(self._queue)
+            self._queue.clear()
+        for item in leftover:
+            _call(item.callback, self.error or JournalClosedError("journal is closed"))
+
+    def _finish(self) -> None:
+        """On the journal thread, after the last group: sync and close the file."""
+        try:
+            self._close_file(sync=self.error is None)
+        except OSError as exc:
+            log.error("journal close: %s", exc)
+
+    # ---- journal thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            group, checkpoints, stop = self._next_work()
+            if group:
+                self._commit(group)
+            for fn in checkpoints:
+                self._run_checkpoint(fn)
+            if stop:
+                self._finish()
+                return
+
+    def _next_work(self) -> tuple[list[_Item], list[Callable[[LogMark], None]], bool]:
+        with self._cond:
+            while not self._queue and not self._checkpoints and not self._closing:
+                self._cond.wait()
+            group = self._drain_locked()
+            checkpoints, self._checkpoints = self._checkpoints, []
+            return group, checkpoints, self._closing and not self._queue
+
+    def _drain_locked(self) -> list[_Item]:
+        """Take one group off the queue (called with the lock held; may wait out the window)."""
+        group: list[_Item] = []
+        if not self._queue:
+            return group
+        nbytes = 0
+        deadline = time.monotonic() + self.max_group_wait
+        while True:
+            while self._queue and nbytes < self.buffered_writes_threshold:
+                item = self._queue.popleft()
+                group.append(item)
+                nbytes += sum(len(p) for p in item.payloads)
+                if time.monotonic() >= deadline:
+                    return group
+            if nbytes >= self.buffered_writes_threshold or self._closing or self.flush_when_queue_empty:
+                return group
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return group
+            self._cond.wait(remaining)
+
+    def _write_group(self, data: bytes, need_sync: bool) -> None:
+        if self._offset >= self.max_size:
+            with self._cond:
+                self._roll()
+        if data:
+            _write_all(self._fd, data)
+        if need_sync:
+            os.fdatasync(self._fd)
+            self.stats.fsyncs += 1
+
+    def _commit(self, group: list[_Item]) -> None:
+        """Write one group with one write and at most one fdatasync, then run its callbacks."""
+        if self.error is not None:
+            for item in group:
+                _call(item.callback, self.error)
+            return
+        data = b"".join([p for item in group for p in item.payloads])
+        need_sync = self.sync_data and any(item.sync for item in group)
+        try:
+            self._write_group(data, need_sync)
+        except OSError as exc:
+            self._fail(exc, group)
+            return
+        with self._cond:
+            self._offset += len(data)
+        self.stats.groups += 1
+        self.stats.bytes_written += len(data)
+        for item in group:
+            _call(item.callback, None)
+
+    def _fail(self, exc: OSError, group: list[_Item]) -> None:
+        log.error("journal write/fsync failed: %s; the journal stops accepting records", exc)
+        with self._cond:
+            self.error = exc
+            rest = list(self._queue)
+            self._queue.clear()
+        for item in group + rest:
+            _call(item.callback, exc)
+        if self.on_fatal is not None:
+            try:
+                self.on_fatal(exc)
+            except Exception:
+                log.exception("journal on_fatal hook failed")
+
+    def _run_checkpoint(self, fn: Callable[[LogMark], None]) -> None:
+        if self.error is not None:
+            return
+        try:
+            fn(LogMark(self._file_id, self._offset))
+        except Exception:
+            log.exception("journal checkpoint failed")
+
+
+def _call(callback: Callback, err: BaseException | None) -> None:
+    try:
+        callback(err)
+    except Exception:
+        log.exception("journal callback failed")

@@ -1,0 +1,262 @@
+"""A local cluster on this machine: a real ZooKeeper and N real bookie processes on 127.0.0.1.
+
+Used by `bkledger local up|down|status`, by `make demo` and by the integration-test fixtures. The
+state (addresses, pids, directories) lives in `<dir>/cluster.json`, so another process can stop the
+cluster or find a bookie to kill, pause or restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bookie import config as bkconfig
+from bookie.local.zookeeper import ZooKeeperServer, stop_pid
+from client.meta.store import MetadataStore
+
+STATE_FILE = "cluster.json"
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be started, found or stopped; the message says why."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child still answers kill(0); reap it
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+@dataclasses.dataclass
+class BookieProcess:
+    index: int
+    bookie_id: str
+    port: int
+    conf: str
+    journal_dir: str
+    ledger_dirs: list[str]
+    log: str
+    pid: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class LocalCluster:
+    def __init__(self, base_dir: Path | str):
+        self.base_dir = Path(base_dir).resolve()
+        self.zk_port = 0
+        self.zk_pid = 0
+        self.metadata_service_uri = ""
+        self.bookies: list[BookieProcess] = []
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- state file -----------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.base_dir / STATE_FILE
+
+    def save(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.status(), indent=2))
+        tmp.replace(self.state_path)
+
+    @classmethod
+    def load(cls, base_dir: Path | str) -> LocalCluster:
+        cluster = cls(base_dir)
+        if not cluster.state_path.exists():
+            raise ClusterError(f"no local cluster in {cluster.base_dir} (start one with: bkledger local up)")
+        state = json.loads(cluster.state_path.read_text())
+        cluster.zk_port = state["zookeeper"]["port"]
+        cluster.zk_pid = state["zookeeper"]["pid"]
+        cluster.metadata_service_uri = state["metadataServiceUri"]
+        cluster.bookies = [
+            BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive")}) for b in state["bookies"]
+        ]
+        return cluster
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "dir": str(self.base_dir),
+            "zookeeper": {"address": f"127.0.0.1:{self.zk_port}", "port": self.zk_port, "pid": self.zk_pid,
+                          "alive": bool(self.zk_pid) and pid_alive(self.zk_pid)},
+            "metadataServiceUri": self.metadata_service_uri,
+            "bookies": [
+                {**dataclasses.asdict(b), "address": b.address, "alive": bool(b.pid) and pid_alive(b.pid)}
+                for b in self.bookies
+            ],
+        }
+
+    # ---- up -------------------------------------------------------------------------------
+    def up(
+        self,
+        num_bookies: int = 3,
+        conf_overrides: dict[str, str] | None = None,
+        timeout: float = 60.0,
+        zookeeper_port: int = 0,
+        root: str = "/ledgers",
+    ) -> None:
+        """Start ZooKeeper (or use the one on `zookeeper_port`, then it is not ours to stop) and bookies."""
+        if self.state_path.exists():
+            old = LocalCluster.load(self.base_dir)
+            if old.zk_pid and pid_alive(old.zk_pid):
+                raise ClusterError(f"a local cluster is already running in {self.base_dir} (bkledger local down)")
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        if zookeeper_port:
+            self.zk_port, self.zk_pid = zookeeper_port, 0
+        else:
+            zk = ZooKeeperServer()
+            zk.start(self.base_dir / "zookeeper", port=0)
+            self.zk_port, self.zk_pid = zk.port, zk.pid
+        self.metadata_service_uri = f"zk://127.0.0.1:{self.zk_port}{root}"
+        with MetadataStore(self.metadata_service_uri) as store:
+            store.init_cluster()
+        for _ in range(num_bookies):
+            self.add_bookie(conf_overrides or {})
+        self.save()
+        self.wait_registered(timeout)
+
+    def add_bookie(self, conf_overrides: dict[str, str]) -> BookieProcess:
+        index = len(self.bookies)
+        port = free_port()
+        home = self.base_dir / f"bookie-{index}"
+        journal, ledgers = home / "journal", home / "ledgers"
+        values = {
+            "metadataServiceUri": self.metadata_service_uri,
+            "bookiePort": str(port),
+            "listenAddress": "127.0.0.1",
+            "journalDirectories": str(journal),
+            "ledgerDirectories": str(ledgers),
+            "diskCheckInterval": "1000",
+            "flushInterval": "5000",
+            **conf_overrides,
+        }
+        config = bkconfig.from_mapping(values)
+        home.mkdir(parents=True, exist_ok=True)
+        conf_path = home / "bookie.conf"
+        conf_path.write_text(bkconfig.render(config))
+        proc = BookieProcess(index, config.bookie_id, port, str(conf_path), str(journal),
+                             [str(d) for d in config.ledger_dirs], str(home / "bookie.log"))
+        self.bookies.append(proc)
+        self.start_bookie(index)
+        return proc
+
+    def start_bookie(self, index: int) -> BookieProcess:
+        proc = self.bookies[index]
+        if proc.pid and pid_alive(proc.pid):
+            raise ClusterError(f"bookie {proc.bookie_id} is already running (pid {proc.pid})")
+        with open(proc.log, "ab") as logf:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bookie.cli", "bookie", "--conf", proc.conf],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self._children[child.pid] = child
+        proc.pid = child.pid
+        self.save()
+        return proc
+
+    def wait_registered(self, timeout: float = 60.0, ids: list[str] | None = None) -> None:
+        want = set(ids if ids is not None else [b.bookie_id for b in self.bookies])
+        deadline = time.monotonic() + timeout
+        with MetadataStore(self.metadata_service_uri) as store:
+            while True:
+                have = set(store.writable_bookies()) | set(store.readonly_bookies())
+                serving = all(_accepts(b.port) for b in self.bookies if b.bookie_id in want)
+                if want <= have and serving:
+                    return
+                dead = [b for b in self.bookies if b.bookie_id in want and not pid_alive(b.pid)]
+                if dead:
+                    raise ClusterError(f"bookie {dead[0].bookie_id} exited at start; see {dead[0].log}:\n"
+                                       + _tail(dead[0].log))
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"bookies {sorted(want - have)} did not register within {timeout:.0f}s")
+                time.sleep(0.05)
+
+    # ---- faults and stop ------------------------------------------------------------------
+    def signal_bookie(self, index: int, sig: int) -> None:
+        proc = self.bookies[index]
+        if proc.pid:
+            os.kill(proc.pid, sig)
+
+    def kill_bookie(self, index: int) -> None:
+        """kill -9, and wait until the process is gone."""
+        self.stop_bookie(index, sig=signal.SIGKILL)
+
+    def stop_bookie(self, index: int, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        proc = self.bookies[index]
+        if not proc.pid:
+            return None
+        code = _stop_process(proc.pid, sig, timeout, self._children.pop(proc.pid, None))
+        proc.pid = 0
+        self.save()
+        return code
+
+    def down(self) -> None:
+        for index, proc in enumerate(self.bookies):
+            if proc.pid and pid_alive(proc.pid):
+                os.kill(proc.pid, signal.SIGCONT)
+                self.stop_bookie(index)
+        if self.zk_pid:
+            stop_pid(self.zk_pid)
+            self.zk_pid = 0
+        if self.state_path.exists():
+            self.state_path.unlink()
+
+
+def _stop_process(pid: int, sig: int, timeout: float, child: subprocess.Popen[bytes] | None) -> int | None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child is not None:
+            code = child.poll()
+            if code is not None:
+                return code
+        elif not pid_alive(pid):
+            return None
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    return child.wait(timeout=10) if child is not None else None
+
+
+def _accepts(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:port (the bookie listens only once ready)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

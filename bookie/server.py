@@ -1,0 +1,321 @@
+"""The bookie's gRPC service: BookKeeper's v3 request processors over a grpc.aio server.
+
+Adds arrive on a bidirectional stream, many entries per message; each batch is checked by the pure
+decisions of `bookie.core.decisions`, journaled, and acknowledged from the journal's callback after
+the fsync that covers it. Acks waiting on one stream are coalesced into one response message.
+Reads, fencing reads, long polls on the LAC, explicit LAC and force-ledger are unary calls; range
+reads stream batches of packaged entries (one buffer plus sizes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from bookie.bookie import Bookie
+from bookie.core import decisions
+from bookie.storage import StorageError
+from proto import bookie_pb2 as pb
+from proto import bookie_pb2_grpc as pb_grpc
+
+log = logging.getLogger("bkledger.server")
+
+_STREAM_END = object()
+
+
+class BookieService(pb_grpc.BookieServicer):
+    def __init__(self, bookie: Bookie, bookie_id: str, loop: asyncio.AbstractEventLoop):
+        self.bookie = bookie
+        self.bookie_id = bookie_id
+        self.loop = loop
+        self.read_only = bookie.config.forceReadOnlyBookie
+        self._lac: dict[int, int] = {}
+        self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self.max_entry_size = bookie.config.nettyMaxFrameSizeBytes
+        assert bookie.storage is not None
+        for ledger_id in bookie.storage.ledgers():
+            self._lac[ledger_id] = bookie.storage.max_lac(ledger_id)
+
+    # ---- LAC known to this bookie, and long polls -------------------------------------------
+    def _advance_lac(self, ledger_id: int, lac: int) -> None:
+        if lac > self._lac.get(ledger_id, -1):
+            self._lac[ledger_id] = lac
+            for fut in self._lac_waiters.pop(ledger_id, []):
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _wait_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> None:
+        timeout = min(timeout_ms, self.bookie.config.longPollMaxTimeoutMs) / 1000.0
+        deadline = self.loop.time() + timeout
+        while not decisions.long_poll_ready(self._lac.get(ledger_id, -1), previous_lac):
+            remaining = deadline - self.loop.time()
+            if remaining <= 0:
+                return
+            fut: asyncio.Future[None] = self.loop.create_future()
+            self._lac_waiters.setdefault(ledger_id, []).append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                return
+
+    # ---- adds -----------------------------------------------------------------------------
+    async def AddStream(
+        self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AddResponse]:
+        out: asyncio.Queue[object] = asyncio.Queue()
+        pump = asyncio.create_task(self._pump_adds(request_iterator, out))
+        try:
+            while True:
+                item = await out.get()
+                if item is _STREAM_END:
+                    break
+                acks = [item]
+                while not out.empty():
+                    nxt = out.get_nowait()
+                    if nxt is _STREAM_END:
+                        out.put_nowait(_STREAM_END)
+                        break
+                    acks.append(nxt)
+                yield pb.AddResponse(acks=acks)  # type: ignore[arg-type]
+        finally:
+            pump.cancel()
+
+    async def _pump_adds(self, requests: AsyncIterator[pb.AddRequest], out: asyncio.Queue[object]) -> None:
+        outstanding = [0]
+        drained = asyncio.Event()
+        drained.set()
+
+        def reply(ack: pb.AddAck) -> None:
+            out.put_nowait(ack)
+            outstanding[0] -= 1
+            if outstanding[0] == 0:
+                drained.set()
+
+        try:
+            async for request in requests:
+                for batch in request.batches:
+                    outstanding[0] += 1
+                    drained.clear()
+                    self._submit_batch(batch, reply)
+            await drained.wait()
+        except (asyncio.CancelledError, grpc.aio.AioRpcError):
+            pass
+        finally:
+            out.put_nowait(_STREAM_END)
+
+    def _submit_batch(self, batch: pb.AddBatch, reply: Callable[[pb.AddAck], None]) -> None:
+        ledger_id = batch.ledger_id
+        entry_ids = list(batch.entry_ids)
+        sizes = list(batch.sizes)
+        data = batch.data
+
+        def answer(status: int, why: str = "") -> None:
+            if status != pb.EOK:
+                log.debug("add to ledger %d refused with %s: %s", ledger_id, pb.StatusCode.Name(status), why)
+            reply(pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=entry_ids))  # type: ignore[arg-type]
+
+        why = decisions.check_batch_shape(ledger_id, entry_ids, sizes, len(data), self.max_entry_size)
+        if not why:
+            why, max_lac = decisions.check_headers(ledger_id, entry_ids, sizes, data)
+        if why:
+            answer(pb.EBADREQ, why)
+            return
+        if self.bookie.journal_failed:
+            answer(pb.EIO, "journal failed")
+            return
+        check = decisions.decide_add(
+            self.bookie.view(ledger_id),
+            batch.master_key,
+            recovery_add=batch.recovery_add,
+            high_priority=batch.high_priority,
+            read_only=self.read_only,
+        )
+        if check.status != pb.EOK:
+            answer(check.status, check.reason)
+            return
+
+        def journaled(err: BaseException | None) -> None:
+            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer)
+
+        self.bookie.add_batch(
+            ledger_id,
+            batch.master_key,
+            check.record_key,
+            entry_ids,
+            sizes,
+            data,
+            sync=not (batch.write_flags & pb.DEFERRED_SYNC),
+            done=journaled,
+        )
+
+    def _added(
+        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None]
+    ) -> None:
+        if err is not None:
+            answer(pb.EIO, str(err))
+            return
+        self._advance_lac(ledger_id, max_lac)
+        answer(pb.EOK, "")
+
+    # ---- journaled operations awaited from the loop -----------------------------------------
+    def _journal_future(self) -> tuple[asyncio.Future[BaseException | None], Callable[[BaseException | None], None]]:
+        fut: asyncio.Future[BaseException | None] = self.loop.create_future()
+
+        def settle(err: BaseException | None) -> None:
+            if not fut.done():
+                fut.set_result(err)
+
+        def done(err: BaseException | None) -> None:
+            self.loop.call_soon_threadsafe(settle, err)
+
+        return fut, done
+
+    # ---- reads ----------------------------------------------------------------------------
+    async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:
+        ledger_id = request.ledger_id
+        if request.fence:
+            status = await self._fence(ledger_id, request.master_key)
+            if status != pb.EOK:
+                return pb.ReadResponse(status=status, ledger_id=ledger_id, entry_id=request.entry_id)  # type: ignore[arg-type]
+        if request.has_previous_lac:
+            await self._wait_lac(ledger_id, request.previous_lac, request.timeout_ms)
+            if request.piggyback_entry and self._lac.get(ledger_id, -1) > request.previous_lac:
+                return self._read_one(ledger_id, request.previous_lac + 1)
+            return self._read_one(ledger_id, -1 if request.entry_id < 0 else request.entry_id)
+        return self._read_one(ledger_id, request.entry_id)
+
+    async def _fence(self, ledger_id: int, master_key: bytes) -> int:
+        check = decisions.decide_fence(self.bookie.view(ledger_id), master_key)
+        if check.status != pb.EOK or not check.newly_fenced:
+            return check.status
+        fut, done = self._journal_future()
+        self.bookie.fence(ledger_id, master_key, check.record_key, done)
+        err = await fut
+        if err is not None:
+            log.error("fence of ledger %d not durable: %s", ledger_id, err)
+            return pb.EIO
+        log.info("ledger %d fenced", ledger_id)
+        return pb.EOK
+
+    def _read_one(self, ledger_id: int, entry_id: int) -> pb.ReadResponse:
+        """Read one entry; entry_id -1 reads the last entry held (a known but empty ledger: EOK, -1)."""
+        storage = self.bookie.storage
+        assert storage is not None
+        max_lac = self._lac.get(ledger_id, -1)
+        known = storage.has_ledger(ledger_id) or self.bookie.view(ledger_id) is not None
+        try:
+            if entry_id < 0:
+                entry_id = storage.last_entry_id(ledger_id)
+                if entry_id < 0:
+                    status = pb.EOK if known else pb.ENOLEDGER
+                    return pb.ReadResponse(status=status, ledger_id=ledger_id, entry_id=-1, max_lac=max_lac)  # type: ignore[arg-type]
+            body = storage.read_entry(ledger_id, entry_id)
+        except (StorageError, OSError) as exc:
+            log.error("read of ledger %d entry %d failed: %s", ledger_id, entry_id, exc)
+            return pb.ReadResponse(status=pb.EIO, ledger_id=ledger_id, entry_id=entry_id, max_lac=max_lac)
+        status = decisions.decide_read(body is not None, known)
+        return pb.ReadResponse(
+            status=status,  # type: ignore[arg-type]
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            body=body or b"",
+            max_lac=max_lac,
+        )
+
+    async def ReadRange(
+        self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadRangeBatch]:
+        storage = self.bookie.storage
+        assert storage is not None
+        ledger_id = request.ledger_id
+        if not storage.has_ledger(ledger_id):
+            yield pb.ReadRangeBatch(status=pb.ENOLEDGER, ledger_id=ledger_id)
+            return
+        max_bytes = request.max_batch_bytes or (1 << 20)
+        max_entries = request.max_batch_entries or 10000
+        batches = storage.read_range(ledger_id, request.first_entry_id, request.last_entry_id, max_bytes, max_entries)
+        while True:
+            try:
+                item = await asyncio.to_thread(next, batches, None)
+            except (StorageError, OSError) as exc:
+                log.error("range read of ledger %d failed: %s", ledger_id, exc)
+                yield pb.ReadRangeBatch(status=pb.EIO, ledger_id=ledger_id)
+                return
+            if item is None:
+                return
+            entry_ids, sizes, data = item
+            yield pb.ReadRangeBatch(
+                status=pb.EOK, ledger_id=ledger_id, entry_ids=entry_ids, sizes=sizes, data=data
+            )
+
+    async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
+        storage = self.bookie.storage
+        assert storage is not None
+        ledger_id = request.ledger_id
+        if not storage.has_ledger(ledger_id):
+            return pb.ReadLacResponse(status=pb.ENOLEDGER, ledger_id=ledger_id)
+        try:
+            last = storage.last_entry_id(ledger_id)
+            body = storage.read_entry(ledger_id, last) if last >= 0 else None
+        except (StorageError, OSError):
+            return pb.ReadLacResponse(status=pb.EIO, ledger_id=ledger_id)
+        return pb.ReadLacResponse(
+            status=pb.EOK,
+            ledger_id=ledger_id,
+            lac_body=storage.explicit_lac(ledger_id) or b"",
+            last_entry_body=body or b"",
+        )
+
+    async def WriteLac(self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext) -> pb.WriteLacResponse:
+        ledger_id = request.ledger_id
+        status = decisions.decide_write_lac(self.bookie.view(ledger_id), request.master_key)
+        if status == pb.EOK:
+            fut, done = self._journal_future()
+            self.bookie.write_explicit_lac(ledger_id, request.body, done)
+            if await fut is not None:
+                status = pb.EIO
+            else:
+                self._advance_lac(ledger_id, request.lac)
+        return pb.WriteLacResponse(status=status, ledger_id=ledger_id)  # type: ignore[arg-type]
+
+    async def ForceLedger(
+        self, request: pb.ForceLedgerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForceLedgerResponse:
+        fut, done = self._journal_future()
+        self.bookie.force_ledger(done)
+        status = pb.EIO if await fut is not None else pb.EOK
+        return pb.ForceLedgerResponse(status=status, ledger_id=request.ledger_id)
+
+    async def GetBookieInfo(
+        self, request: pb.GetBookieInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetBookieInfoResponse:
+        usage = shutil.disk_usage(self.bookie.config.ledger_dirs[0])
+        return pb.GetBookieInfoResponse(
+            status=pb.EOK,
+            total_disk_capacity=usage.total,
+            free_disk_space=usage.free,
+            bookie_id=self.bookie_id,
+            read_only=self.read_only,
+        )
+
+    async def GetListOfEntries(
+        self, request: pb.GetListOfEntriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetListOfEntriesResponse:
+        storage = self.bookie.storage
+        assert storage is not None
+        if not storage.has_ledger(request.ledger_id):
+            return pb.GetListOfEntriesResponse(status=pb.ENOLEDGER, ledger_id=request.ledger_id)
+        return pb.GetListOfEntriesResponse(
+            status=pb.EOK, ledger_id=request.ledger_id, entry_ids=storage.entry_ids(request.ledger_id)
+        )
+
+
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]

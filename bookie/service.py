@@ -1,0 +1,160 @@
+"""The standalone bookie process: cookies, storage, the gRPC server, registration and disk checks.
+
+Mirrors BookKeeper's BookieServer: check cookies (R24) before touching storage, replay the journal,
+listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral). A disk-usage check
+turns the bookie read-only above `diskUsageThreshold` and back below `diskUsageLwmThreshold`
+(R25), re-registering it under `available/readonly`; a failed journal also makes it read-only.
+SIGTERM unregisters, stops the server and checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+from pathlib import Path
+
+import grpc
+
+from bookie.bookie import Bookie, dirs_have_data
+from bookie.config import BookieConfig
+from bookie.core import decisions
+from bookie.core.cookie import Cookie, CookieError, decide
+from bookie.server import GRPC_OPTIONS, BookieService
+from client.meta.store import MetadataStore
+from proto import bookie_pb2_grpc as pb_grpc
+
+log = logging.getLogger("bkledger.bookie")
+
+
+def _cookie_dirs(config: BookieConfig) -> list[Path]:
+    return [config.journal_dir, *config.ledger_dirs]
+
+
+def check_cookies(config: BookieConfig, store: MetadataStore) -> None:
+    """R24: refuse to start unless the cookies in ZooKeeper and on every disk agree."""
+    expected = Cookie(
+        bookie_id=config.bookie_id,
+        journal_dir=str(config.journal_dir),
+        ledger_dirs=tuple(str(d) for d in config.ledger_dirs),
+        instance_id=store.instance_id(),
+    )
+    stored = store.read_cookie(config.bookie_id)
+    zk_cookie = Cookie.decode(stored[0]) if stored is not None else None
+    local: list[Cookie | None] = []
+    for d in _cookie_dirs(config):
+        path = d / "current" / "VERSION"
+        local.append(Cookie.decode(path.read_bytes()) if path.exists() else None)
+    decision = decide(expected, zk_cookie, local, dirs_have_data(_cookie_dirs(config)))
+    if decision.write_local:
+        for d in _cookie_dirs(config):
+            (d / "current").mkdir(parents=True, exist_ok=True)
+            tmp = d / "current" / "VERSION.tmp"
+            tmp.write_bytes(expected.encode())
+            tmp.replace(d / "current" / "VERSION")
+    if decision.write_zk:
+        store.write_cookie(config.bookie_id, expected.encode(), None)
+        log.info("new bookie %s: cookies written", config.bookie_id)
+
+
+class BookieServer:
+    def __init__(self, config: BookieConfig):
+        self.config = config
+        self.store = MetadataStore(config.metadataServiceUri, session_timeout=config.zkTimeout / 1000.0)
+        self.bookie = Bookie(config, on_fatal=self._on_journal_fatal)
+        self.service: BookieService | None = None
+        self.server: grpc.aio.Server | None = None
+        self._stop = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _on_journal_fatal(self, exc: BaseException) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._set_read_only, True, f"journal failed: {exc}")
+
+    def _set_read_only(self, read_only: bool, why: str) -> None:
+        if self.service is None or self.service.read_only == read_only:
+            return
+        if not read_only and (self.bookie.journal_failed or self.config.forceReadOnlyBookie):
+            return
+        if read_only and not self.config.readOnlyModeEnabled:
+            log.error("%s and readOnlyModeEnabled=false: shutting down", why)
+            self._stop.set()
+            return
+        self.service.read_only = read_only
+        log.warning("bookie is now %s: %s", "read-only" if read_only else "writable", why)
+        self._register()
+
+    def _register(self) -> None:
+        assert self.service is not None
+        info = {"host": self.config.advertisedAddress or self.config.listenAddress, "port": str(self.config.bookiePort)}
+        self.store.register_bookie(self.config.bookie_id, info, readonly=self.service.read_only)
+
+    def _usages(self) -> list[float]:
+        out = []
+        for d in _cookie_dirs(self.config):
+            usage = shutil.disk_usage(d)
+            out.append(usage.used / usage.total if usage.total else 1.0)
+        return out
+
+    async def _disk_monitor(self) -> None:
+        interval = max(self.config.diskCheckInterval, 50) / 1000.0
+        while not self._stop.is_set():
+            assert self.service is not None
+            usages = self._usages()
+            want = decisions.disk_state(
+                usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
+            )
+            self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold {self.config.diskUsageThreshold:.0%})")
+            if not self.store.is_registered(self.config.bookie_id):
+                log.warning("registration lost (ZooKeeper session expired?): registering again")
+                self._register()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self.store.start()
+        self.store.init_cluster()
+        check_cookies(cfg, self.store)
+        self.bookie.start()
+        self.service = BookieService(self.bookie, cfg.bookie_id, self._loop)
+        self.service.read_only = cfg.forceReadOnlyBookie or self.bookie.journal_failed
+        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        pb_grpc.add_BookieServicer_to_server(self.service, self.server)
+        address = f"{cfg.listenAddress}:{cfg.bookiePort}"
+        if self.server.add_insecure_port(address) == 0:
+            raise OSError(f"cannot listen on {address}: the port is taken")
+        await self.server.start()
+        await asyncio.to_thread(self._register)
+        log.info("bookie %s serving on %s (journal %s, ledgers %s)", cfg.bookie_id, address,
+                 cfg.journal_dir, ",".join(cfg.ledgerDirectories))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._stop.set)
+        monitor = asyncio.create_task(self._disk_monitor())
+        await self._stop.wait()
+        await self._shutdown(monitor)
+
+    async def _shutdown(self, monitor: asyncio.Task[None]) -> None:
+        log.info("bookie %s shutting down", self.config.bookie_id)
+        monitor.cancel()
+        try:
+            self.store.unregister_bookie(self.config.bookie_id)
+        except Exception as exc:  # noqa: BLE001 - the session may be gone; shutdown goes on
+            log.warning("could not unregister: %s", exc)
+        if self.server is not None:
+            await self.server.stop(grace=2)
+        await asyncio.to_thread(self.bookie.close)
+        self.store.close()
+        log.info("bookie %s stopped", self.config.bookie_id)
+
+
+def run_bookie(config: BookieConfig) -> int:
+    try:
+        asyncio.run(BookieServer(config).run())
+    except CookieError as exc:
+        log.error("refusing to start: %s", exc)
+        return 3
+    return 0

@@ -1,0 +1,194 @@
+"""One client connection to one bookie: a long-lived add stream plus unary and streaming reads.
+
+Mirrors BookKeeper's PerChannelBookieClient. Adds queued on the event loop are coalesced into one
+AddRequest per write (many ledgers, many entries per message); acknowledgements come back batched
+and are handed to the handler registered for their ledger. When the stream breaks, every
+registered handler hears `on_bookie_failed`, so the ledgers can treat what they had in flight on
+this bookie as failed (R9). Runs on the client's event loop; not thread-safe by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Protocol
+
+import grpc
+
+from proto import bookie_pb2 as pb
+from proto import bookie_pb2_grpc as pb_grpc
+
+log = logging.getLogger("bkledger.client.bookie")
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10000),
+    ("grpc.enable_retries", 0),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+
+class AckHandler(Protocol):
+    def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None: ...
+
+    def on_bookie_failed(self, bookie_id: str) -> None: ...
+
+
+class BookieClient:
+    def __init__(self, bookie_id: str, address: str):
+        self.bookie_id = bookie_id
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = pb_grpc.BookieStub(self.channel)
+        self._handlers: dict[int, AckHandler] = {}
+        self._queue: list[pb.AddBatch] = []
+        self._queued_bytes = 0
+        self._wakeup = asyncio.Event()
+        self._stream_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.failed = False
+
+    # ---- handlers -------------------------------------------------------------------------
+    def register(self, ledger_id: int, handler: AckHandler) -> None:
+        self._handlers[ledger_id] = handler
+
+    def unregister(self, ledger_id: int) -> None:
+        self._handlers.pop(ledger_id, None)
+
+    # ---- adds -----------------------------------------------------------------------------
+    def send_add(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entry_ids: Sequence[int],
+        sizes: Sequence[int],
+        data: bytes,
+        *,
+        recovery_add: bool = False,
+        high_priority: bool = False,
+        write_flags: int = 0,
+    ) -> None:
+        """Queue a batch; it leaves with the next write of the stream. Acks reach the handler."""
+        if self.failed:
+            raise ConnectionError(f"bookie {self.bookie_id} connection failed")
+        batch = pb.AddBatch(
+            ledger_id=ledger_id,
+            master_key=master_key,
+            recovery_add=recovery_add,
+            high_priority=high_priority,
+            write_flags=write_flags,
+            entry_ids=entry_ids,
+            sizes=sizes,
+            data=data,
+        )
+        self._queue.append(batch)
+        self._queued_bytes += len(data)
+        if self._stream_task is None:
+            self._stream_task = asyncio.get_running_loop().create_task(self._run_stream())
+        self._wakeup.set()
+
+    async def _run_stream(self) -> None:
+        call = self.stub.AddStream()
+        reader = asyncio.get_running_loop().create_task(self._read_acks(call))
+        try:
+            while not self._closed:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._queue:
+                    await call.write(self._take_request())
+                if reader.done():
+                    break
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+            log.warning("add stream to %s failed: %s", self.bookie_id, _short(exc))
+        finally:
+            if not reader.done():
+                if self._closed:
+                    await _quiet(call.done_writing())
+                    await _quiet(asyncio.wait_for(reader, 5))
+                reader.cancel()
+            if not self._closed:
+                self._fail()
+
+    def _take_request(self) -> pb.AddRequest:
+        batches: list[pb.AddBatch] = []
+        size = 0
+        while self._queue and (not batches or size + len(self._queue[0].data) <= MAX_REQUEST_BYTES):
+            batch = self._queue.pop(0)
+            size += len(batch.data)
+            batches.append(batch)
+        self._queued_bytes -= size
+        return pb.AddRequest(batches=batches)
+
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            async for response in call:
+                for ack in response.acks:
+                    handler = self._handlers.get(ack.ledger_id)
+                    if handler is not None:
+                        handler.on_ack(self.bookie_id, ack)
+        except grpc.aio.AioRpcError as exc:
+            if not self._closed:
+                log.warning("ack stream from %s failed: %s", self.bookie_id, _short(exc))
+        finally:
+            self._wakeup.set()
+
+    def _fail(self) -> None:
+        """The stream is gone: nothing in flight on it will be acknowledged."""
+        self.failed = True
+        self._queue.clear()
+        for handler in list(self._handlers.values()):
+            handler.on_bookie_failed(self.bookie_id)
+
+    # ---- unary calls ------------------------------------------------------------------------
+    async def read(self, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
+        return await self.stub.Read(request, timeout=timeout)
+
+    async def read_range(
+        self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20
+    ) -> AsyncIterator[pb.ReadRangeBatch]:
+        request = pb.ReadRangeRequest(
+            ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes
+        )
+        async for batch in self.stub.ReadRange(request, timeout=timeout):
+            yield batch
+
+    async def read_lac(self, ledger_id: int, timeout: float) -> pb.ReadLacResponse:
+        return await self.stub.ReadLac(pb.ReadLacRequest(ledger_id=ledger_id), timeout=timeout)
+
+    async def write_lac(self, request: pb.WriteLacRequest, timeout: float) -> pb.WriteLacResponse:
+        return await self.stub.WriteLac(request, timeout=timeout)
+
+    async def force_ledger(self, ledger_id: int, timeout: float) -> pb.ForceLedgerResponse:
+        return await self.stub.ForceLedger(pb.ForceLedgerRequest(ledger_id=ledger_id), timeout=timeout)
+
+    async def info(self, timeout: float) -> pb.GetBookieInfoResponse:
+        return await self.stub.GetBookieInfo(pb.GetBookieInfoRequest(requested=3), timeout=timeout)
+
+    async def list_entries(self, ledger_id: int, timeout: float) -> pb.GetListOfEntriesResponse:
+        request = pb.GetListOfEntriesRequest(ledger_id=ledger_id)
+        return await self.stub.GetListOfEntries(request, timeout=timeout)
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wakeup.set()
+        if self._stream_task is not None:
+            await _quiet(asyncio.wait_for(self._stream_task, 5))
+        await self.channel.close()
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc)
+
+
+async def _quiet(awaitable: object) -> None:
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await awaitable  # type: ignore[misc]
+
+
+StatusCallback = Callable[[str, pb.AddAck], None]

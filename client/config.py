@@ -1,0 +1,44 @@
+"""Client settings, with BookKeeper's ClientConfiguration names where one exists.
+
+`ClientConfig.from_options` accepts a mapping of strings (as Spark options or a properties file give
+them) and rejects unknown keys with an InvalidOptionError that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from client.errors import InvalidOptionError
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    zkTimeout: float = 10.0                  # s, ZooKeeper session timeout
+    addEntryTimeoutSec: float = 5.0          # an add not acked by a bookie in this time: the bookie failed
+    readTimeout: float = 5.0                 # s, per read request
+    speculativeReadTimeout: float = 2.0      # s, then also ask the next bookie of the write set
+    fenceTimeout: float = 5.0                # s, recovery's fencing reads
+    metadataMaxAttempts: int = 20            # CAS attempts before giving up with a clear error
+    maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit
+    maxBatchBytes: int = 1024 * 1024         # bytes per ledger batch on the add stream
+    maxOutstandingAdds: int = 20000          # adds in flight per ledger before add_entry waits
+    ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure
+    readBatchBytes: int = 4 * 1024 * 1024    # range read batch size asked from bookies
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None = None) -> ClientConfig:
+        if not options:
+            return cls()
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, raw in options.items():
+            if key not in fields:
+                raise InvalidOptionError(f"unknown client setting {key!r}; known: {', '.join(sorted(fields))}")
+            kind: type = type(fields[key].default)
+            try:
+                kwargs[key] = kind(raw)
+            except (TypeError, ValueError):
+                raise InvalidOptionError(f"client setting {key} must be a {kind.__name__}, got {raw!r}") from None
+        return cls(**kwargs)

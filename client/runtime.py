@@ -1,0 +1,70 @@
+"""The client's event loop: one asyncio loop on a daemon thread per BookKeeper instance.
+
+All protocol drivers (bookie connections, ledger handles) live on this loop. The blocking API hands
+coroutines to it and waits with a bound; the asyncio API wraps the same coroutines for the caller's
+own loop. Calling the blocking API from the loop thread itself would deadlock, so it raises instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class EventLoopThread:
+    def __init__(self, name: str = "bkledger-client"):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = threading.Event()
+        self._thread.start()
+        self._started.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        self.loop.run_forever()
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the loop and wait for it (from any thread but the loop's own)."""
+        if self.in_loop_thread():
+            coro.close()
+            raise RuntimeError("the blocking bkledger API was called from the client's event loop; use the async API")
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"bkledger operation did not finish within {timeout}s") from None
+
+    def wrap(self, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """An awaitable for the caller's loop (or the client loop itself) running `coro` here."""
+        try:
+            caller = asyncio.get_running_loop()
+        except RuntimeError:
+            caller = None
+        if caller is self.loop:
+            return coro
+        return asyncio.wrap_future(self.submit(coro))
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if not self.in_loop_thread():
+            self._thread.join(10)
+            if not self.loop.is_running():
+                self.loop.close()

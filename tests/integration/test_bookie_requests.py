@@ -1,0 +1,151 @@
+"""Bookie request handling on real processes: bad input never crashes it (R26), read-only (R25), LAC."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from client.bookie_client import BookieClient
+from client.meta.store import MetadataStore
+from proto import bookie_pb2 as pb
+from tests.integration.bookie_util import KEY, add, package, read, read_range
+
+pytestmark = pytest.mark.integration
+
+
+def test_wrong_master_key_gets_eua(cluster_factory):
+    """R26: an add or a fence with another master key is refused with EUA; the ledger is untouched."""
+    cluster = cluster_factory(1)
+    address = cluster.bookies[0].address
+    assert add(address, 1, [0]).ok() == [0]
+    wrong = bytes(20)
+    assert add(address, 1, [1], key=wrong).statuses == {1: pb.EUA}
+    assert read(address, 1, -1, fence=True, key=wrong).status == pb.EUA
+    assert add(address, 1, [1]).ok() == [1]                   # not fenced by the refused fence
+
+
+def test_malformed_and_oversized_requests_get_ebadreq(cluster_factory):
+    """R26: malformed batches and entries over nettyMaxFrameSizeBytes get EBADREQ; the bookie stays up."""
+    cluster = cluster_factory(1, conf={"nettyMaxFrameSizeBytes": "65536"})
+    address = cluster.bookies[0].address
+    data, sizes = package(2, [0, 1])
+    cases = {
+        "sizes do not add up": (data, [sizes[0], sizes[1] + 5]),
+        "header names another entry": package(2, [5, 6]),
+        "shorter than a header": (b"abc", [3]),
+    }
+    for name, raw in cases.items():
+        result = add(address, 2, [0, 1] if name != "shorter than a header" else [0], raw=raw)
+        assert set(result.statuses.values()) == {pb.EBADREQ}, name
+    big = add(address, 2, [0], raw=package(2, [0], payload=b"y" * 70000))
+    assert big.statuses == {0: pb.EBADREQ}
+    assert add(address, 2, [0, 1]).ok() == [0, 1]             # still serving, nothing stored by the bad ones
+    assert read(address, 2, 0).status == pb.EOK
+    assert read(address, 3, 0).status == pb.ENOLEDGER
+    assert read(address, 2, 9).status == pb.ENOENTRY
+    assert cluster.status()["bookies"][0]["alive"]
+
+
+def test_long_poll_waits_for_the_lac_to_move(cluster_factory):
+    """A read with previous_lac returns once the LAC known to the bookie passes it (or times out)."""
+    cluster = cluster_factory(1)
+    address = cluster.bookies[0].address
+    assert add(address, 5, [0, 1]).ok() == [0, 1]           # entry 1 carries LAC 0
+
+    async def poll(previous: int, timeout_ms: int) -> tuple[pb.ReadResponse, float]:
+        client = BookieClient(address, address)
+        start = time.monotonic()
+        try:
+            request = pb.ReadRequest(ledger_id=5, entry_id=-1, has_previous_lac=True, previous_lac=previous,
+                                     timeout_ms=timeout_ms, piggyback_entry=True)
+            return await client.read(request, 10), time.monotonic() - start
+        finally:
+            await client.close()
+
+    response, waited = asyncio.run(poll(-1, 5000))
+    assert response.max_lac == 0 and response.entry_id == 0 and waited < 2
+    response, waited = asyncio.run(poll(0, 300))
+    assert response.max_lac == 0 and waited >= 0.25             # nothing new: waits out the timeout
+
+    async def poll_then_add() -> pb.ReadResponse:
+        task = asyncio.create_task(poll(0, 8000))
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(add, address, 5, [2])           # entry 2 carries LAC 1
+        response, _ = await task
+        return response
+
+    response = asyncio.run(poll_then_add())
+    assert response.max_lac == 1 and response.entry_id == 1
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_makes_the_bookie_read_only_and_it_still_serves_reads(cluster_factory, small_tmpfs):
+    """R25: filling the bookie's real (tmpfs) disk past diskUsageThreshold turns it read-only: it
+    re-registers under readonly, refuses adds with EREADONLY, and still serves every acknowledged entry."""
+    conf = {
+        "journalDirectories": str(small_tmpfs / "journal"),
+        "ledgerDirectories": str(small_tmpfs / "ledgers"),
+        "diskUsageThreshold": "0.6",
+        "diskUsageLwmThreshold": "0.5",
+        "diskCheckInterval": "100",
+    }
+    cluster = cluster_factory(1, conf=conf)
+    bookie = cluster.bookies[0]
+    acked: list[int] = []
+    payload_ids = 0
+    deadline = time.monotonic() + 60
+    while bookie.bookie_id not in _readonly(cluster.metadata_service_uri):
+        assert time.monotonic() < deadline, "the bookie never turned read-only"
+        ids = list(range(payload_ids, payload_ids + 200))
+        payload_ids += 200
+        result = add(bookie.address, 9, ids, raw=None)
+        acked += result.ok()
+        if any(s == pb.EREADONLY for s in result.statuses.values()):
+            break
+    assert _wait_readonly(cluster.metadata_service_uri, bookie.bookie_id)
+    refused = add(bookie.address, 9, [payload_ids])
+    assert refused.statuses == {payload_ids: pb.EREADONLY}
+    assert acked and read_range(bookie.address, 9, 0, payload_ids) == acked
+    assert read(bookie.address, 9, acked[-1]).status == pb.EOK
+
+
+def _readonly(uri: str) -> list[str]:
+    with MetadataStore(uri) as store:
+        return store.readonly_bookies()
+
+
+def _wait_readonly(uri: str, bookie_id: str, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with MetadataStore(uri) as store:
+            if bookie_id in store.readonly_bookies() and bookie_id not in store.writable_bookies():
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def test_bookie_stops_cleanly_on_sigterm(cluster_factory):
+    """SIGTERM: the bookie unregisters, checkpoints and exits 0."""
+    cluster = cluster_factory(1)
+    bookie = cluster.bookies[0]
+    assert add(bookie.address, 4, list(range(50))).ok() == list(range(50))
+    code = cluster.stop_bookie(0)
+    assert code == 0
+    with MetadataStore(cluster.metadata_service_uri) as store:
+        assert bookie.bookie_id not in store.writable_bookies()
+    assert (Path(bookie.ledger_dirs[0]) / "current" / "lastMark").exists()
+    assert "stopped" in Path(bookie.log).read_text()

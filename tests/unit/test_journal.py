@@ -1,0 +1,262 @@
+"""Journal: fsync before callback (R8), group commit, failure, roll, replay (R23), old-file removal."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from bookie import journal as jmod
+from bookie.core import records as rec
+from bookie.journal import Journal, JournalClosedError, LogMark, read_mark_file, write_mark_file
+
+
+class Waiter:
+    """Collects callback results; wait() blocks until n of them arrived."""
+
+    def __init__(self) -> None:
+        self.results: list[BaseException | None] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, err: BaseException | None) -> None:
+        with self.cond:
+            self.results.append(err)
+            self.cond.notify_all()
+
+    def wait(self, n: int, timeout: float = 10.0) -> list[BaseException | None]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.results) >= n, timeout)
+            return list(self.results)
+
+
+def _fence(i: int) -> bytes:
+    return rec.encode_fence(i)
+
+
+Replayed = list[tuple[int, int, rec.Record]]
+
+
+def _replay(tmp_path: Path, mark: LogMark = LogMark(0, 0)) -> tuple[Replayed, LogMark]:
+    j = Journal(tmp_path)
+    got: list[tuple[int, int, rec.Record]] = []
+    end = j.replay(mark, lambda f, o, r: got.append((f, o, r)))
+    return got, end
+
+
+def _write(tmp_path: Path, records: list[bytes], **kw: object) -> Journal:
+    j = Journal(tmp_path, **kw)  # type: ignore[arg-type]
+    j.replay(LogMark(0, 0), lambda f, o, r: None)
+    j.start()
+    w = Waiter()
+    for r in records:
+        j.append([r], w)
+    assert w.wait(len(records)) == [None] * len(records)
+    return j
+
+
+def test_callback_only_after_fdatasync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    real = os.fdatasync
+
+    def fake_fdatasync(fd: int) -> None:
+        real(fd)
+        events.append("fsync")
+
+    monkeypatch.setattr(jmod.os, "fdatasync", fake_fdatasync)
+    j = Journal(tmp_path)
+    j.start()
+    done = threading.Event()
+
+    def cb(err: BaseException | None) -> None:
+        events.append(f"cb:{err}")
+        done.set()
+
+    j.append([_fence(1)], cb)
+    assert done.wait(5)
+    j.close()
+    assert events[:2] == ["fsync", "cb:None"]
+
+
+def test_deferred_sync_skips_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(jmod.os, "fdatasync", lambda fd: calls.append(fd))
+    j = Journal(tmp_path)
+    j.start()
+    w = Waiter()
+    j.append([_fence(1)], w, sync=False)
+    assert w.wait(1) == [None]
+    assert calls == []
+    j.append([], w, sync=True)  # force: an empty synced group
+    assert w.wait(2) == [None, None]
+    assert len(calls) == 1
+    j.close()
+
+
+def test_group_commit_from_many_threads(tmp_path: Path) -> None:
+    j = Journal(tmp_path, max_group_wait_ms=5)
+    j.start()
+    w = Waiter()
+    per_thread, threads = 200, 8
+
+    def producer(t: int) -> None:
+        for i in range(per_thread):
+            j.append([rec.encode_add_batch(t, [i], [40], bytes(40))], w)
+
+    workers = [threading.Thread(target=producer, args=(t,)) for t in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    results = w.wait(per_thread * threads)
+    j.close()
+    assert all(r is None for r in results)
+    assert j.stats.fsyncs < per_thread * threads / 4
+    got, _ = _replay(tmp_path)
+    assert len(got) == per_thread * threads
+
+
+def test_fsync_error_fails_group_and_later_appends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fatal: list[BaseException] = []
+    j = Journal(tmp_path, on_fatal=fatal.append)
+    j.start()
+    w = Waiter()
+    j.append([_fence(1)], w)
+    assert w.wait(1) == [None]
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "EIO")
+
+    monkeypatch.setattr(jmod.os, "fdatasync", broken)
+    j.append([_fence(2)], w)
+    results = w.wait(2)
+    assert isinstance(results[1], OSError)
+    assert j.failed
+    j.append([_fence(3)], w)  # fails fast, never success
+    assert isinstance(w.wait(3)[2], OSError)
+    monkeypatch.undo()
+    j.append([_fence(4)], w)
+    assert isinstance(w.wait(4)[3], OSError)
+    assert len(fatal) == 1
+    j.close()
+    j.close()
+
+
+def test_append_after_close_fails(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    j.start()
+    j.close()
+    w = Waiter()
+    j.append([_fence(1)], w)
+    assert isinstance(w.wait(1)[0], JournalClosedError)
+
+
+def test_close_flushes_queued(tmp_path: Path) -> None:
+    j = Journal(tmp_path, max_group_wait_ms=50, flush_when_queue_empty=False)
+    j.start()
+    w = Waiter()
+    for i in range(50):
+        j.append([_fence(i)], w)
+    j.close()
+    assert w.wait(50) == [None] * 50
+    got, _ = _replay(tmp_path)
+    assert [r.ledger_id for _, _, r in got] == list(range(50))
+
+
+def test_replay_after_close_and_position(tmp_path: Path) -> None:
+    records = [rec.encode_add_batch(1, [i, i + 1], [3, 4], b"abcdefg") for i in range(0, 40, 2)]
+    records.append(rec.encode_explicit_lac(1, b"lac"))
+    j = _write(tmp_path, records)
+    pos = j.position()
+    j.close()
+    got, end = _replay(tmp_path)
+    assert end == pos
+    assert len(got) == len(records)
+    assert isinstance(got[-1][2], rec.ExplicitLacRecord)
+    first = got[0][2]
+    assert isinstance(first, rec.AddBatchRecord) and bytes(first.data) == b"abcdefg"
+
+
+def test_replay_from_mid_file_mark(tmp_path: Path) -> None:
+    j = _write(tmp_path, [_fence(i) for i in range(10)])
+    j.close()
+    got, _ = _replay(tmp_path)
+    file_id, offset, _ = got[4]
+    later, _ = _replay(tmp_path, LogMark(file_id, offset))
+    assert [r.ledger_id for _, _, r in later] == list(range(4, 10))
+
+
+def test_torn_tail_then_newer_file(tmp_path: Path) -> None:
+    j = _write(tmp_path, [_fence(i) for i in range(5)])
+    j.close()
+    first_file = jmod.list_journal_ids(tmp_path / "current")[-1]
+    path = tmp_path / "current" / f"{first_file:x}.txn"
+    with open(path, "ab") as f:  # a torn record: half of a frame, then preallocation zeros
+        f.write(_fence(99)[:7] + b"\0" * 100)
+    j2 = _write(tmp_path, [_fence(i) for i in range(5, 8)])
+    j2.close()
+    got, end = _replay(tmp_path)
+    assert [r.ledger_id for _, _, r in got] == list(range(8))
+    assert end.file_id > first_file
+
+
+def test_roll_at_max_size(tmp_path: Path) -> None:
+    big = rec.encode_add_batch(1, [0], [300_000], bytes(300_000))
+    j = _write(tmp_path, [big] * 8, max_size_mb=1)
+    j.close()
+    ids = jmod.list_journal_ids(tmp_path / "current")
+    assert len(ids) >= 2 and j.stats.rolls >= 1
+    got, _ = _replay(tmp_path)
+    assert len(got) == 8 and len({f for f, _, _ in got}) == len(ids)
+
+
+def test_checkpoint_runs_on_journal_thread_with_applied_mark(tmp_path: Path) -> None:
+    j = _write(tmp_path, [_fence(i) for i in range(3)])
+    seen: list[tuple[LogMark, str]] = []
+    done = threading.Event()
+
+    def checkpoint(mark: LogMark) -> None:
+        seen.append((mark, threading.current_thread().name))
+        done.set()
+
+    j.request_checkpoint(checkpoint)
+    assert done.wait(5)
+    assert seen == [(j.position(), "journal")]
+    j.close()
+
+
+def test_remove_old_files_keeps_backups(tmp_path: Path) -> None:
+    for i in range(6):
+        _write(tmp_path, [_fence(i)]).close()
+    j = _write(tmp_path, [_fence(6)], max_backups=2)
+    ids = jmod.list_journal_ids(tmp_path / "current")
+    assert len(ids) == 7
+    j.remove_old_files(j.position())
+    assert jmod.list_journal_ids(tmp_path / "current") == ids[-3:]
+    j.close()
+
+
+def test_mark_file_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "d" / "current" / "lastMark"
+    assert read_mark_file(path) is None
+    write_mark_file(path, LogMark(5, 1234))
+    assert read_mark_file(path) == LogMark(5, 1234)
+    write_mark_file(path, LogMark(6, 16))
+    assert read_mark_file(path) == LogMark(6, 16)
+
+
+def test_close_from_a_callback_does_not_deadlock(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    j.start()
+    w = Waiter()
+
+    def closing(err: BaseException | None) -> None:
+        j.close()
+        w(err)
+
+    j.append([_fence(1)], closing)
+    assert w.wait(1) == [None]
+    j.close()
+    got, _ = _replay(tmp_path)
+    assert len(got) == 1
