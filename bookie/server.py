@@ -211,15 +211,15 @@ class BookieService(pb_grpc.BookieServicer):
             if entry_id < 0:
                 entry_id = storage.last_entry_id(ledger_id)
                 if entry_id < 0:
-                    status = pb.EOK if known else pb.ENOLEDGER
-                    return pb.ReadResponse(status=status, ledger_id=ledger_id, entry_id=-1, max_lac=max_lac)  # type: ignore[arg-type]
+                    empty = pb.EOK if known else pb.ENOLEDGER
+                    return pb.ReadResponse(status=empty, ledger_id=ledger_id, entry_id=-1, max_lac=max_lac)
             body = storage.read_entry(ledger_id, entry_id)
         except (StorageError, OSError) as exc:
             log.error("read of ledger %d entry %d failed: %s", ledger_id, entry_id, exc)
             return pb.ReadResponse(status=pb.EIO, ledger_id=ledger_id, entry_id=entry_id, max_lac=max_lac)
         status = decisions.decide_read(body is not None, known)
         return pb.ReadResponse(
-            status=status,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]  # a plain int from the pure decisions
             ledger_id=ledger_id,
             entry_id=entry_id,
             body=body or b"",

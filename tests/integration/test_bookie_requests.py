@@ -12,7 +12,7 @@ import pytest
 from client.bookie_client import BookieClient
 from client.meta.store import MetadataStore
 from proto import bookie_pb2 as pb
-from tests.integration.bookie_util import KEY, add, package, read, read_range
+from tests.integration.bookie_util import add, package, read, read_range
 
 pytestmark = pytest.mark.integration
 

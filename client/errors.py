@@ -1,0 +1,209 @@
+"""Typed public errors of the bkledger client; every message says what the caller can do about it.
+
+Mirrors BookKeeper's `BKException` family (BKLedgerFencedException, BKNotEnoughBookiesException,
+BKDigestMatchException, ...). Each error carries an optional `code`: the bookie status code
+(`client.protocol.status.StatusCode`) when the error came from a bookie answer. This module is pure: it
+imports no transport or metadata library, so the protocol core can raise these errors.
+"""
+
+from __future__ import annotations
+
+from client.protocol.status import StatusCode
+
+
+class BKError(Exception):
+    """Base of every bkledger error. `code` is the bookie status code behind it, when there is one."""
+
+    default_message = "bookkeeper operation failed"
+
+    def __init__(self, message: str | None = None, *, code: int | None = None) -> None:
+        super().__init__(message if message is not None else self.default_message)
+        self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidQuorumError(BKError, ValueError):
+    default_message = (
+        "invalid quorum sizes: need ensemble_size >= write_quorum >= ack_quorum >= 1; "
+        "lower write_quorum/ack_quorum or raise ensemble_size"
+    )
+
+
+class InvalidOptionError(BKError, ValueError):
+    default_message = "invalid option: check the option's name and allowed values"
+
+
+class NotEnoughBookiesError(BKError):
+    default_message = (
+        "not enough writable bookies to form the ensemble: start more bookies, bring read-only ones "
+        "back under the disk threshold, or use a smaller ensemble_size"
+    )
+
+
+class BadPasswordError(BKError):
+    default_message = (
+        "wrong password for this ledger (bookies answered EUA): open it with the password used to create it"
+    )
+
+    def __init__(self, message: str | None = None, *, code: int | None = StatusCode.EUA) -> None:
+        super().__init__(message, code=code)
+
+
+class DigestMismatchError(BKError):
+    default_message = (
+        "entry failed digest verification: the copy is corrupt or the digest type/password differ; "
+        "read another replica or open the ledger with the right digest type and password"
+    )
+
+    def __init__(self, message: str | None = None, *, code: int | None = StatusCode.DIGEST_MISMATCH) -> None:
+        super().__init__(message, code=code)
+
+
+class NoSuchLedgerError(BKError):
+    default_message = "no such ledger: it was never created or has been deleted; check the ledger id"
+
+    def __init__(self, message: str | None = None, *, code: int | None = StatusCode.ENOLEDGER) -> None:
+        super().__init__(message, code=code)
+
+
+class NoSuchEntryError(BKError):
+    default_message = (
+        "no bookie of the entry's write set has the entry; it was never confirmed or all copies are lost"
+    )
+
+    def __init__(self, message: str | None = None, *, code: int | None = StatusCode.ENOENTRY) -> None:
+        super().__init__(message, code=code)
+
+
+class LedgerFencedError(BKError):
+    default_message = (
+        "ledger is fenced: another client opened it with recovery, so this writer may no longer add. "
+        "The failed add was maybe written (like a timeout): read the ledger after recovery to find out, "
+        "and write further data to a new ledger"
+    )
+
+    def __init__(self, message: str | None = None, *, code: int | None = StatusCode.EFENCED) -> None:
+        super().__init__(message, code=code)
+
+
+class LedgerClosedError(BKError):
+    default_message = "ledger is closed: no more adds are possible; create a new ledger to write more"
+
+
+class LedgerInRecoveryError(LedgerFencedError):
+    default_message = (
+        "ledger is being recovered by another client (state IN_RECOVERY): this writer is fenced out; "
+        "wait for the recovery to close the ledger and write to a new ledger"
+    )
+
+
+class LedgerRecoveryError(BKError):
+    default_message = (
+        "ledger recovery could not finish (not enough bookies answered to decide safely); the ledger was "
+        "not closed; bring bookies back and retry opening it with recovery"
+    )
+
+
+class EntryTooLargeError(BKError):
+    default_message = "entry too large: split the payload or raise the size limit on client and bookies"
+
+
+class ReadBeyondLastEntryError(BKError):
+    default_message = (
+        "read beyond the last readable entry (the LAC of an open ledger, the last entry id of a closed one); "
+        "refresh the LAC or read a lower range"
+    )
+
+
+class MetadataConflictError(BKError):
+    default_message = (
+        "ledger metadata changed concurrently (compare-and-swap lost): re-read the metadata and retry"
+    )
+
+
+class MetadataVersionError(MetadataConflictError):
+    default_message = (
+        "ledger metadata version mismatch (compare-and-swap lost): re-read the metadata and retry"
+    )
+
+
+class BookieUnavailableError(BKError):
+    default_message = (
+        "bookie unavailable (connection failed or timed out): check that it runs and is reachable"
+    )
+
+    def __init__(self, message: str | None = None, *, code: int | None = StatusCode.UNAVAILABLE,
+                 bookie_id: str | None = None) -> None:
+        if message is None and bookie_id is not None:
+            message = f"bookie {bookie_id} unavailable (connection failed or timed out): check that it runs"
+        super().__init__(message, code=code)
+        self.bookie_id = bookie_id
+
+
+class BookieError(BKError):
+    """A bookie answered with an error status not covered by a more specific error."""
+
+    default_message = "bookie returned an error"
+
+    def __init__(self, message: str | None = None, *, code: int | None = None,
+                 bookie_id: str | None = None) -> None:
+        if message is None:
+            name = _status_name(code)
+            where = f" from bookie {bookie_id}" if bookie_id else ""
+            advice = _STATUS_ADVICE.get(code, "retry, or check the bookie log")
+            message = f"bookie error {name}{where}: {advice}"
+        super().__init__(message, code=code)
+        self.bookie_id = bookie_id
+
+
+class ClientClosedError(BKError):
+    default_message = "the BookKeeper client is closed: create a new client"
+
+
+_STATUS_ADVICE: dict[int | None, str] = {
+    StatusCode.EIO: "the bookie had an I/O error; another replica may have the data",
+    StatusCode.EBADREQ: "the request was malformed or too large; this is a client bug or a size limit",
+    StatusCode.EREADONLY: "the bookie is read-only (disk full); writes go to other bookies",
+    StatusCode.ETOOMANYREQUESTS: "the bookie is overloaded; retry later",
+    StatusCode.EUNKNOWNLEDGERSTATE: "the bookie's state of this ledger is untrusted after a crash; retry",
+    StatusCode.EBADVERSION: "protocol version mismatch between client and bookie; upgrade one of them",
+}
+
+
+def _status_name(code: int | None) -> str:
+    if code is None:
+        return "(unknown)"
+    try:
+        return StatusCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "") -> BKError:
+    """The typed error for a bookie status code; `what` (e.g. "ledger 7 entry 3") is added to the message."""
+    by_code: dict[int, type[BKError]] = {
+        StatusCode.EFENCED: LedgerFencedError,
+        StatusCode.EUA: BadPasswordError,
+        StatusCode.ENOLEDGER: NoSuchLedgerError,
+        StatusCode.ENOENTRY: NoSuchEntryError,
+        StatusCode.DIGEST_MISMATCH: DigestMismatchError,
+    }
+    if code in (StatusCode.TIMEOUT, StatusCode.UNAVAILABLE):
+        return BookieUnavailableError(code=code, bookie_id=bookie_id)
+    cls = by_code.get(code)
+    if cls is None:
+        return BookieError(code=code, bookie_id=bookie_id)
+    message = f"{cls.default_message} ({what})" if what else None
+    return cls(message, code=code)
+
+
+__all__ = [
+    "BKError", "BadPasswordError", "BookieError", "BookieUnavailableError", "ClientClosedError",
+    "DigestMismatchError", "EntryTooLargeError", "InvalidOptionError", "InvalidQuorumError",
+    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
+    "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
+    "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",
+]

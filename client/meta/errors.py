@@ -1,0 +1,54 @@
+"""Errors of the metadata layer (ZooKeeper), mirroring BookKeeper's BKException codes that come from it.
+
+The shared ones (BKError, NoSuchLedgerError, MetadataConflictError, MetadataVersionError,
+InvalidOptionError) live in `client/errors.py`; this module re-exports them and adds the ones only
+the metadata layer raises: ZooKeeper unreachable or failing (MetadataStoreError, like ZKException),
+unreadable znode data (MetadataFormatError), a missing or existing znode (NoSuchNodeError,
+ZNodeExistsError), a ledger id already taken (LedgerExistsError), a cluster whose LAYOUT names another
+ledger manager (LayoutMismatchError) and a CAS loop that gave up (UpdateConflictError).
+"""
+
+from __future__ import annotations
+
+from client.errors import (
+    BKError,
+    InvalidOptionError,
+    MetadataConflictError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
+
+
+class MetadataStoreError(BKError):
+    """ZooKeeper could not be reached or failed the operation (BookKeeper's ZKException)."""
+
+
+class MetadataFormatError(MetadataStoreError):
+    """Znode data that cannot be parsed (not ledger metadata, unsupported format version, corrupt)."""
+
+
+class NoSuchNodeError(MetadataStoreError):
+    """The znode does not exist (ZooKeeper's NoNode), for the generic helpers."""
+
+
+class ZNodeExistsError(MetadataStoreError):
+    """The znode already exists (ZooKeeper's NodeExists), for the generic helpers."""
+
+
+class LedgerExistsError(ZNodeExistsError):
+    """A ledger with this id already has metadata (BookKeeper's LedgerExistException)."""
+
+
+class LayoutMismatchError(MetadataStoreError):
+    """The cluster's LAYOUT names another ledger manager than the metadata service URI asks for."""
+
+
+class UpdateConflictError(MetadataConflictError):
+    """The CAS update loop lost the race `max_attempts` times in a row; nothing was written by this call."""
+
+
+__all__ = [
+    "BKError", "InvalidOptionError", "LayoutMismatchError", "LedgerExistsError", "MetadataConflictError",
+    "MetadataFormatError", "MetadataStoreError", "MetadataVersionError", "NoSuchLedgerError",
+    "NoSuchNodeError", "UpdateConflictError", "ZNodeExistsError",
+]

@@ -1,0 +1,266 @@
+"""One ZooKeeper session over kazoo: connection, bounded retries, "maybe written" writes, generic znode ops.
+
+The base of the metadata store (BookKeeper's ZooKeeper client wrapper, `ZooKeeperClient` with its
+retry policy). Reads retry through connection loss until a deadline; a non-idempotent write that
+lost its connection is treated as "maybe written": the session re-reads and decides from what is
+stored. Generic helpers (`get`, `cas`, `create`, `delete`, `children`, `exists`) take paths relative
+to the ledgers root ("logs/orders"); a path starting with "/" is an absolute ZooKeeper path. Blocking
+and thread-safe (kazoo's client is). Only `client/meta/` imports kazoo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
+
+from client.meta.errors import (
+    MetadataStoreError,
+    MetadataVersionError,
+    NoSuchNodeError,
+    ZNodeExistsError,
+)
+from client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
+
+T = TypeVar("T")
+_LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
+# the kazoo errors and types that the rest of client/meta handles are re-exported from here
+__all__ = [
+    "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "Watch", "ZkSession", "ZnodeStat",
+]
+
+
+class Watch:
+    """A handle on a watch; `cancel()` stops further callbacks (kazoo drops it at the next event)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ZkSession:
+    """A kazoo session bound to the ledgers root of one metadata service URI."""
+
+    def __init__(self, metadata_service_uri: str, session_timeout: float = 10.0,
+                 connect_timeout: float = 15.0) -> None:
+        self.uri: MetadataServiceUri = parse_metadata_service_uri(metadata_service_uri)
+        self.session_timeout = float(session_timeout)
+        self.connect_timeout = float(connect_timeout)
+        self._zk = KazooClient(
+            hosts=self.uri.hosts, timeout=self.session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+        )
+        self._retry = KazooRetry(max_tries=-1, delay=0.02, backoff=2, max_delay=0.5,
+                                 deadline=max(2.0 * self.session_timeout, 5.0))
+        self._lock = threading.Lock()
+        self._started = False
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def _connect(self) -> None:
+        """Connect, bounded by connect_timeout. A closed session cannot be started again."""
+        try:
+            self._zk.start(timeout=self.connect_timeout)
+        except KazooTimeoutError as exc:
+            self._zk.stop()
+            self._zk.close()
+            raise MetadataStoreError(
+                f"cannot connect to ZooKeeper at {self.uri.hosts} within {self.connect_timeout:.0f}s: "
+                "is it running (bkledger local up) and is metadataServiceUri right?") from exc
+        self._started = True
+
+    def close(self) -> None:
+        """Close the session: its ephemeral znodes (bookie registrations) go away now."""
+        if not self._started:
+            return
+        self._started = False
+        with contextlib.suppress(KazooException):
+            self._zk.stop()
+        self._zk.close()
+
+    @property
+    def session_id(self) -> int:
+        client_id = self._zk.client_id
+        return int(client_id[0]) if client_id else 0
+
+    # ---- plumbing ---------------------------------------------------------------------------
+    def _abs(self, path: str) -> str:
+        if path.startswith("/"):
+            return path.rstrip("/") or "/"
+        if not path:
+            return self.uri.root
+        return f"{self.uri.root}/{path.strip('/')}"
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run an idempotent ZooKeeper call, retrying connection loss until the deadline."""
+        if not self._started:
+            raise MetadataStoreError(f"{what}: the metadata store is not started (call start())")
+        try:
+            return self._retry.copy()(fn, *args, **kwargs)
+        except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
+            raise
+        except KazooException as exc:
+            raise MetadataStoreError(f"{what}: ZooKeeper at {self.uri.hosts} failed: {exc!r}") from exc
+
+    def _once(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a non-idempotent call once; connection loss propagates for the caller to resolve."""
+        if not self._started:
+            raise MetadataStoreError(f"{what}: the metadata store is not started (call start())")
+        try:
+            return fn(*args, **kwargs)
+        except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, *_LOST):
+            raise
+        except KazooException as exc:
+            raise MetadataStoreError(f"{what}: ZooKeeper at {self.uri.hosts} failed: {exc!r}") from exc
+
+    def _attempts(self) -> Iterator[int]:
+        deadline = time.monotonic() + max(2.0 * self.session_timeout, 5.0)
+        attempt = 0
+        while True:
+            yield attempt
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts} unreachable; gave up after "
+                                         f"{attempt} attempts")
+            time.sleep(min(0.02 * 2**attempt, 0.5))
+
+    def _get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            data, stat = self._call(f"read {path}", self._zk.get, path)
+        except NoNodeError:
+            return None
+        return bytes(data), stat
+
+    def _create_maybe(self, path: str, data: bytes, *, ephemeral: bool = False, sequence: bool = False,
+                      makepath: bool = True) -> str:
+        """Create; after a connection loss, a node with our data (and session, if ephemeral) is ours."""
+        for attempt in self._attempts():
+            try:
+                return str(self._once(f"create {path}", self._zk.create, path, data, ephemeral=ephemeral,
+                                      sequence=sequence, makepath=makepath))
+            except _LOST:
+                continue
+            except NodeExistsError:
+                if attempt == 0 or sequence:
+                    raise
+                got = self._get(path)
+                mine = got is not None and got[0] == data and got[1].version == 0 and (
+                    not ephemeral or got[1].ephemeralOwner == self.session_id)
+                if mine:
+                    return path
+                raise
+        raise AssertionError("unreachable")
+
+    def _set_maybe(self, path: str, data: bytes, version: int) -> int:
+        """CAS setData. Connection loss = maybe written: re-read and decide. Returns the new version."""
+        for _ in self._attempts():
+            try:
+                stat = self._once(f"write {path}", self._zk.set, path, data, version)
+                return int(stat.version)
+            except BadVersionError:
+                raise MetadataVersionError(
+                    f"{path} changed since version {version} was read; re-read and retry") from None
+            except _LOST:
+                got = self._get(path)
+                if got is None:
+                    raise NoSuchNodeError(f"{path} was deleted meanwhile") from None
+                if got[0] == data and (version == -1 or got[1].version > version):
+                    return int(got[1].version)
+                if version != -1 and got[1].version != version:
+                    raise MetadataVersionError(
+                        f"{path} changed since version {version} was read; re-read and retry") from None
+        raise AssertionError("unreachable")
+
+    def _delete_maybe(self, path: str, version: int) -> None:
+        for attempt in self._attempts():
+            try:
+                self._once(f"delete {path}", self._zk.delete, path, version)
+                return
+            except _LOST:
+                continue
+            except NoNodeError:
+                if attempt == 0:
+                    raise
+                return
+            except BadVersionError:
+                raise MetadataVersionError(f"{path} is not at version {version}; re-read and retry") from None
+
+    def _ensure(self, path: str) -> None:
+        self._call(f"create {path}", self._zk.ensure_path, path)
+
+    # ---- generic helpers (paths relative to the root; "/..." absolute) ------------------------
+    def get(self, path: str) -> tuple[bytes, int] | None:
+        """(data, version) of the znode, or None if it does not exist."""
+        got = self._get(self._abs(path))
+        return None if got is None else (got[0], int(got[1].version))
+
+    def cas(self, path: str, data: bytes, version: int) -> int:
+        """setData if the znode is at `version` (-1: any); the new version.
+
+        MetadataVersionError if it moved on, NoSuchNodeError if it does not exist.
+        """
+        try:
+            return self._set_maybe(self._abs(path), data, version)
+        except NoNodeError:
+            raise NoSuchNodeError(f"{self._abs(path)} does not exist") from None
+
+    def create(self, path: str, data: bytes = b"", ephemeral: bool = False, sequence: bool = False,
+               makepath: bool = True) -> str:
+        """Create the znode; returns its path (with the sequence suffix), relative if `path` was.
+
+        ZNodeExistsError if it exists, NoSuchNodeError if the parent is missing and not makepath.
+        """
+        full = self._abs(path)
+        try:
+            made = self._create_maybe(full, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
+        except NodeExistsError:
+            raise ZNodeExistsError(f"{full} already exists") from None
+        except NoNodeError:
+            raise NoSuchNodeError(f"the parent of {full} does not exist") from None
+        if path.startswith("/"):
+            return made
+        return made[len(self.uri.root) + 1:]
+
+    def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
+        """Delete the znode at `version` (-1: any). NoSuchNodeError if absent; MetadataVersionError on CAS."""
+        full = self._abs(path)
+        if recursive:
+            for child in self.children(full):
+                with contextlib.suppress(NoSuchNodeError):
+                    self.delete(f"{full}/{child}", -1, recursive=True)
+        try:
+            self._delete_maybe(full, version)
+        except NoNodeError:
+            raise NoSuchNodeError(f"{full} does not exist") from None
+        except NotEmptyError:
+            raise MetadataStoreError(f"{full} has children; delete them first (or recursive=True)") from None
+
+    def children(self, path: str) -> list[str]:
+        """Sorted child names; [] when the znode does not exist."""
+        full = self._abs(path)
+        try:
+            return sorted(self._call(f"list {full}", self._zk.get_children, full))
+        except NoNodeError:
+            return []
+
+    def exists(self, path: str) -> bool:
+        full = self._abs(path)
+        return self._call(f"stat {full}", self._zk.exists, full) is not None

@@ -1,0 +1,229 @@
+"""Entry packaging and digests (R7): the bytes a writer sends and a bookie stores, byte for byte.
+
+Mirrors BookKeeper's DigestManager (CRC32 / CRC32C / MAC / DUMMY subclasses). A packaged entry is
+
+    ledgerId:int64 | entryId:int64 | lastAddConfirmed:int64 | length:int64 | digest | payload
+
+all big-endian; `length` is the cumulative ledger length including this payload. The digest covers the
+32-byte header plus the payload (never itself):
+
+- CRC32C: 4 bytes, the unsigned CRC32C as int32 (google_crc32c, native).
+- CRC32: 8 bytes, zlib's CRC32 written as an int64 (top 4 bytes zero), as BookKeeper does.
+- HMAC: 32 bytes, HMAC-SHA256. R7 asks for HMAC-SHA256 keyed by the password (BookKeeper uses HmacSHA1);
+  following BookKeeper's key derivation, the HMAC key is SHA-256(b"mac" + password), so the MAC key is
+  never the raw password and is distinct from the master key.
+- DUMMY: 0 bytes.
+
+The master key sent with adds and fencing reads is SHA-1(b"ledger" + password), 20 bytes. Explicit LAC
+bodies (WriteLac) are `ledgerId:int64 | lac:int64 | digest over those 16 bytes`.
+
+Verification of CRC32C copies the payload slice once (the native CRC32C binding only accepts `bytes`);
+payloads returned to callers are zero-copy memoryview slices of the received buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import struct
+import zlib
+from collections.abc import Sequence
+
+import google_crc32c
+
+from client.errors import DigestMismatchError
+from client.protocol.metadata import DigestType
+
+Buffer = bytes | bytearray | memoryview
+
+HEADER = struct.Struct(">qqqq")
+HEADER_LENGTH = HEADER.size  # 32, BookKeeper's METADATA_LENGTH
+LAC_HEADER = struct.Struct(">qq")
+_IDS = struct.Struct(">qq")  # ledgerId, entryId at the start of a packaged entry
+LAC_HEADER_LENGTH = LAC_HEADER.size  # 16
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+MAC_LENGTHS = {DigestType.CRC32C: 4, DigestType.CRC32: 8, DigestType.HMAC: 32, DigestType.DUMMY: 0}
+
+
+def master_key(password: bytes) -> bytes:
+    """The 20-byte master key a bookie checks on adds and fencing: SHA-1(b"ledger" + password)."""
+    return hashlib.sha1(b"ledger" + password).digest()
+
+
+def mac_key(password: bytes) -> bytes:
+    """The HMAC-SHA256 key for digest type HMAC: SHA-256(b"mac" + password)."""
+    return hashlib.sha256(b"mac" + password).digest()
+
+
+def _as_bytes(data: Buffer) -> bytes:
+    return data if isinstance(data, bytes) else bytes(data)
+
+
+class DigestManager:
+    """Computes the digest of one ledger's entries (one instance per ledger; cheap to reuse)."""
+
+    __slots__ = ("digest_type", "mac_length", "_hmac")
+
+    def __init__(self, digest_type: DigestType | str, password: bytes = b"") -> None:
+        self.digest_type = DigestType.parse(digest_type)
+        self.mac_length = MAC_LENGTHS[self.digest_type]
+        self._hmac = (hmac.new(mac_key(password), digestmod=hashlib.sha256)
+                      if self.digest_type is DigestType.HMAC else None)
+
+    def compute(self, header: bytes, payload: Buffer) -> bytes:
+        """The digest over header + payload."""
+        kind = self.digest_type
+        if kind is DigestType.CRC32C:
+            crc = google_crc32c.extend(google_crc32c.value(header), _as_bytes(payload))
+            return _U32.pack(crc)
+        if kind is DigestType.CRC32:
+            return _U64.pack(zlib.crc32(payload, zlib.crc32(header)))
+        if kind is DigestType.HMAC:
+            assert self._hmac is not None
+            mac = self._hmac.copy()
+            mac.update(header)
+            mac.update(payload)
+            return mac.digest()
+        return b""
+
+    def matches(self, header: bytes, payload: Buffer, received: Buffer) -> bool:
+        expected = self.compute(header, payload)
+        if self._hmac is not None:
+            return hmac.compare_digest(expected, _as_bytes(received))
+        return expected == received
+
+
+def make_digest(digest_type: DigestType | str, password: bytes = b"") -> DigestManager:
+    return DigestManager(digest_type, password)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """An unpacked, verified entry: its id, the writer's LAC at send time, cumulative length, payload."""
+
+    entry_id: int
+    lac: int
+    length: int
+    payload: memoryview
+
+
+def package_entry(digest: DigestManager, ledger_id: int, entry_id: int, lac: int, length: int,
+                  payload: Buffer) -> bytes:
+    """R7: the packaged entry (header | digest | payload); `length` includes this payload."""
+    header = HEADER.pack(ledger_id, entry_id, lac, length)
+    return b"".join((header, digest.compute(header, payload), payload))
+
+
+def package_batch(digest: DigestManager, ledger_id: int, first_entry_id: int, lac: int,
+                  start_length: int, payloads: Sequence[Buffer]) -> tuple[bytes, list[int]]:
+    """Package consecutive entries back to back: (one blob, size of each packaged entry).
+
+    Entry i gets id first_entry_id + i, the same piggy-backed LAC, and the cumulative length
+    start_length + len(payloads[0]) + ... + len(payloads[i]).
+    """
+    parts: list[Buffer] = []
+    sizes: list[int] = []
+    pack = HEADER.pack
+    compute = digest.compute
+    overhead = HEADER_LENGTH + digest.mac_length
+    length = start_length
+    entry_id = first_entry_id
+    for payload in payloads:
+        size = len(payload)
+        length += size
+        header = pack(ledger_id, entry_id, lac, length)
+        parts.append(header)
+        parts.append(compute(header, payload))
+        parts.append(payload)
+        sizes.append(overhead + size)
+        entry_id += 1
+    return b"".join(parts), sizes
+
+
+def _verify(digest: DigestManager, ledger_id: int, expected_entry_id: int | None,
+            view: memoryview) -> Entry:
+    mac_length = digest.mac_length
+    if len(view) < HEADER_LENGTH + mac_length:
+        raise DigestMismatchError(
+            f"entry body of {len(view)} bytes is shorter than its header and digest "
+            f"({HEADER_LENGTH + mac_length} bytes): the copy is truncated; read another replica")
+    header = bytes(view[:HEADER_LENGTH])
+    got_ledger, got_entry, lac, length = HEADER.unpack(header)
+    if got_ledger != ledger_id:
+        raise DigestMismatchError(
+            f"entry belongs to ledger {got_ledger}, expected ledger {ledger_id}: a bookie returned "
+            "the wrong entry; read another replica")
+    if expected_entry_id is not None and got_entry != expected_entry_id:
+        raise DigestMismatchError(
+            f"entry id {got_entry} in ledger {ledger_id} where {expected_entry_id} was expected: a bookie "
+            "returned the wrong entry; read another replica")
+    payload = view[HEADER_LENGTH + mac_length:]
+    if not digest.matches(header, payload, view[HEADER_LENGTH:HEADER_LENGTH + mac_length]):
+        raise DigestMismatchError(
+            f"digest mismatch for ledger {ledger_id} entry {got_entry} ({digest.digest_type.name}): "
+            "the copy is corrupt or the ledger was opened with a different digest type or password; "
+            "read another replica or open with the right password")
+    return Entry(got_entry, lac, length, payload)
+
+
+def unpack_entry(digest: DigestManager, ledger_id: int, expected_entry_id: int | None,
+                 body: Buffer) -> Entry:
+    """Verify a packaged entry and return it; the payload is a zero-copy view of `body`.
+
+    Raises DigestMismatchError on a wrong ledger id, a wrong entry id (unless expected_entry_id is None),
+    a truncated body or a bad digest.
+    """
+    return _verify(digest, ledger_id, expected_entry_id, memoryview(body))
+
+
+def unpack_batch(digest: DigestManager, ledger_id: int, entry_ids: Sequence[int], sizes: Sequence[int],
+                 data: Buffer) -> list[memoryview]:
+    """Verify entries packed back to back in `data` and return their payloads as memoryviews (no copies)."""
+    if len(entry_ids) != len(sizes):
+        raise DigestMismatchError(
+            f"batch names {len(entry_ids)} entries but {len(sizes)} sizes: malformed response; retry")
+    view = memoryview(data)
+    if sum(sizes) != len(view):
+        raise DigestMismatchError(
+            f"batch sizes add up to {sum(sizes)} bytes but {len(view)} arrived: malformed response; retry")
+    overhead = HEADER_LENGTH + digest.mac_length
+    unpack_ids = _IDS.unpack_from
+    matches = digest.matches
+    payloads: list[memoryview] = []
+    offset = 0
+    for entry_id, size in zip(entry_ids, sizes, strict=True):
+        end = offset + size
+        start = offset + overhead
+        if (size < overhead or unpack_ids(view, offset) != (ledger_id, entry_id)
+                or not matches(bytes(view[offset:offset + HEADER_LENGTH]), view[start:end],
+                               view[offset + HEADER_LENGTH:start])):
+            _verify(digest, ledger_id, entry_id, view[offset:end])  # raises with the precise reason
+        payloads.append(view[start:end])
+        offset = end
+    return payloads
+
+
+def package_lac(digest: DigestManager, ledger_id: int, lac: int) -> bytes:
+    """The explicit-LAC body (WriteLac): ledgerId | lac | digest over those 16 bytes."""
+    header = LAC_HEADER.pack(ledger_id, lac)
+    return header + digest.compute(header, b"")
+
+
+def unpack_lac(digest: DigestManager, ledger_id: int, body: Buffer) -> int:
+    """Verify an explicit-LAC body and return the LAC."""
+    view = memoryview(body)
+    if len(view) != LAC_HEADER_LENGTH + digest.mac_length:
+        raise DigestMismatchError(
+            f"explicit LAC body of {len(view)} bytes, expected {LAC_HEADER_LENGTH + digest.mac_length}: "
+            "malformed or different digest type; check the ledger's digest type")
+    header = bytes(view[:LAC_HEADER_LENGTH])
+    got_ledger, lac = LAC_HEADER.unpack(header)
+    if got_ledger != ledger_id:
+        raise DigestMismatchError(f"explicit LAC for ledger {got_ledger}, expected {ledger_id}; retry")
+    if not digest.matches(header, b"", view[LAC_HEADER_LENGTH:]):
+        raise DigestMismatchError(
+            f"digest mismatch on the explicit LAC of ledger {ledger_id}: corrupt, or wrong password")
+    return int(lac)

@@ -1,0 +1,249 @@
+"""The writer's add pipeline as a pure state machine (R5, R6, R9, R21).
+
+Mirrors BookKeeper's PendingAddOp queue inside LedgerHandle: every add gets the next entry id and is sent
+to its write set (R5); it completes once Qa bookies of its write set acknowledged it and every lower entry
+completed (R6), which advances the LAC (it only grows). A bookie failure asks for an ensemble change (R9):
+while it runs no add completes; once the new ensemble is known, the acks of replaced bookies are dropped
+and each pending add is resent to the replacement bookies only. EFENCED never triggers an ensemble change:
+it fails every pending add with LedgerFencedError, "maybe written" (R21).
+
+Events are method calls; the returned actions are small frozen dataclasses the driver executes. Bookies
+are named by ensemble index; replies are best fed by bookie id (`on_ack_from`, `on_error_from`), which maps
+them through the current ensemble: a bookie that was replaced has no index any more, and its late replies
+must not be credited to (or blamed on) its replacement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from client.errors import BadPasswordError, BKError, LedgerFencedError
+from client.protocol.status import StatusCode
+from client.protocol.write_set import write_set
+
+
+@dataclasses.dataclass(frozen=True)
+class SendAdd:
+    """Send entry `entry_id` to these ensemble indices (its write set minus bookies known to have failed)."""
+
+    entry_id: int
+    indices: tuple[int, ...]
+    recovery: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CompleteAdds:
+    """Entries first_entry_id..last_add_confirmed are acknowledged, in order; LAC = last_add_confirmed."""
+
+    first_entry_id: int
+    last_add_confirmed: int
+
+    @property
+    def entry_ids(self) -> range:
+        return range(self.first_entry_id, self.last_add_confirmed + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class NeedEnsembleChange:
+    """Replace the bookies at `failed_indices` in a new fragment starting at `first_entry_id` (LAC + 1)."""
+
+    failed_indices: tuple[int, ...]
+    first_entry_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Resend:
+    """After an ensemble change: send pending entry `entry_id` again, to the replacement bookies only."""
+
+    entry_id: int
+    indices: tuple[int, ...]
+    recovery: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class FailAdds:
+    """These pending adds failed with `error`; the pipeline accepts no more adds."""
+
+    entry_ids: tuple[int, ...]
+    error: BKError
+
+
+AddAction = SendAdd | CompleteAdds | NeedEnsembleChange | Resend | FailAdds
+
+#: Statuses that fail the whole pipeline instead of replacing the bookie.
+_FATAL: dict[int, type[BKError]] = {StatusCode.EFENCED: LedgerFencedError, StatusCode.EUA: BadPasswordError}
+
+
+class _Pending:
+    __slots__ = ("members", "acked")
+
+    def __init__(self, members: tuple[int, ...]) -> None:
+        self.members = members
+        self.acked: set[int] = set()
+
+
+class PendingAdds:
+    """Pending adds of one ledger handle (or of a recovery's write-back when `recovery` is set)."""
+
+    def __init__(self, ensemble: Sequence[str], write_quorum: int, ack_quorum: int,
+                 last_add_confirmed: int = -1, *, recovery: bool = False) -> None:
+        if not 1 <= ack_quorum <= write_quorum <= len(ensemble):
+            raise ValueError(f"need E={len(ensemble)} >= Qw={write_quorum} >= Qa={ack_quorum} >= 1")
+        self._ensemble = tuple(ensemble)
+        self._index = {b: i for i, b in enumerate(self._ensemble)}
+        self._e = len(ensemble)
+        self._qw = write_quorum
+        self._qa = ack_quorum
+        self._lac = last_add_confirmed
+        self._next = last_add_confirmed + 1
+        self._pending: dict[int, _Pending] = {}
+        self._failed: set[int] = set()
+        self._changing = False
+        self._error: BKError | None = None
+        self._recovery = recovery
+
+    # ---- read-only views ------------------------------------------------------------------
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def next_entry_id(self) -> int:
+        return self._next
+
+    @property
+    def ensemble(self) -> tuple[str, ...]:
+        return self._ensemble
+
+    @property
+    def changing_ensemble(self) -> bool:
+        return self._changing
+
+    @property
+    def failed_indices(self) -> frozenset[int]:
+        return frozenset(self._failed)
+
+    @property
+    def error(self) -> BKError | None:
+        return self._error
+
+    @property
+    def pending_entry_ids(self) -> tuple[int, ...]:
+        return tuple(self._pending)
+
+    def acked_indices(self, entry_id: int) -> frozenset[int]:
+        pending = self._pending.get(entry_id)
+        return frozenset(pending.acked) if pending else frozenset()
+
+    def index_of(self, bookie_id: str) -> int | None:
+        """The ensemble index of bookie_id in the current ensemble, or None (e.g. it was replaced)."""
+        return self._index.get(bookie_id)
+
+    # ---- events -----------------------------------------------------------------------------
+    def on_add(self) -> SendAdd:
+        """A new add: allocate the next entry id. Raises the pipeline's error once it has failed."""
+        if self._error is not None:
+            raise self._error
+        entry_id = self._next
+        self._next += 1
+        members = write_set(entry_id, self._e, self._qw)
+        self._pending[entry_id] = _Pending(members)
+        failed = self._failed
+        indices = tuple(i for i in members if i not in failed) if failed else members
+        return SendAdd(entry_id, indices, self._recovery)
+
+    def on_ack(self, entry_id: int, index: int) -> list[AddAction]:
+        """Bookie `index` acknowledged entry_id (R6). Late or foreign acks are ignored."""
+        pending = self._pending.get(entry_id)
+        if pending is None or index in self._failed or index not in pending.members:
+            return []
+        pending.acked.add(index)
+        if self._changing or entry_id != self._lac + 1 or len(pending.acked) < self._qa:
+            return []
+        return self._drain()
+
+    def on_ack_from(self, entry_id: int, bookie_id: str) -> list[AddAction]:
+        """on_ack by bookie id; a bookie no longer in the ensemble (replaced) is ignored."""
+        index = self._index.get(bookie_id)
+        return [] if index is None else self.on_ack(entry_id, index)
+
+    def on_error_from(self, entry_id: int, bookie_id: str, status: int) -> list[AddAction]:
+        """on_error by bookie id; a bookie no longer in the ensemble only matters for EFENCED / EUA."""
+        index = self._index.get(bookie_id)
+        if index is None:
+            fatal = _FATAL.get(status)
+            return self.fail_all(fatal()) if fatal is not None else []
+        return self.on_error(entry_id, index, status)
+
+    def on_error(self, entry_id: int, index: int, status: int) -> list[AddAction]:
+        """Bookie `index` failed entry_id with `status` (R9, R21)."""
+        fatal = _FATAL.get(status)
+        if fatal is not None:
+            return self.fail_all(fatal())
+        pending = self._pending.get(entry_id)
+        if pending is None or index not in pending.members:
+            return []  # already completed, or not its write set: a stale answer
+        return self.on_bookie_failed(index)
+
+    def on_bookie_failed(self, index: int) -> list[AddAction]:
+        """The bookie at `index` failed (connection lost, timeout, write error): change the ensemble."""
+        if self._error is not None or index in self._failed or not 0 <= index < self._e:
+            return []
+        self._failed.add(index)
+        if self._changing:
+            return []  # asked for again once the running change is applied
+        self._changing = True
+        return [NeedEnsembleChange(tuple(sorted(self._failed)), self._lac + 1)]
+
+    def on_ensemble_changed(self, new_ensemble: Sequence[str], first_entry_id: int) -> list[AddAction]:
+        """The new fragment is stored: drop replaced bookies' acks, resend to the replacements (R9)."""
+        if not self._changing:
+            raise ValueError("on_ensemble_changed without a pending NeedEnsembleChange")
+        if first_entry_id != self._lac + 1:
+            raise ValueError(f"new fragment starts at {first_entry_id}, expected LAC + 1 = {self._lac + 1}")
+        if len(new_ensemble) != self._e:
+            raise ValueError(f"new ensemble has {len(new_ensemble)} bookies, expected {self._e}")
+        replaced = {i for i in range(self._e) if new_ensemble[i] != self._ensemble[i]}
+        self._ensemble = tuple(new_ensemble)
+        self._index = {b: i for i, b in enumerate(self._ensemble)}
+        self._failed -= replaced
+        actions: list[AddAction] = []
+        if self._error is not None:
+            return actions
+        for entry_id, pending in self._pending.items():
+            pending.acked -= replaced
+            targets = tuple(i for i in pending.members if i in replaced)
+            if targets:
+                actions.append(Resend(entry_id, targets, self._recovery))
+        if self._failed:
+            actions.append(NeedEnsembleChange(tuple(sorted(self._failed)), self._lac + 1))
+            return actions
+        self._changing = False
+        actions.extend(self._drain())
+        return actions
+
+    def fail_all(self, error: BKError) -> list[AddAction]:
+        """Fail every pending add with `error` (fenced, closed, no bookies...) and refuse further adds."""
+        if self._error is None:
+            self._error = error
+        failed = tuple(self._pending)
+        self._pending.clear()
+        return [FailAdds(failed, error)] if failed else []
+
+    # ---- internals --------------------------------------------------------------------------
+    def _drain(self) -> list[AddAction]:
+        first = self._lac + 1
+        entry_id = first
+        pending = self._pending
+        qa = self._qa
+        while True:
+            head = pending.get(entry_id)
+            if head is None or len(head.acked) < qa:
+                break
+            del pending[entry_id]
+            entry_id += 1
+        if entry_id == first:
+            return []
+        self._lac = entry_id - 1
+        return [CompleteAdds(first, self._lac)]

@@ -1,0 +1,100 @@
+"""What a reader may read and whom it asks (R11, R13).
+
+Mirrors the read-side checks of BookKeeper's LedgerHandle / ReadOnlyLedgerHandle (reads bounded by the LAC
+of an open ledger or the last entry id of a closed one) and the bookie ordering of PendingReadOp with
+`reorderReadSequenceEnabled` (the write set in order, bookies known to be failing tried last). Also
+`EntryReadAttempt`, the "try each bookie of the write set in turn" state of one entry read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+from client.errors import (
+    BadPasswordError,
+    BKError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ReadBeyondLastEntryError,
+    error_for_status,
+)
+from client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
+from client.protocol.status import StatusCode
+from client.protocol.write_set import write_set
+
+
+def read_bound(md: LedgerMetadata, lac: int) -> int:
+    """R11: the highest entry id a reader may return: the last entry id when CLOSED, else the LAC."""
+    return md.last_entry_id if md.state is LedgerState.CLOSED else lac
+
+
+def check_read_range(md: LedgerMetadata, lac: int, first_entry_id: int, last_entry_id: int) -> None:
+    """R11: refuse a range that reaches above read_bound (ReadBeyondLastEntryError) or is malformed."""
+    if first_entry_id < 0 or last_entry_id < first_entry_id:
+        raise ValueError(f"bad entry range [{first_entry_id}, {last_entry_id}]: need 0 <= first <= last")
+    bound = read_bound(md, lac)
+    if last_entry_id > bound:
+        what = "last entry id" if md.state is LedgerState.CLOSED else "last add confirmed (LAC)"
+        raise ReadBeyondLastEntryError(
+            f"ledger {md.ledger_id}: entry {last_entry_id} is above the {what} {bound}; read up to {bound}"
+            + ("" if md.state is LedgerState.CLOSED else " or refresh the LAC first"))
+
+
+def read_order(md: LedgerMetadata, entry_id: int, slow: Collection[str] = ()) -> tuple[str, ...]:
+    """R13: the bookies to try for entry_id: its write set in order, bookies in `slow` moved last."""
+    ensemble = md.fragment_for(entry_id).ensemble
+    members = [ensemble[i] for i in write_set(entry_id, md.ensemble_size, md.write_quorum)]
+    if not slow:
+        return tuple(members)
+    return tuple([b for b in members if b not in slow] + [b for b in members if b in slow])
+
+
+def fragment_ranges(md: LedgerMetadata, first_entry_id: int,
+                    last_entry_id: int) -> Iterator[tuple[int, int, Fragment]]:
+    """Split [first_entry_id, last_entry_id] by fragment: (first, last, fragment) for each piece, in order."""
+    fragments = md.fragments
+    for pos, fragment in enumerate(fragments):
+        end = fragments[pos + 1].first_entry_id - 1 if pos + 1 < len(fragments) else last_entry_id
+        lo = max(first_entry_id, fragment.first_entry_id)
+        hi = min(last_entry_id, end)
+        if lo <= hi:
+            yield lo, hi, fragment
+
+
+class EntryReadAttempt:
+    """R13: read one entry by trying the bookies of its write set in turn; fail only if none has it."""
+
+    def __init__(self, ledger_id: int, entry_id: int, bookies: tuple[str, ...]) -> None:
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self._bookies = bookies
+        self._pos = 0
+        self._errors: dict[str, int] = {}
+
+    def next_bookie(self) -> str | None:
+        """The next bookie to ask, or None when every bookie of the write set has been asked."""
+        if self._pos >= len(self._bookies):
+            return None
+        bookie = self._bookies[self._pos]
+        self._pos += 1
+        return bookie
+
+    def on_failure(self, bookie_id: str, status: int) -> str | None:
+        """That bookie gave no valid copy; returns the next bookie to try, or None if none is left."""
+        self._errors[bookie_id] = status
+        return self.next_bookie()
+
+    def error(self) -> BKError:
+        """The error once every bookie failed: NoSuchEntry/NoSuchLedger if all said so, else the worst one."""
+        what = f"ledger {self.ledger_id} entry {self.entry_id}, bookies {list(self._bookies)}"
+        statuses = set(self._errors.values())
+        if statuses == {StatusCode.ENOLEDGER}:
+            return NoSuchLedgerError(f"{NoSuchLedgerError.default_message} ({what})")
+        if statuses and statuses <= {StatusCode.ENOENTRY, StatusCode.ENOLEDGER}:
+            return NoSuchEntryError(f"{NoSuchEntryError.default_message} ({what})")
+        if StatusCode.EUA in statuses:
+            return BadPasswordError()
+        for status in statuses:
+            if status not in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
+                return error_for_status(status, what=what)
+        return NoSuchEntryError(f"{NoSuchEntryError.default_message} ({what})")

@@ -1,0 +1,42 @@
+"""Session fixtures shared by every test: one real ZooKeeper server, and a fresh ledgers root per test.
+
+The server is the real ZooKeeper (QuorumPeerMain from the pyspark wheel's jars) on 127.0.0.1, started
+once per test session by `bookie.local.zookeeper.ZooKeeperServer`. Each test that asks for
+`metadata_uri` gets its own chroot `/test-<uuid>/ledgers`, so tests never see each other's znodes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bookie.local.zookeeper import ZooKeeperServer
+from client.meta.store import MetadataStore
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer()
+    server.start(tmp_path_factory.mktemp("zookeeper"), port=0, timeout=30.0)
+    try:
+        yield server
+    finally:
+        server.stop(timeout=10.0)
+
+
+@pytest.fixture
+def metadata_uri(zookeeper: ZooKeeperServer) -> str:
+    """`zk://127.0.0.1:<port>/test-<uuid>/ledgers`; the parent znode exists, the root does not yet."""
+    parent = f"/test-{uuid.uuid4().hex[:12]}"
+    uri = f"zk://{zookeeper.connect_string}{parent}/ledgers"
+    with MetadataStore(uri, session_timeout=5.0) as store:
+        store.create(parent, b"", makepath=True)
+    return uri
+
+
+@pytest.fixture
+def zk_data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "zk"

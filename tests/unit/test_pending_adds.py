@@ -1,0 +1,251 @@
+"""R5, R6, R9, R21: the writer's add pipeline (pending adds, LAC, ensemble changes, fencing)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client.errors import LedgerFencedError, NotEnoughBookiesError
+from client.protocol.pending_adds import (
+    CompleteAdds,
+    FailAdds,
+    NeedEnsembleChange,
+    PendingAdds,
+    Resend,
+    SendAdd,
+)
+from client.protocol.status import StatusCode
+from client.protocol.write_set import write_set
+
+
+def test_adds_complete_in_order_once_qa_acked():
+    """R6: an add completes when Qa of its write set acked it and every lower entry completed."""
+    pa = PendingAdds(["a", "b", "c"], 3, 2)
+    sends = [pa.on_add() for _ in range(3)]
+    assert sends[0] == SendAdd(0, (0, 1, 2))
+    assert sends[1].indices == (1, 2, 0)
+    assert pa.on_ack(1, 0) == []
+    assert pa.on_ack(1, 1) == []            # entry 1 has its quorum but entry 0 has not
+    assert pa.on_ack(0, 2) == []
+    assert pa.on_ack(0, 2) == []            # duplicate ack does not count twice
+    assert pa.on_ack(0, 0) == [CompleteAdds(0, 1)]
+    assert pa.last_add_confirmed == 1
+    assert list(CompleteAdds(0, 1).entry_ids) == [0, 1]
+
+
+def test_acks_outside_the_write_set_are_ignored():
+    """R5/R6: only bookies of the entry's write set count towards its ack quorum."""
+    pa = PendingAdds(["a", "b", "c", "d"], 2, 2)
+    pa.on_add()
+    assert pa.on_ack(0, 2) == [] and pa.on_ack(0, 3) == []
+    assert pa.on_ack(0, 0) == []
+    assert pa.on_ack(0, 1) == [CompleteAdds(0, 0)]
+
+
+def test_bookie_failure_requests_an_ensemble_change_and_blocks_completion():
+    """R9: a failed write asks for a new fragment at LAC+1; nothing completes until it is applied."""
+    pa = PendingAdds(["a", "b", "c"], 3, 2)
+    for _ in range(3):
+        pa.on_add()
+    assert pa.on_ack(0, 0) == [] and pa.on_ack(0, 1) == [CompleteAdds(0, 0)]
+    assert pa.on_error(1, 2, StatusCode.EIO) == [NeedEnsembleChange((2,), 1)]
+    assert pa.on_ack(1, 0) == [] and pa.on_ack(1, 1) == []   # quorum reached, but a change is running
+    assert pa.on_error(2, 2, StatusCode.EIO) == []           # same bookie again: no second request
+    assert pa.on_add().indices == (0, 1)                     # new adds skip the failed bookie
+    actions = pa.on_ensemble_changed(["a", "b", "z"], 1)
+    resends = [a for a in actions if isinstance(a, Resend)]
+    assert resends == [Resend(1, (2,)), Resend(2, (2,)), Resend(3, (2,))]
+    assert actions[-1] == CompleteAdds(1, 1)
+    assert pa.index_of("c") is None and pa.index_of("z") == 2
+
+
+def test_acks_of_a_replaced_bookie_are_dropped():
+    """R9: after a bookie is replaced its earlier acks no longer count; the entry needs the replacement."""
+    pa = PendingAdds(["a", "b", "c"], 3, 3)
+    pa.on_add()
+    pa.on_ack(0, 0)
+    pa.on_ack(0, 2)
+    assert pa.on_bookie_failed(2) == [NeedEnsembleChange((2,), 0)]
+    assert pa.on_ensemble_changed(["a", "b", "x"], 0) == [Resend(0, (2,))]
+    assert pa.acked_indices(0) == {0}
+    assert pa.on_ack(0, 1) == []
+    assert pa.on_ack(0, 2) == [CompleteAdds(0, 0)]
+
+
+def test_second_failure_during_a_change_is_handled_after_it():
+    """R9: failures during a running change lead to another change before adds complete."""
+    pa = PendingAdds(["a", "b", "c", "d"], 3, 2)
+    pa.on_add()
+    assert pa.on_bookie_failed(0) == [NeedEnsembleChange((0,), 0)]
+    assert pa.on_bookie_failed(1) == []
+    actions = pa.on_ensemble_changed(["x", "b", "c", "d"], 0)
+    assert actions == [Resend(0, (0,)), NeedEnsembleChange((1,), 0)]
+    assert pa.changing_ensemble
+    actions = pa.on_ensemble_changed(["x", "y", "c", "d"], 0)
+    assert actions == [Resend(0, (1,))]
+    assert not pa.changing_ensemble
+
+
+def test_efenced_fails_everything_without_ensemble_change():
+    """R21: EFENCED is 'maybe written': every pending add fails with LedgerFencedError, no ensemble change."""
+    pa = PendingAdds(["a", "b", "c"], 2, 2)
+    for _ in range(3):
+        pa.on_add()
+    pa.on_ack(0, 0)
+    pa.on_ack(0, 1)
+    actions = pa.on_error(1, 1, StatusCode.EFENCED)
+    assert len(actions) == 1 and isinstance(actions[0], FailAdds)
+    assert actions[0].entry_ids == (1, 2)
+    assert isinstance(actions[0].error, LedgerFencedError)
+    assert not pa.changing_ensemble
+    with pytest.raises(LedgerFencedError):
+        pa.on_add()
+    assert pa.on_ack(1, 2) == [] and pa.last_add_confirmed == 0
+
+
+def test_fail_all_after_a_failed_ensemble_change():
+    """R9: if no replacement can be found, the driver fails the pending adds."""
+    pa = PendingAdds(["a", "b"], 2, 2)
+    pa.on_add()
+    pa.on_bookie_failed(1)
+    actions = pa.fail_all(NotEnoughBookiesError())
+    assert actions == [FailAdds((0,), actions[0].error)]
+    with pytest.raises(NotEnoughBookiesError):
+        pa.on_add()
+
+
+def test_on_ensemble_changed_checks_arguments():
+    """R9: the new fragment must start at LAC+1 and follow a NeedEnsembleChange."""
+    pa = PendingAdds(["a", "b"], 2, 1)
+    with pytest.raises(ValueError):
+        pa.on_ensemble_changed(["a", "c"], 0)
+    pa.on_add()
+    pa.on_bookie_failed(1)
+    with pytest.raises(ValueError):
+        pa.on_ensemble_changed(["a", "c"], 3)
+
+
+@st.composite
+def _config(draw):
+    e = draw(st.integers(1, 5))
+    qw = draw(st.integers(1, e))
+    qa = draw(st.integers(1, qw))
+    return e, qw, qa
+
+
+@settings(max_examples=300, deadline=None)
+@given(config=_config(), n_entries=st.integers(1, 12), data=st.data())
+def test_random_schedules_keep_the_invariants(config, n_entries, data):
+    """R5/R6/R9/R21: under any order of acks, failures and ensemble changes: completions are in order and
+    contiguous, the LAC never decreases, each completed entry has >= Qa acks from bookies of its write set
+    in the current ensemble, nothing completes during a change, and resends go to replacements only."""
+    e, qw, qa = config
+    names = (f"b{i}" for i in itertools.count())
+    pa = PendingAdds([next(names) for _ in range(e)], qw, qa)
+    outstanding: list[tuple[int, str]] = []
+    acked: dict[int, set[str]] = {}
+    completed: list[int] = []
+    need: NeedEnsembleChange | None = None
+    fenced = False
+
+    def apply(actions):
+        nonlocal need, fenced
+        for action in actions:
+            if isinstance(action, CompleteAdds):
+                assert not pa.changing_ensemble
+                assert action.first_entry_id == (completed[-1] + 1 if completed else 0)
+                assert action.last_add_confirmed >= action.first_entry_id
+                for entry_id in action.entry_ids:
+                    members = [pa.ensemble[i] for i in write_set(entry_id, e, qw)]
+                    assert len(acked.get(entry_id, set()) & set(members)) >= qa
+                    completed.append(entry_id)
+                assert pa.last_add_confirmed == completed[-1]
+            elif isinstance(action, NeedEnsembleChange):
+                assert not fenced
+                assert action.first_entry_id == pa.last_add_confirmed + 1
+                assert set(action.failed_indices) == pa.failed_indices
+                need = action
+            elif isinstance(action, Resend):
+                outstanding.extend((action.entry_id, pa.ensemble[i]) for i in action.indices)
+            elif isinstance(action, FailAdds):
+                fenced = True
+                assert isinstance(action.error, LedgerFencedError)
+
+    def change_ensemble():
+        nonlocal need
+        assert need is not None
+        new = list(pa.ensemble)
+        for i in need.failed_indices:
+            new[i] = next(names)
+        replaced = set(need.failed_indices)
+        pending_before = set(pa.pending_entry_ids)
+        first = need.first_entry_id
+        need = None
+        actions = pa.on_ensemble_changed(new, first)
+        for action in actions:
+            if isinstance(action, Resend):
+                assert action.entry_id in pending_before
+                assert set(action.indices) <= replaced
+                assert set(action.indices) == replaced & set(write_set(action.entry_id, e, qw))
+        apply(actions)
+
+    added = 0
+    for _ in range(data.draw(st.integers(0, 60))):
+        choice = data.draw(st.sampled_from(["add", "ack", "ack", "ack", "fail", "change", "fence"]))
+        if fenced:
+            break
+        if choice == "add" and added < n_entries:
+            send = pa.on_add()
+            assert send.entry_id == added
+            assert not set(send.indices) & pa.failed_indices
+            outstanding.extend((send.entry_id, pa.ensemble[i]) for i in send.indices)
+            added += 1
+        elif choice == "ack" and outstanding:
+            entry_id, bookie = outstanding.pop(data.draw(st.integers(0, len(outstanding) - 1)))
+            index = pa.index_of(bookie)
+            if index is not None:
+                if index not in pa.failed_indices:
+                    acked.setdefault(entry_id, set()).add(bookie)
+                apply(pa.on_ack(entry_id, index))
+        elif choice == "fail":
+            index = data.draw(st.integers(0, e - 1))
+            apply(pa.on_bookie_failed(index))
+        elif choice == "change" and need is not None:
+            change_ensemble()
+        elif choice == "fence" and data.draw(st.booleans()) and pa.pending_entry_ids:
+            entry_id = pa.pending_entry_ids[0]
+            apply(pa.on_error(entry_id, write_set(entry_id, e, qw)[0], StatusCode.EFENCED))
+            assert not pa.changing_ensemble or need is not None
+
+    # Liveness: with every change applied and every message delivered, every add completes.
+    while not fenced and (need is not None or outstanding):
+        if need is not None:
+            change_ensemble()
+            continue
+        entry_id, bookie = outstanding.pop(0)
+        index = pa.index_of(bookie)
+        if index is not None:
+            acked.setdefault(entry_id, set()).add(bookie)
+            apply(pa.on_ack(entry_id, index))
+    if not fenced:
+        assert completed == list(range(added))
+        assert pa.last_add_confirmed == added - 1
+
+
+def test_late_replies_of_a_replaced_bookie_are_not_credited_to_its_replacement():
+    """R9: replies are mapped by bookie id; a replaced bookie's late ack or error changes nothing."""
+    pa = PendingAdds(["a", "b", "c"], 3, 3)
+    pa.on_add()
+    pa.on_bookie_failed(2)
+    pa.on_ensemble_changed(["a", "b", "x"], 0)
+    assert pa.on_ack_from(0, "c") == []
+    assert pa.on_error_from(0, "c", StatusCode.EIO) == []
+    assert not pa.changing_ensemble
+    assert pa.on_ack_from(0, "a") == [] and pa.on_ack_from(0, "b") == []
+    assert pa.on_ack_from(0, "x") == [CompleteAdds(0, 0)]
+    assert isinstance(pa.on_error_from(1, "c", StatusCode.EFENCED), list)
+    with pytest.raises(LedgerFencedError):
+        pa.on_add()
