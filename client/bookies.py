@@ -1,0 +1,66 @@
+"""The client's bookie connections: bookie id -> BookieClient, resolved through the registry.
+
+Mirrors BookKeeper's BookieClient pool. A connection whose add stream broke is replaced by a fresh
+one the next time it is asked for, so a restarted bookie is used again. Lives on the client loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from client.bookie_client import BookieClient
+from client.errors import BookieUnavailableError
+from client.meta.store import MetadataStore
+
+log = logging.getLogger("bkledger.client")
+
+
+class BookiePool:
+    def __init__(self, store: MetadataStore):
+        self.store = store
+        self._clients: dict[str, BookieClient] = {}
+        self._addresses: dict[str, str] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def address(self, bookie_id: str) -> str:
+        address = self._addresses.get(bookie_id)
+        if address is None:
+            info = await asyncio.to_thread(self.store.bookie_info, bookie_id)
+            if info is not None and info.get("host") and info.get("port"):
+                address = f"{info['host']}:{info['port']}"
+            elif ":" in bookie_id:
+                address = bookie_id          # a bookie id is host:port unless set otherwise
+            else:
+                raise BookieUnavailableError(f"bookie {bookie_id} is not registered and its id is no address",
+                                             bookie_id=bookie_id)
+            self._addresses[bookie_id] = address
+        return address
+
+    def cached(self, bookie_id: str) -> BookieClient | None:
+        client = self._clients.get(bookie_id)
+        return None if client is None or client.failed else client
+
+    async def get(self, bookie_id: str) -> BookieClient:
+        client = self._clients.get(bookie_id)
+        if client is not None and not client.failed:
+            return client
+        if client is not None:
+            self._retire(client)
+        client = BookieClient(bookie_id, await self.address(bookie_id))
+        existing = self._clients.get(bookie_id)
+        if existing is not None and not existing.failed:   # another task connected meanwhile
+            await client.close()
+            return existing
+        self._clients[bookie_id] = client
+        return client
+
+    def _retire(self, client: BookieClient) -> None:
+        task = asyncio.get_running_loop().create_task(client.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        clients = list(self._clients.values())
+        self._clients.clear()
+        await asyncio.gather(*(c.close() for c in clients), *self._closing, return_exceptions=True)

@@ -1,0 +1,197 @@
+"""LedgerHandle: the application's view of one ledger, for writing (create) or reading (open).
+
+Mirrors BookKeeper's LedgerHandle / ReadHandle. The blocking methods are safe from any thread and
+wait with a bound; the asyncio ones (`add`, `read`, `aclose`) may be awaited from any event loop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import lz4.block
+
+from client.errors import ClientClosedError, EntryTooLargeError, LedgerClosedError
+from client.protocol.digest import make_digest
+from client.protocol.metadata import LedgerMetadata, LedgerState
+from client.protocol.reads import check_read_range
+from client.reader import LedgerReader, ReadChunk
+from client.writer import LedgerWriter
+
+if TYPE_CHECKING:
+    from client.bookkeeper import ClientContext
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerEntry:
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+
+
+class LedgerHandle:
+    def __init__(self, ctx: ClientContext, md: LedgerMetadata, version: int, password: bytes,
+                 writer: LedgerWriter | None = None, lac: int = -1):
+        self._ctx = ctx
+        self._md = md
+        self._version = version
+        self._password = password
+        self._writer = writer
+        self._reader = LedgerReader(ctx, md, make_digest(md.digest_type, password))
+        self._lac = md.last_entry_id if md.state is LedgerState.CLOSED else lac
+        self._closed_handle = False
+
+    # ---- state ------------------------------------------------------------------------------
+    @property
+    def ledger_id(self) -> int:
+        return self._md.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._writer.md if self._writer is not None else self._md
+
+    @property
+    def last_add_confirmed(self) -> int:
+        if self._writer is not None:
+            return self._writer.pending.last_add_confirmed
+        return self._lac
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.state is LedgerState.CLOSED
+
+    @property
+    def last_entry_id(self) -> int:
+        """The last entry id of a closed ledger, else the LAC known to this handle."""
+        md = self.metadata
+        return md.last_entry_id if md.state is LedgerState.CLOSED else self.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        if self._writer is not None:
+            return self._writer.lac_length
+        return self._md.length
+
+    # ---- writing ----------------------------------------------------------------------------
+    def _prepare(self, payload: bytes | bytearray | memoryview) -> bytes:
+        if self._writer is None:
+            raise LedgerClosedError(f"ledger {self.ledger_id} was opened for reading; create a ledger to write")
+        data = bytes(payload)
+        if len(data) > self._ctx.config.maxEntrySize:
+            raise EntryTooLargeError(
+                f"entry of {len(data)} bytes exceeds maxEntrySize={self._ctx.config.maxEntrySize}; split it")
+        if self.metadata.compression == "lz4":
+            data = lz4.block.compress(data, store_size=True)
+        return data
+
+    def add_entry_async(self, payload: bytes | bytearray | memoryview) -> concurrent.futures.Future[int]:
+        """Queue an add; the future gives its entry id once acknowledged (R6). Blocks while too many
+        adds are in flight (maxOutstandingAdds)."""
+        data = self._prepare(payload)
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        assert self._writer is not None
+        self._writer.submit(data, future)
+        return future
+
+    def add_entry(self, payload: bytes | bytearray | memoryview, timeout: float | None = None) -> int:
+        return self.add_entry_async(payload).result(timeout or self._ctx.config.addEntryTimeoutSec * 6)
+
+    async def add(self, payload: bytes | bytearray | memoryview) -> int:
+        import asyncio
+
+        data = self._prepare(payload)
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        assert self._writer is not None
+        if not self._writer.submit(data, future, block=False):
+            await asyncio.to_thread(self._writer.submit, data, future, True)
+        return await asyncio.wrap_future(future)
+
+    # ---- reading ----------------------------------------------------------------------------
+    def _bound_reader(self) -> LedgerReader:
+        self._reader.md = self.metadata
+        return self._reader
+
+    def read_entries(self, first: int, last: int) -> Iterator[LedgerEntry]:
+        """Entries first..last in order; refuses to go above the LAC (open) or last entry id (R11)."""
+        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        position = first
+        while position <= last:
+            chunk = self._ctx.runtime.run(self._chunk(position, last), self._ctx.config.readTimeout * 12)
+            for entry_id, payload in zip(chunk.entry_ids, chunk.payloads, strict=True):
+                yield LedgerEntry(self.ledger_id, entry_id, bytes(payload))
+            position = chunk.entry_ids[-1] + 1
+
+    async def _chunk(self, first: int, last: int) -> ReadChunk:
+        chunk = await self._bound_reader().read_chunk(first, last, self._ctx.config.readBatchBytes)
+        if not chunk.entry_ids or chunk.entry_ids[0] != first:
+            raise AssertionError(f"read of ledger {self.ledger_id} from {first} returned nothing")
+        return chunk
+
+    def read_chunk(self, first: int, last: int) -> ReadChunk:
+        """One chunk of entries from `first` (bounded by readBatchBytes): the fast path for bulk readers."""
+        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        return self._ctx.runtime.run(self._chunk(first, last), self._ctx.config.readTimeout * 12)
+
+    async def read(self, first: int, last: int) -> list[LedgerEntry]:
+        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        out: list[LedgerEntry] = []
+        position = first
+        while position <= last:
+            chunk = await self._ctx.runtime.wrap(self._chunk(position, last))
+            out += [LedgerEntry(self.ledger_id, e, bytes(p)) for e, p in zip(chunk.entry_ids, chunk.payloads,
+                                                                               strict=True)]
+            position = chunk.entry_ids[-1] + 1
+        return out
+
+    def read_last_add_confirmed(self) -> int:
+        """Ask the bookies for the LAC (readers); a writer knows its own. It never goes backwards."""
+        if self._writer is not None or self.is_closed:
+            return self.last_add_confirmed
+        lac = self._ctx.runtime.run(self._bound_reader().read_lac(), self._ctx.config.readTimeout * 3)
+        self._lac = max(self._lac, lac)
+        return self._lac
+
+    def wait_for_lac(self, previous: int, timeout: float = 5.0) -> int:
+        """Long poll: return once the LAC passes `previous` (or after `timeout`, with the LAC known)."""
+        if self._writer is not None or self.is_closed:
+            return self.last_add_confirmed
+        lac = self._ctx.runtime.run(self._bound_reader().wait_lac(previous, timeout), timeout + 10)
+        self._lac = max(self._lac, lac)
+        return self._lac
+
+    def refresh(self) -> LedgerMetadata:
+        """Re-read the metadata (a reader learns that the ledger was closed, and its last entry id)."""
+        if self._writer is not None:
+            return self.metadata
+        md, version = self._ctx.store.read_ledger(self.ledger_id)
+        self._md, self._version = md, version
+        if md.state is LedgerState.CLOSED:
+            self._lac = md.last_entry_id
+        return md
+
+    # ---- close ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Writer: wait for pending adds, then CAS the ledger CLOSED at the LAC (R10). Reader: no-op."""
+        if self._closed_handle:
+            return
+        self._closed_handle = True
+        if self._writer is not None:
+            timeout = self._ctx.config.addEntryTimeoutSec * 4
+            self._md = self._ctx.runtime.run(self._writer.close(timeout), timeout + 30)
+
+    async def aclose(self) -> None:
+        if self._closed_handle:
+            return
+        self._closed_handle = True
+        if self._writer is not None:
+            self._md = await self._ctx.runtime.wrap(self._writer.close(self._ctx.config.addEntryTimeoutSec * 4))
+
+    def __enter__(self) -> LedgerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(ClientClosedError):
+            self.close()

@@ -1,0 +1,270 @@
+"""The read side of a ledger handle: LAC reads, long polls and range reads with fallback (R11-R13).
+
+Mirrors BookKeeper's ReadLastConfirmedOp, the long-poll LAC reader and PendingReadOp. A range inside
+one fragment is streamed from one bookie when every bookie holds every entry (E == Qw), or from a
+set of bookies that covers every write set in parallel (E > Qw). An entry a bookie did not return,
+or returned with a bad digest, is read from the other bookies of its write set in turn; the read
+fails only if none has it. Nothing above the bound of R11 is ever asked for. Runs on the client loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import grpc
+import lz4.block
+
+from client.errors import BKError, BookieUnavailableError, DigestMismatchError
+from client.protocol import quorum
+from client.protocol.digest import DigestManager, unpack_batch, unpack_entry
+from client.protocol.metadata import Fragment, LedgerMetadata
+from client.protocol.reads import EntryReadAttempt, fragment_ranges, read_order
+from client.protocol.status import StatusCode
+from client.protocol.write_set import write_set
+from proto import bookie_pb2 as pb
+
+if TYPE_CHECKING:
+    from client.bookkeeper import ClientContext
+
+log = logging.getLogger("bkledger.client.reader")
+STRIPE_CHUNK = 4096
+
+
+@dataclasses.dataclass
+class ReadChunk:
+    """Entries first..first+len-1 of a ledger, in order: ids and payloads (memoryviews, decompressed)."""
+
+    entry_ids: list[int]
+    payloads: list[memoryview | bytes]
+
+
+class LedgerReader:
+    def __init__(self, ctx: ClientContext, md: LedgerMetadata, digest: DigestManager):
+        self.ctx = ctx
+        self.md = md
+        self.digest = digest
+        self.ledger_id = md.ledger_id
+        self.slow: set[str] = set()
+
+    # ---- LAC -----------------------------------------------------------------------------
+    async def _lac_from(self, bookie_id: str, request: pb.ReadRequest, timeout: float) -> tuple[int, int]:
+        """(status, LAC known to the bookie); transport errors are a client-side UNAVAILABLE."""
+        try:
+            client = await self.ctx.pool.get(bookie_id)
+            response = await client.read(request, timeout)
+        except (grpc.aio.AioRpcError, BKError, OSError):
+            return StatusCode.UNAVAILABLE, -1
+        lac = response.max_lac
+        if response.status == pb.EOK and response.body:
+            try:
+                lac = max(lac, unpack_entry(self.digest, self.ledger_id, None, response.body).lac)
+            except DigestMismatchError:
+                return StatusCode.DIGEST_MISMATCH, -1
+        return response.status, lac
+
+    async def read_lac(self) -> int:
+        """Ask every bookie of the last fragment for its last entry; the LAC is the highest seen once
+        the answers cover every write set (BookKeeper's readLastConfirmed)."""
+        fragment = self.md.last_fragment
+        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=-1)
+        tasks = {asyncio.ensure_future(self._lac_from(b, request, self.ctx.config.readTimeout)): i
+                 for i, b in enumerate(fragment.ensemble)}
+        responded: set[int] = set()
+        best = -1
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                status, lac = task.result()
+                if status in (pb.EOK, pb.ENOENTRY, pb.ENOLEDGER):
+                    responded.add(tasks[task])
+                    best = max(best, lac)
+            if quorum.covered(responded, self.md.ensemble_size, self.md.write_quorum, self.md.ack_quorum):
+                break
+        for task in pending:
+            task.cancel()
+        if not responded:
+            raise BookieUnavailableError(f"ledger {self.ledger_id}: no bookie of {list(fragment.ensemble)} answered")
+        return best
+
+    async def wait_lac(self, previous: int, timeout: float) -> int:
+        """Long poll: the first LAC above `previous` any bookie of the last fragment reports, or
+        `previous` when none does within `timeout`."""
+        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=-1, has_previous_lac=True,
+                                 previous_lac=previous, timeout_ms=int(timeout * 1000))
+        tasks = [asyncio.ensure_future(self._lac_from(b, request, timeout + 5)) for b in self.md.last_fragment.ensemble]
+        best = previous
+        try:
+            for next_done in asyncio.as_completed(tasks, timeout=timeout + 5):
+                _, lac = await next_done
+                if lac > best:
+                    best = lac
+                    break
+        except TimeoutError:
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+        return best
+
+    # ---- entries -------------------------------------------------------------------------
+    def _payload(self, view: memoryview) -> memoryview | bytes:
+        if self.md.compression == "lz4":
+            return lz4.block.decompress(view)
+        return view
+
+    async def read_entry(self, entry_id: int) -> memoryview | bytes:
+        """R13: try each bookie of the entry's write set in turn."""
+        attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(self.md, entry_id, self.slow))
+        bookie_id = attempt.next_bookie()
+        while bookie_id is not None:
+            status, body = await self._read_one(bookie_id, entry_id)
+            if status == pb.EOK and body is not None:
+                return self._payload(body)
+            bookie_id = attempt.on_failure(bookie_id, status)
+        raise attempt.error()
+
+    async def _read_one(self, bookie_id: str, entry_id: int) -> tuple[int, memoryview | None]:
+        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=entry_id)
+        try:
+            client = await self.ctx.pool.get(bookie_id)
+            response = await client.read(request, self.ctx.config.readTimeout)
+        except (grpc.aio.AioRpcError, BKError, OSError):
+            self.slow.add(bookie_id)
+            return StatusCode.UNAVAILABLE, None
+        if response.status != pb.EOK:
+            return response.status, None
+        try:
+            return pb.EOK, unpack_entry(self.digest, self.ledger_id, entry_id, response.body).payload
+        except DigestMismatchError:
+            log.warning("ledger %d entry %d from %s: digest mismatch", self.ledger_id, entry_id, bookie_id)
+            return StatusCode.DIGEST_MISMATCH, None
+
+    async def read_chunk(self, first: int, last: int, max_bytes: int) -> ReadChunk:
+        """Entries from `first` on, in order, up to `last` or about max_bytes (at least one entry)."""
+        chunk = ReadChunk([], [])
+        size = 0
+        for lo, hi, fragment in fragment_ranges(self.md, first, last):
+            if self.md.ensemble_size == self.md.write_quorum:
+                got = await self._read_piece_streamed(lo, hi, fragment, max_bytes - size)
+            else:
+                got = await self._read_piece_striped(lo, min(hi, lo + STRIPE_CHUNK - 1), fragment)
+            chunk.entry_ids += got.entry_ids
+            chunk.payloads += got.payloads
+            size += sum(len(p) for p in got.payloads)
+            if size >= max_bytes or not got.entry_ids or got.entry_ids[-1] < hi:
+                break
+        return chunk
+
+    async def _read_piece_streamed(self, lo: int, hi: int, fragment: Fragment, max_bytes: int) -> ReadChunk:
+        """E == Qw: stream from one bookie; where it stops short, carry on from the next one."""
+        chunk = ReadChunk([], [])
+        order = [b for b in read_order(self.md, lo, self.slow) if b in fragment.ensemble]
+        position = lo
+        for bookie_id in order:
+            got = await self._stream_from(bookie_id, position, hi, max_bytes)
+            chunk.entry_ids += got.entry_ids
+            chunk.payloads += got.payloads
+            if got.entry_ids:
+                position = got.entry_ids[-1] + 1
+            if position > hi or sum(len(p) for p in chunk.payloads) >= max_bytes:
+                return chunk
+        # no bookie streamed entry `position`: R13 per-entry fallback decides (and raises if none has it)
+        chunk.entry_ids.append(position)
+        chunk.payloads.append(await self.read_entry(position))
+        return chunk
+
+    async def _stream_from(self, bookie_id: str, lo: int, hi: int, max_bytes: int) -> ReadChunk:
+        """The run of consecutive entries from `lo` that this bookie streams back, verified."""
+        chunk = ReadChunk([], [])
+        size = 0
+        expected = lo
+        try:
+            client = await self.ctx.pool.get(bookie_id)
+            stream = client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4,
+                                       max_batch_bytes=min(max(max_bytes, 1 << 16), 4 << 20))
+            async for batch in stream:
+                if batch.status != pb.EOK:
+                    break
+                ids = list(batch.entry_ids)
+                contiguous = _contiguous_prefix(ids, expected)
+                if contiguous == 0:
+                    break
+                payloads = unpack_batch(self.digest, self.ledger_id, ids[:contiguous],
+                                        list(batch.sizes)[:contiguous], batch.data)
+                chunk.entry_ids += ids[:contiguous]
+                chunk.payloads += [self._payload(p) for p in payloads]
+                expected += contiguous
+                size += len(batch.data)
+                if contiguous < len(ids) or size >= max_bytes:
+                    break
+        except (grpc.aio.AioRpcError, BKError, OSError) as exc:
+            log.info("ledger %d: range read from %s stopped at %d: %s", self.ledger_id, bookie_id, expected, exc)
+            self.slow.add(bookie_id)
+        return chunk
+
+    async def _read_piece_striped(self, lo: int, hi: int, fragment: Fragment) -> ReadChunk:
+        """E > Qw: range-read from a covering set of bookies in parallel, then fill gaps entry by entry."""
+        indices = covering_indices(self.md.ensemble_size, self.md.write_quorum)
+        results = await asyncio.gather(*(self._stream_all(fragment.ensemble[i], lo, hi) for i in indices))
+        found: dict[int, memoryview | bytes] = {}
+        for got in results:
+            found.update(got)
+        chunk = ReadChunk([], [])
+        for entry_id in range(lo, hi + 1):
+            payload = found.get(entry_id)
+            if payload is None:
+                payload = await self.read_entry(entry_id)
+            chunk.entry_ids.append(entry_id)
+            chunk.payloads.append(payload)
+        return chunk
+
+    async def _stream_all(self, bookie_id: str, lo: int, hi: int) -> dict[int, memoryview | bytes]:
+        out: dict[int, memoryview | bytes] = {}
+        try:
+            client = await self.ctx.pool.get(bookie_id)
+            async for batch in client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4):
+                if batch.status != pb.EOK:
+                    break
+                ids = list(batch.entry_ids)
+                try:
+                    payloads = unpack_batch(self.digest, self.ledger_id, ids, list(batch.sizes), batch.data)
+                except DigestMismatchError:
+                    break
+                for entry_id, payload in zip(ids, payloads, strict=True):
+                    out[entry_id] = self._payload(payload)
+        except (grpc.aio.AioRpcError, BKError, OSError):
+            self.slow.add(bookie_id)
+        return out
+
+
+def _contiguous_prefix(ids: Sequence[int], expected: int) -> int:
+    count = 0
+    for entry_id in ids:
+        if entry_id != expected + count:
+            break
+        count += 1
+    return count
+
+
+def covering_indices(ensemble_size: int, write_quorum: int) -> list[int]:
+    """Ensemble indices whose bookies together hold every entry: bookie j holds the entries whose
+    write set starts at j-Qw+1..j (mod E), so taking j = Qw-1, 2Qw-1, ... covers every start."""
+    covered: set[int] = set()
+    chosen: list[int] = []
+    start = 0
+    while len(covered) < ensemble_size:
+        while start in covered:
+            start += 1
+        index = (start + write_quorum - 1) % ensemble_size
+        chosen.append(index)
+        covered.update((index - k) % ensemble_size for k in range(write_quorum))
+    return chosen
+
+
+def holders(entry_id: int, md: LedgerMetadata) -> tuple[int, ...]:
+    return write_set(entry_id, md.ensemble_size, md.write_quorum)

@@ -1,0 +1,220 @@
+"""Runs ledger recovery (open with recovery, R14-R20) on real bookies, driven by the pure machine.
+
+Mirrors BookKeeper's LedgerRecoveryOp. Steps: CAS the metadata to IN_RECOVERY (R14); execute the
+machine's actions (fencing LAC reads, recovery reads with the fence flag, write-backs with the
+recovery flag) and feed every answer back as an event; a bookie that does not answer never holds
+recovery up once the machine has what it needs (each request is bounded by a timeout, and answers
+that come late are ignored). The closing CAS adopts a close made by someone else (R20). Every step
+is logged: ledger, LAC found, entries recovered, last entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from client.errors import BKError, LedgerRecoveryError
+from client.protocol import transforms
+from client.protocol.digest import make_digest, master_key
+from client.protocol.metadata import LedgerMetadata, LedgerState
+from client.protocol.pending_adds import NeedEnsembleChange
+from client.protocol.recovery import (
+    DEFAULT_RULES,
+    CloseLedger,
+    LedgerRecovery,
+    RecoveryFailed,
+    RecoveryRules,
+    SendFenceRead,
+    SendRecoveryRead,
+    WriteBack,
+)
+from client.protocol.status import StatusCode
+from proto import bookie_pb2 as pb
+
+if TYPE_CHECKING:
+    from client.bookkeeper import ClientContext
+
+log = logging.getLogger("bkledger.client.recovery")
+
+
+class _WriteBackAcks:
+    """Ack handler for write-backs: routes bookie answers into the recovery's event queue."""
+
+    def __init__(self, events: asyncio.Queue[tuple[str, tuple[object, ...]]]):
+        self.events = events
+
+    def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
+        for entry_id in ack.entry_ids:
+            self.events.put_nowait(("write", (entry_id, bookie_id, ack.status)))
+
+    def on_bookie_failed(self, bookie_id: str) -> None:
+        self.events.put_nowait(("bookie_failed", (bookie_id,)))
+
+
+class RecoveryRun:
+    def __init__(self, ctx: ClientContext, md: LedgerMetadata, password: bytes, rules: RecoveryRules = DEFAULT_RULES):
+        self.ctx = ctx
+        self.md = md
+        self.ledger_id = md.ledger_id
+        self.digest = make_digest(md.digest_type, password)
+        self.master_key = master_key(password)
+        self.rules = rules
+        self.events: asyncio.Queue[tuple[str, tuple[object, ...]]] = asyncio.Queue()
+        self.acks = _WriteBackAcks(self.events)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.recovered = 0
+        self.bad_bookies: set[str] = set()
+
+    async def run(self) -> tuple[LedgerMetadata, int]:
+        md, version = await asyncio.to_thread(
+            self.ctx.store.update_ledger, self.ledger_id, transforms.to_in_recovery,
+            max_attempts=self.ctx.config.metadataMaxAttempts)
+        if md.state is LedgerState.CLOSED:
+            return md, version
+        log.info("ledger %d: recovery started (IN_RECOVERY), last fragment %s", self.ledger_id,
+                 list(md.last_fragment.ensemble))
+        machine = LedgerRecovery(md, self.digest, self.rules)
+        try:
+            close = await self._drive(machine)
+        finally:
+            for task in self.tasks:
+                task.cancel()
+            for bookie_id in md.all_bookies() | set(machine.local_metadata.all_bookies()):
+                client = self.ctx.pool.cached(bookie_id)
+                if client is not None:
+                    client.unregister(self.ledger_id)
+        return await self._close(close)
+
+    async def _drive(self, machine: LedgerRecovery) -> CloseLedger:
+        self._execute(machine.start())
+        deadline = asyncio.get_running_loop().time() + self.ctx.config.fenceTimeout * 12
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise LedgerRecoveryError(f"ledger {self.ledger_id}: recovery made no progress in time; retry")
+            try:
+                kind, args = await asyncio.wait_for(self.events.get(), remaining)
+            except TimeoutError:
+                continue
+            actions = self._dispatch(machine, kind, args)
+            for action in actions:
+                if isinstance(action, CloseLedger):
+                    return action
+                if isinstance(action, RecoveryFailed):
+                    log.warning("ledger %d: recovery failed, not closed: %s", self.ledger_id, action.error)
+                    raise action.error
+            await self._execute_async(machine, actions)
+
+    def _dispatch(self, machine: LedgerRecovery, kind: str, args: tuple[object, ...]) -> Sequence[object]:
+        if kind == "fence":
+            index, status, lac = args
+            actions: list[object] = list(machine.on_fence_response(index, status, lac))  # type: ignore[arg-type]
+            if machine.start_entry_id >= -1 and any(isinstance(a, SendRecoveryRead) for a in actions):
+                log.info("ledger %d: fenced %s, LAC found %d, reading from entry %d", self.ledger_id,
+                         sorted(machine.fenced_indices), machine.start_entry_id, machine.start_entry_id)
+            return actions
+        if kind == "read":
+            entry_id, index, status, body = args
+            return list(machine.on_read_response(entry_id, index, status, body))  # type: ignore[arg-type]
+        if kind == "write":
+            entry_id, bookie_id, status = args
+            if status == pb.EOK:
+                return list(machine.on_write_ack(entry_id, bookie_id))  # type: ignore[arg-type]
+            return list(machine.on_write_error(entry_id, bookie_id, status))  # type: ignore[arg-type]
+        if kind == "bookie_failed":
+            self.bad_bookies.add(args[0])  # type: ignore[arg-type]
+            return list(machine.on_bookie_failed(args[0]))  # type: ignore[arg-type]
+        if kind == "ensemble":
+            return list(machine.on_ensemble_changed(args[0]))  # type: ignore[arg-type]
+        raise AssertionError(kind)
+
+    def _execute(self, actions: Sequence[object]) -> None:
+        for action in actions:
+            if isinstance(action, SendFenceRead):
+                self._spawn(self._fence(action))
+            elif isinstance(action, SendRecoveryRead):
+                self._spawn(self._read(action))
+            elif isinstance(action, WriteBack):
+                self.recovered += 1
+                self._spawn(self._write_back(action))
+
+    async def _execute_async(self, machine: LedgerRecovery, actions: Sequence[object]) -> None:
+        self._execute(actions)
+        for action in actions:
+            if isinstance(action, NeedEnsembleChange):
+                self._spawn(self._choose_replacements(machine, action))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call_read(self, bookie_id: str, request: pb.ReadRequest) -> pb.ReadResponse | None:
+        try:
+            client = await self.ctx.pool.get(bookie_id)
+            return await client.read(request, self.ctx.config.fenceTimeout)
+        except (grpc.aio.AioRpcError, BKError, OSError) as exc:
+            log.info("ledger %d: recovery read to %s failed: %s", self.ledger_id, bookie_id, type(exc).__name__)
+            return None
+
+    async def _fence(self, action: SendFenceRead) -> None:
+        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=-1, fence=True, master_key=self.master_key,
+                                 high_priority=True)
+        response = await self._call_read(action.bookie_id, request)
+        if response is None:
+            self.events.put_nowait(("fence", (action.index, StatusCode.TIMEOUT, -1)))
+            return
+        lac = response.max_lac
+        self.events.put_nowait(("fence", (action.index, response.status, lac)))
+
+    async def _read(self, action: SendRecoveryRead) -> None:
+        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=action.entry_id, fence=action.fence,
+                                 master_key=self.master_key, high_priority=True)
+        response = await self._call_read(action.bookie_id, request)
+        if response is None:
+            self.events.put_nowait(("read", (action.entry_id, action.index, StatusCode.TIMEOUT, None)))
+            return
+        body = response.body if response.status == pb.EOK else None
+        self.events.put_nowait(("read", (action.entry_id, action.index, response.status, body)))
+
+    async def _write_back(self, action: WriteBack) -> None:
+        for bookie_id in action.bookie_ids:
+            try:
+                client = await self.ctx.pool.get(bookie_id)
+                client.register(self.ledger_id, self.acks)
+                client.send_add(self.ledger_id, self.master_key, [action.entry_id], [len(action.body)],
+                                action.body, recovery_add=True, high_priority=True)
+            except (BKError, ConnectionError, OSError):
+                self.events.put_nowait(("bookie_failed", (bookie_id,)))
+
+    async def _choose_replacements(self, machine: LedgerRecovery, action: NeedEnsembleChange) -> None:
+        """R19: a bookie failed during write-back: pick replacements, kept locally until the close."""
+        ensemble = list(machine.local_metadata.last_fragment.ensemble)
+        writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
+        exclude = set(ensemble) | self.bad_bookies
+        for index in action.failed_indices:
+            chosen = self.ctx.placement.replace_bookie(ensemble, writable, exclude)
+            ensemble[index] = chosen
+            exclude.add(chosen)
+        log.info("ledger %d: recovery replaces bookies %s", self.ledger_id, list(action.failed_indices))
+        self.events.put_nowait(("ensemble", (tuple(ensemble),)))
+
+    async def _close(self, close: CloseLedger) -> tuple[LedgerMetadata, int]:
+        def closing(current: LedgerMetadata) -> LedgerMetadata | None:
+            if current.state is LedgerState.IN_RECOVERY:
+                return transforms.close_after_recovery(current, close.last_entry_id, close.length,
+                                                       close.new_fragments)
+            decision = transforms.decide_recovery_close_conflict(current)
+            if decision is transforms.ConflictDecision.ADOPT:
+                return None
+            raise transforms.conflict_error(decision, current, close.last_entry_id)
+
+        md, version = await asyncio.to_thread(self.ctx.store.update_ledger, self.ledger_id, closing,
+                                              max_attempts=self.ctx.config.metadataMaxAttempts)
+        log.info("ledger %d: recovered %d entries, closed with last entry %d%s", self.ledger_id, self.recovered,
+                 md.last_entry_id, "" if md.last_entry_id == close.last_entry_id else " (adopted another close)")
+        return md, version

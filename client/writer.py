@@ -1,0 +1,334 @@
+"""The writer side of a ledger handle: pipelined, batched adds; acks in order; ensemble change; close.
+
+Mirrors BookKeeper's LedgerHandle write path. Adds come from any thread into a queue; the client loop
+drains it once per wake-up, gives each add the next entry id through the pure PendingAdds machine,
+packages the whole drain as one blob (R7) and sends each bookie one batch. Acks go back into
+PendingAdds, whose actions complete futures in entry order (R6), ask for an ensemble change (R9) or
+fail the adds (R21: EFENCED fails them, never changes the ensemble). A bookie that neither acks nor
+fails within addEntryTimeoutSec is treated as failed. Close CASes CLOSED with the rules of R10.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import struct
+import threading
+from typing import TYPE_CHECKING
+
+from client.errors import BKError, ClientClosedError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
+from client.protocol import transforms
+from client.protocol.digest import make_digest, master_key, package_batch, package_lac
+from client.protocol.metadata import LedgerMetadata, LedgerState
+from client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, Resend, SendAdd
+from client.protocol.write_set import write_set
+from proto import bookie_pb2 as pb
+
+if TYPE_CHECKING:
+    from client.bookkeeper import ClientContext
+
+log = logging.getLogger("bkledger.client.writer")
+_LENGTH = struct.Struct(">q")
+TICK = 0.1
+
+
+class LedgerWriter:
+    """Owned by one LedgerHandle; every method but `submit` runs on the client loop."""
+
+    def __init__(self, ctx: ClientContext, md: LedgerMetadata, version: int, password: bytes):
+        self.ctx = ctx
+        self.md = md
+        self.version = version
+        self.ledger_id = md.ledger_id
+        self.digest = make_digest(md.digest_type, password)
+        self.master_key = master_key(password)
+        self.pending = PendingAdds(md.last_fragment.ensemble, md.write_quorum, md.ack_quorum)
+        self._incoming: collections.deque[tuple[bytes, concurrent.futures.Future[int]]] = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._window = threading.BoundedSemaphore(ctx.config.maxOutstandingAdds)
+        self._futures: dict[int, concurrent.futures.Future[int]] = {}
+        self._packaged: dict[int, memoryview] = {}
+        self._length = 0                 # cumulative payload bytes of every entry given an id
+        self.lac_length = 0              # cumulative length at the LAC
+        self._lac_sent = -1              # highest LAC bookies have seen (piggy-backed or explicit)
+        self._last_progress = 0.0
+        self._change_task: asyncio.Task[None] | None = None
+        self._timer: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._bad_bookies: set[str] = set()
+        self.error: BKError | None = None
+        self.closing = False
+
+    # ---- set-up -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._connect(self.pending.ensemble)
+        self._timer = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _connect(self, ensemble: tuple[str, ...]) -> None:
+        for bookie_id in ensemble:
+            try:
+                client = await self.ctx.pool.get(bookie_id)
+                client.register(self.ledger_id, self)
+            except BKError as exc:
+                log.warning("ledger %d: cannot reach bookie %s: %s", self.ledger_id, bookie_id, exc)
+
+    # ---- adds, from any thread ----------------------------------------------------------------
+    def submit(self, payload: bytes, future: concurrent.futures.Future[int], block: bool = True) -> bool:
+        """Queue an add. Returns False (and queues nothing) if the window is full and block is False."""
+        if self.error is not None or self.closing:
+            future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+            return True
+        if not self._window.acquire(blocking=block):
+            return False
+        with self._lock:
+            self._incoming.append((payload, future))
+            wake = not self._scheduled
+            self._scheduled = True
+        if wake:
+            self.ctx.runtime.call_soon(self._drain)
+        return True
+
+    def _drain(self) -> None:
+        with self._lock:
+            items = list(self._incoming)
+            self._incoming.clear()
+            self._scheduled = False
+        if not items:
+            return
+        if self.error is not None or self.closing:
+            error = self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
+            for _, fut in items:
+                self._window.release()
+                fut.set_exception(error)
+            return
+        if not self._futures:
+            self._last_progress = asyncio.get_running_loop().time()
+        self._idle.clear()
+        sends = [self.pending.on_add() for _ in items]
+        first = sends[0].entry_id
+        payloads = [p for p, _ in items]
+        lac = self.pending.last_add_confirmed
+        data, sizes = package_batch(self.digest, self.ledger_id, first, lac, self._length, payloads)
+        self._length += sum(len(p) for p in payloads)
+        self._lac_sent = max(self._lac_sent, lac)
+        view = memoryview(data)
+        offset = 0
+        for i, size in enumerate(sizes):
+            self._packaged[first + i] = view[offset : offset + size]
+            self._futures[first + i] = items[i][1]
+            offset += size
+        if all(len(s.indices) == self.md.ensemble_size for s in sends):
+            for bookie_id in self.pending.ensemble:     # E == Qw and no failure: one blob for everyone
+                self._send(bookie_id, list(range(first, first + len(sizes))), sizes, data)
+        else:
+            self._route([(s.entry_id, s.indices) for s in sends])
+
+    def _route(self, sends: list[tuple[int, tuple[int, ...]]], recovery: bool = False) -> None:
+        """Send each entry to the given ensemble indices, one batch per bookie."""
+        per_index: dict[int, list[int]] = collections.defaultdict(list)
+        for entry_id, indices in sends:
+            for index in indices:
+                per_index[index].append(entry_id)
+        ensemble = self.pending.ensemble
+        for index, entry_ids in per_index.items():
+            views = [self._packaged[e] for e in entry_ids]
+            self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views))
+
+    def _send(self, bookie_id: str, entry_ids: list[int], sizes: list[int], data: bytes) -> None:
+        client = self.ctx.pool.cached(bookie_id)
+        if client is None:
+            self.on_bookie_failed(bookie_id)
+            return
+        client.register(self.ledger_id, self)
+        client.send_add(self.ledger_id, self.master_key, entry_ids, sizes, data)
+
+    # ---- events from bookies (client loop) ------------------------------------------------------
+    def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
+        actions: list[object] = []
+        if ack.status == pb.EOK:
+            for entry_id in ack.entry_ids:
+                actions += self.pending.on_ack_from(entry_id, bookie_id)
+        else:
+            log.warning("ledger %d: bookie %s answered %s", self.ledger_id, bookie_id,
+                        pb.StatusCode.Name(ack.status))
+            for entry_id in ack.entry_ids:
+                actions += self.pending.on_error_from(entry_id, bookie_id, ack.status)
+        self._execute(actions)
+
+    def on_bookie_failed(self, bookie_id: str) -> None:
+        index = self.pending.index_of(bookie_id)
+        if index is None or not self._futures:
+            return
+        self._bad_bookies.add(bookie_id)
+        self._execute(list(self.pending.on_bookie_failed(index)))
+
+    def _execute(self, actions: list[object]) -> None:
+        for action in actions:
+            if isinstance(action, CompleteAdds):
+                self._complete(action)
+            elif isinstance(action, NeedEnsembleChange):
+                if self._change_task is None or self._change_task.done():
+                    self._change_task = asyncio.get_running_loop().create_task(self._change_ensemble())
+            elif isinstance(action, Resend):
+                self._route([(action.entry_id, action.indices)])
+            elif isinstance(action, FailAdds):
+                self._fail(action.entry_ids, action.error)
+            elif isinstance(action, SendAdd):
+                self._route([(action.entry_id, action.indices)])
+
+    def _complete(self, action: CompleteAdds) -> None:
+        last = action.last_add_confirmed
+        self.lac_length = _LENGTH.unpack_from(self._packaged[last], 24)[0]
+        futures, packaged, release = self._futures, self._packaged, self._window.release
+        for entry_id in action.entry_ids:
+            packaged.pop(entry_id, None)
+            fut = futures.pop(entry_id, None)
+            if fut is not None:
+                release()
+                fut.set_result(entry_id)
+        self._last_progress = asyncio.get_running_loop().time()
+        if not futures:
+            self._idle.set()
+
+    def _fail(self, entry_ids: tuple[int, ...] | list[int], error: BKError) -> None:
+        if self.error is None:
+            self.error = error
+            log.warning("ledger %d: adds fail: %s", self.ledger_id, error)
+        for entry_id in entry_ids:
+            self._packaged.pop(entry_id, None)
+            fut = self._futures.pop(entry_id, None)
+            if fut is not None:
+                self._window.release()
+                fut.set_exception(error)
+        if not self._futures:
+            self._idle.set()
+
+    # ---- ensemble change (R9) -------------------------------------------------------------
+    async def _change_ensemble(self) -> None:
+        try:
+            for _ in range(self.ctx.config.ensembleChangeMaxAttempts):
+                failed = sorted(self.pending.failed_indices)
+                if not failed or self.error is not None:
+                    return
+                await self._replace(failed)
+            if self.pending.failed_indices:
+                raise NotEnoughBookiesError(f"ledger {self.ledger_id}: ensemble changes kept failing")
+        except (LedgerFencedError, LedgerClosedError, NotEnoughBookiesError) as exc:
+            self._execute(list(self.pending.fail_all(exc)))
+        except BKError as exc:
+            self._execute(list(self.pending.fail_all(exc)))
+
+    async def _replace(self, failed: list[int]) -> None:
+        first = self.pending.last_add_confirmed + 1
+        ensemble = list(self.pending.ensemble)
+        writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
+        exclude = set(self._bad_bookies) | set(ensemble)
+        replacements: dict[int, str] = {}
+        for index in failed:
+            chosen = self.ctx.placement.replace_bookie(ensemble, writable, exclude)
+            replacements[index] = chosen
+            exclude.add(chosen)
+
+        def change(current: LedgerMetadata) -> LedgerMetadata:
+            return transforms.with_ensemble_change(current, first, replacements)
+
+        md, version = await asyncio.to_thread(
+            self.ctx.store.update_ledger, self.ledger_id, change, max_attempts=self.ctx.config.metadataMaxAttempts
+        )
+        self.md, self.version = md, version
+        new_ensemble = md.last_fragment.ensemble
+        log.info("ledger %d: ensemble change from entry %d: %s -> %s", self.ledger_id, first,
+                 [ensemble[i] for i in failed], [replacements[i] for i in failed])
+        await self._connect(tuple(replacements.values()))
+        self._last_progress = asyncio.get_running_loop().time()
+        self._execute(list(self.pending.on_ensemble_changed(new_ensemble, first)))
+
+    # ---- timers: add timeouts and explicit LAC ----------------------------------------------
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = self.ctx.config.addEntryTimeoutSec
+        while True:
+            await asyncio.sleep(TICK)
+            if self.error is not None:
+                continue
+            if self._futures and loop.time() - self._last_progress > timeout:
+                self._time_out_slow_bookies()
+            elif not self._futures and self.pending.last_add_confirmed > self._lac_sent:
+                await self._send_explicit_lac()
+
+    def _time_out_slow_bookies(self) -> None:
+        if self.pending.changing_ensemble:
+            return
+        oldest = self.pending.last_add_confirmed + 1
+        acked = self.pending.acked_indices(oldest)
+        members = write_set(oldest, self.md.ensemble_size, self.md.write_quorum)
+        for index in members:
+            if index not in acked and index not in self.pending.failed_indices:
+                bookie_id = self.pending.ensemble[index]
+                log.warning("ledger %d: bookie %s did not answer entry %d within %.1fs", self.ledger_id,
+                            bookie_id, oldest, self.ctx.config.addEntryTimeoutSec)
+                self._bad_bookies.add(bookie_id)
+                self._execute(list(self.pending.on_bookie_failed(index)))
+        self._last_progress = asyncio.get_running_loop().time()
+
+    async def _send_explicit_lac(self) -> None:
+        """Tell the bookies the LAC of an idle writer, so tailing readers see the last entries."""
+        lac = self.pending.last_add_confirmed
+        body = package_lac(self.digest, self.ledger_id, lac)
+        request = pb.WriteLacRequest(ledger_id=self.ledger_id, lac=lac, master_key=self.master_key, body=body)
+        self._lac_sent = lac
+        for bookie_id in self.pending.ensemble:
+            client = self.ctx.pool.cached(bookie_id)
+            if client is not None:
+                asyncio.get_running_loop().create_task(_quiet_write_lac(client, request))
+
+    # ---- close (R10) ------------------------------------------------------------------------
+    async def close(self, timeout: float) -> LedgerMetadata:
+        self.closing = True
+        self._drain()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            self._fail(list(self._futures), LedgerClosedError(f"ledger {self.ledger_id} closed with adds pending"))
+        if self._change_task is not None:
+            await asyncio.gather(self._change_task, return_exceptions=True)
+        lac, length = self.pending.last_add_confirmed, self.lac_length
+
+        def close(current: LedgerMetadata) -> LedgerMetadata | None:
+            if current.state is LedgerState.OPEN:
+                return transforms.closed(current, lac, length)
+            decision = transforms.decide_writer_close_conflict(current, lac)
+            if decision is transforms.ConflictDecision.SUCCESS:
+                return None
+            raise transforms.conflict_error(decision, current, lac)
+
+        try:
+            md, version = await asyncio.to_thread(
+                self.ctx.store.update_ledger, self.ledger_id, close, max_attempts=self.ctx.config.metadataMaxAttempts
+            )
+        finally:
+            self.shutdown()
+        self.md, self.version = md, version
+        return md
+
+    def shutdown(self) -> None:
+        self.ctx.writers.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        for bookie_id in self.md.all_bookies():
+            client = self.ctx.pool.cached(bookie_id)
+            if client is not None:
+                client.unregister(self.ledger_id)
+        if self.error is None:
+            self.error = ClientClosedError(f"ledger {self.ledger_id} handle is closed")
+
+
+async def _quiet_write_lac(client: object, request: pb.WriteLacRequest) -> None:
+    try:
+        await client.write_lac(request, timeout=5)  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - best effort: the next add carries the LAC anyway
+        log.debug("explicit LAC to %s failed: %s", getattr(client, "bookie_id", "?"), exc)
