@@ -45,8 +45,8 @@ class BookieClient:
         self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.BookieStub(self.channel)
         self._handlers: dict[int, AckHandler] = {}
-        self._queue: list[pb.AddBatch] = []
-        self._queued_bytes = 0
+        self._requests: list[pb.AddRequest] = []    # built in place: each payload is copied once
+        self._current_bytes = 0
         self._wakeup = asyncio.Event()
         self._stream_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -75,7 +75,10 @@ class BookieClient:
         """Queue a batch; it leaves with the next write of the stream. Acks reach the handler."""
         if self.failed:
             raise ConnectionError(f"bookie {self.bookie_id} connection failed")
-        batch = pb.AddBatch(
+        if not self._requests or self._current_bytes + len(data) > MAX_REQUEST_BYTES:
+            self._requests.append(pb.AddRequest())
+            self._current_bytes = 0
+        self._requests[-1].batches.add(
             ledger_id=ledger_id,
             master_key=master_key,
             recovery_add=recovery_add,
@@ -85,8 +88,7 @@ class BookieClient:
             sizes=sizes,
             data=data,
         )
-        self._queue.append(batch)
-        self._queued_bytes += len(data)
+        self._current_bytes += len(data)
         if self._stream_task is None:
             self._stream_task = asyncio.get_running_loop().create_task(self._run_stream())
         self._wakeup.set()
@@ -98,8 +100,11 @@ class BookieClient:
             while not self._closed:
                 await self._wakeup.wait()
                 self._wakeup.clear()
-                while self._queue:
-                    await call.write(self._take_request())
+                while self._requests:
+                    request = self._requests.pop(0)
+                    if not self._requests:
+                        self._current_bytes = 0
+                    await call.write(request)
                 if reader.done():
                     break
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
@@ -112,16 +117,6 @@ class BookieClient:
                 reader.cancel()
             if not self._closed:
                 self._fail()
-
-    def _take_request(self) -> pb.AddRequest:
-        batches: list[pb.AddBatch] = []
-        size = 0
-        while self._queue and (not batches or size + len(self._queue[0].data) <= MAX_REQUEST_BYTES):
-            batch = self._queue.pop(0)
-            size += len(batch.data)
-            batches.append(batch)
-        self._queued_bytes -= size
-        return pb.AddRequest(batches=batches)
 
     async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
@@ -139,7 +134,7 @@ class BookieClient:
     def _fail(self) -> None:
         """The stream is gone: nothing in flight on it will be acknowledged."""
         self.failed = True
-        self._queue.clear()
+        self._requests.clear()
         for handler in list(self._handlers.values()):
             handler.on_bookie_failed(self.bookie_id)
 

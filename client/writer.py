@@ -48,7 +48,7 @@ class LedgerWriter:
         self._incoming: collections.deque[tuple[bytes, concurrent.futures.Future[int]]] = collections.deque()
         self._lock = threading.Lock()
         self._scheduled = False
-        self._window = threading.BoundedSemaphore(ctx.config.maxOutstandingAdds)
+        self._window = _Window(ctx.config.maxOutstandingAdds)
         self._futures: dict[int, concurrent.futures.Future[int]] = {}
         self._packaged: dict[int, memoryview] = {}
         self._length = 0                 # cumulative payload bytes of every entry given an id
@@ -101,8 +101,8 @@ class LedgerWriter:
             return
         if self.error is not None or self.closing:
             error = self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
+            self._window.release(len(items))
             for _, fut in items:
-                self._window.release()
                 fut.set_exception(error)
             return
         if not self._futures:
@@ -150,8 +150,7 @@ class LedgerWriter:
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
         actions: list[object] = []
         if ack.status == pb.EOK:
-            for entry_id in ack.entry_ids:
-                actions += self.pending.on_ack_from(entry_id, bookie_id)
+            actions += self.pending.on_acks_from(ack.entry_ids, bookie_id)
         else:
             log.warning("ledger %d: bookie %s answered %s", self.ledger_id, bookie_id,
                         pb.StatusCode.Name(ack.status))
@@ -183,13 +182,15 @@ class LedgerWriter:
     def _complete(self, action: CompleteAdds) -> None:
         last = action.last_add_confirmed
         self.lac_length = _LENGTH.unpack_from(self._packaged[last], 24)[0]
-        futures, packaged, release = self._futures, self._packaged, self._window.release
+        futures, packaged = self._futures, self._packaged
+        done = 0
         for entry_id in action.entry_ids:
             packaged.pop(entry_id, None)
             fut = futures.pop(entry_id, None)
             if fut is not None:
-                release()
+                done += 1
                 fut.set_result(entry_id)
+        self._window.release(done)
         self._last_progress = asyncio.get_running_loop().time()
         if not futures:
             self._idle.set()
@@ -202,7 +203,7 @@ class LedgerWriter:
             self._packaged.pop(entry_id, None)
             fut = self._futures.pop(entry_id, None)
             if fut is not None:
-                self._window.release()
+                self._window.release(1)
                 fut.set_exception(error)
         if not self._futures:
             self._idle.set()
@@ -325,6 +326,38 @@ class LedgerWriter:
                 client.unregister(self.ledger_id)
         if self.error is None:
             self.error = ClientClosedError(f"ledger {self.ledger_id} handle is closed")
+
+
+class _Window:
+    """Bounds the adds in flight: acquire one per add (blocking the caller when full), release many."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self.waiters = 0
+        self.cond = threading.Condition()
+
+    def acquire(self, blocking: bool = True) -> bool:
+        with self.cond:
+            if self.used >= self.limit:
+                if not blocking:
+                    return False
+                self.waiters += 1
+                try:
+                    while self.used >= self.limit:
+                        self.cond.wait()
+                finally:
+                    self.waiters -= 1
+            self.used += 1
+            return True
+
+    def release(self, count: int) -> None:
+        if count <= 0:
+            return
+        with self.cond:
+            self.used -= count
+            if self.waiters:
+                self.cond.notify(count)
 
 
 async def _quiet_write_lac(client: object, request: pb.WriteLacRequest) -> None:

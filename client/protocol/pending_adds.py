@@ -168,6 +168,21 @@ class PendingAdds:
         index = self._index.get(bookie_id)
         return [] if index is None else self.on_ack(entry_id, index)
 
+    def on_acks_from(self, entry_ids: Sequence[int], bookie_id: str) -> list[AddAction]:
+        """Many acks of one bookie at once (a batched reply): the same outcome as on_ack_from for each
+        in turn, with the completions merged into at most one CompleteAdds."""
+        index = self._index.get(bookie_id)
+        if index is None or index in self._failed:
+            return []
+        pending_map = self._pending
+        for entry_id in entry_ids:
+            pending = pending_map.get(entry_id)
+            if pending is not None and index in pending.members:
+                pending.acked.add(index)
+        if self._changing:
+            return []
+        return self._drain()
+
     def on_error_from(self, entry_id: int, bookie_id: str, status: int) -> list[AddAction]:
         """on_error by bookie id; a bookie no longer in the ensemble only matters for EFENCED / EUA."""
         index = self._index.get(bookie_id)

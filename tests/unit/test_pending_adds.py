@@ -249,3 +249,27 @@ def test_late_replies_of_a_replaced_bookie_are_not_credited_to_its_replacement()
     assert isinstance(pa.on_error_from(1, "c", StatusCode.EFENCED), list)
     with pytest.raises(LedgerFencedError):
         pa.on_add()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_bulk_acks_complete_like_single_acks(data):
+    """R6: acking a batch at once completes exactly what acking its entries one by one completes."""
+    e = data.draw(st.integers(1, 5))
+    qw = data.draw(st.integers(1, e))
+    qa = data.draw(st.integers(1, qw))
+    ensemble = [f"b{i}" for i in range(e)]
+    one, bulk = PendingAdds(ensemble, qw, qa), PendingAdds(ensemble, qw, qa)
+    n = data.draw(st.integers(1, 30))
+    for _ in range(n):
+        one.on_add()
+        bulk.on_add()
+    for _ in range(data.draw(st.integers(1, 12))):
+        bookie = data.draw(st.sampled_from(ensemble))
+        ids = data.draw(st.lists(st.integers(0, n - 1), max_size=n))
+        single = [a for i in ids for a in one.on_ack_from(i, bookie)]
+        merged = bulk.on_acks_from(ids, bookie)
+        done_single = [i for a in single if isinstance(a, CompleteAdds) for i in a.entry_ids]
+        done_bulk = [i for a in merged if isinstance(a, CompleteAdds) for i in a.entry_ids]
+        assert done_single == done_bulk
+        assert one.last_add_confirmed == bulk.last_add_confirmed
