@@ -18,6 +18,7 @@ from client.bookies import BookiePool
 from client.config import ClientConfig
 from client.errors import BadPasswordError, ClientClosedError, InvalidOptionError
 from client.ledger_handle import LedgerHandle
+from client.logs import LogsMixin
 from client.meta.store import MetadataStore
 from client.placement import PlacementPolicy, RandomPlacementPolicy
 from client.protocol import transforms
@@ -44,7 +45,7 @@ class ClientContext:
     writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
 
 
-class BookKeeper:
+class BookKeeper(LogsMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
                  placement: PlacementPolicy | None = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri
