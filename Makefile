@@ -21,13 +21,16 @@ test: $(STAMP) lint
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy bookie client spark_connector pyspark_bkledger.py tests examples
+	$(BIN)/mypy bookie client bench tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
+
+sim: $(STAMP)
+	$(BIN)/python -m tests.sim.runner --seeds $(SEEDS) $(if $(SEED),--seed $(SEED))
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \

@@ -81,6 +81,43 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {b['journal_dir']} {','.join(b['ledger_dirs'])}")
 
 
+def cmd_log(args: argparse.Namespace) -> int:
+    """`bkledger log list|describe NAME|tail NAME`: the logs stored under a metadata service URI."""
+    from client import BookKeeper
+    from client.errors import BKError
+    from client.logs import describe_log
+    from client.protocol.log_meta import Position
+
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    if args.action != "list" and not args.name:
+        print(f"bkledger log {args.action}: give the log's NAME", file=sys.stderr)
+        return 2
+    try:
+        with BookKeeper(args.uri) as bk:
+            if args.action == "list":
+                for name in bk.list_logs():
+                    print(name)
+            elif args.action == "describe":
+                meta = bk.log_metadata(args.name)
+                if args.json:
+                    print(json.dumps(meta.to_dict(), indent=2, sort_keys=True))
+                else:
+                    print("\n".join(describe_log(meta)))
+            else:
+                start: Any = args.start if args.start in ("earliest", "latest") else Position.parse(args.start)
+                with bk.open_log_reader(args.name, start, password=args.password.encode()) as reader:
+                    timeout = None if args.follow else args.timeout
+                    for rec in reader.read(max_records=args.max, timeout=timeout):
+                        shown = rec.payload.hex() if args.hex else rec.payload.decode("utf-8", "backslashreplace")
+                        print(f"{rec.position}\t{shown}", flush=True)
+    except BKError as exc:
+        print(f"bkledger log {args.action}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bkledger", description="A replicated, ledger-backed log store")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")
     p.set_defaults(func=cmd_local)
+
+    p = sub.add_parser("log", help="logs made of ledgers: list, describe, tail")
+    p.add_argument("action", choices=["list", "describe", "tail"])
+    p.add_argument("name", nargs="?", help="the log (describe, tail)")
+    p.add_argument("--uri", required=True, help="metadata service URI, e.g. zk://127.0.0.1:2181/ledgers")
+    p.add_argument("--from", dest="start", default="earliest", help="earliest, latest or LEDGER:ENTRY (tail)")
+    p.add_argument("--max", type=int, default=None, help="stop after this many records (tail)")
+    p.add_argument("--timeout", type=float, default=2.0, help="stop after this many idle seconds (tail)")
+    p.add_argument("--follow", action="store_true", help="keep tailing until interrupted (tail)")
+    p.add_argument("--hex", action="store_true", help="print payloads as hex (tail)")
+    p.add_argument("--password", default="", help="the log's ledger password (tail)")
+    p.add_argument("--json", action="store_true", help="metadata as JSON (describe)")
+    p.set_defaults(func=cmd_log)
     return parser
 
 

@@ -318,4 +318,7 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
+    ("grpc.http2.max_ping_strikes", 0),
 ]

@@ -2,41 +2,62 @@
 
     from client import BookKeeper
     bk = BookKeeper("zk://127.0.0.1:2181/ledgers")
+    w = bk.open_log_writer("orders"); pos = w.append(b"...")     # logs made of ledgers (client.logs)
 """
 
 from client.bookkeeper import BookKeeper
 from client.errors import (
     BadPasswordError,
     BKError,
+    DataLossError,
     DigestMismatchError,
     EntryTooLargeError,
     InvalidOptionError,
+    InvalidPositionError,
     InvalidQuorumError,
     LedgerClosedError,
     LedgerFencedError,
     LedgerRecoveryError,
+    LogFencedError,
+    LogNotFoundError,
+    LogWriterClosedError,
     NoSuchEntryError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     ReadBeyondLastEntryError,
 )
 from client.ledger_handle import LedgerEntry, LedgerHandle
+from client.log_reader import LogReader, LogRecord
+from client.log_writer import LogWriter
+from client.logs import append_ledgers
+from client.protocol.log_meta import LogMetadata, Position
 
 __all__ = [
     "BKError",
     "BadPasswordError",
     "BookKeeper",
+    "DataLossError",
     "DigestMismatchError",
     "EntryTooLargeError",
     "InvalidOptionError",
+    "InvalidPositionError",
     "InvalidQuorumError",
     "LedgerClosedError",
     "LedgerEntry",
     "LedgerFencedError",
     "LedgerHandle",
     "LedgerRecoveryError",
+    "LogFencedError",
+    "LogMetadata",
+    "LogNotFoundError",
+    "LogReader",
+    "LogRecord",
+    "LogWriter",
+    "LogWriterClosedError",
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "NotEnoughBookiesError",
+    "Position",
     "ReadBeyondLastEntryError",
+    "append_ledgers",
 ]

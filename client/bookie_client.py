@@ -28,6 +28,9 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10000),
     ("grpc.enable_retries", 0),
     ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.use_local_subchannel_pool", 1),        # a fresh channel must not inherit an old one's backoff
+    ("grpc.initial_reconnect_backoff_ms", 100),   # (min_reconnect_backoff would also cap connect time)
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
@@ -139,8 +142,18 @@ class BookieClient:
             handler.on_bookie_failed(self.bookie_id)
 
     # ---- unary calls ------------------------------------------------------------------------
+    def _broken(self, exc: grpc.aio.AioRpcError) -> None:
+        """The bookie could not be reached: let the pool open a fresh connection next time instead of
+        waiting out this channel's reconnect backoff (a restarted bookie is used again at once)."""
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            self.failed = True
+
     async def read(self, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
-        return await self.stub.Read(request, timeout=timeout)
+        try:
+            return await self.stub.Read(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            self._broken(exc)
+            raise
 
     async def read_range(
         self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20
@@ -148,8 +161,12 @@ class BookieClient:
         request = pb.ReadRangeRequest(
             ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes
         )
-        async for batch in self.stub.ReadRange(request, timeout=timeout):
-            yield batch
+        try:
+            async for batch in self.stub.ReadRange(request, timeout=timeout):
+                yield batch
+        except grpc.aio.AioRpcError as exc:
+            self._broken(exc)
+            raise
 
     async def read_lac(self, ledger_id: int, timeout: float) -> pb.ReadLacResponse:
         return await self.stub.ReadLac(pb.ReadLacRequest(ledger_id=ledger_id), timeout=timeout)

@@ -26,6 +26,7 @@ class ClientConfig:
     maxOutstandingAdds: int = 20000          # adds in flight per ledger before add_entry waits
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure
     readBatchBytes: int = 4 * 1024 * 1024    # range read batch size asked from bookies
+    recoveryReadWindow: int = 64             # recovery reads in flight (BookKeeper: recoveryReadBatchSize)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> ClientConfig:

@@ -207,3 +207,50 @@ __all__ = [
     "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
     "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",
 ]
+
+
+# ---- logs made of ledgers (R27-R30) ---------------------------------------------------------------
+class LogNotFoundError(BKError):
+    default_message = (
+        "no such log: it was never created or has been deleted; check the name (bkledger log list) or "
+        "open a log writer with create=True"
+    )
+
+
+class LogFencedError(LedgerFencedError):
+    default_message = (
+        "another writer took over this log (it fenced this writer's ledger or won the compare-and-swap of "
+        "the ledger list): stop writing here; appends that failed were maybe written, read the log to find "
+        "out, and open a new log writer only if this process should lead again"
+    )
+
+
+class LogWriterClosedError(LedgerClosedError):
+    default_message = "this log writer is closed: open a new one with open_log_writer to append more"
+
+
+class DataLossError(BKError):
+    default_message = (
+        "data the reader was positioned on is gone (its ledgers were truncated or removed by retention): "
+        "restart from 'earliest', or open the reader with fail_on_data_loss=False to skip ahead"
+    )
+
+
+class InvalidPositionError(BKError, ValueError):
+    default_message = (
+        "this position is not in the log: start from 'earliest', 'latest' or a position that a reader or "
+        "writer of this log returned"
+    )
+
+
+class InvalidLogUpdateError(BKError, ValueError):
+    default_message = (
+        "this change would break the log's order: its ledger ids must strictly increase, so append only "
+        "CLOSED ledgers created after the log's last ledger"
+    )
+
+
+class LogUpdateConflictError(MetadataConflictError):
+    default_message = (
+        "the log's ledger list kept changing under this update (compare-and-swap lost repeatedly): retry later"
+    )

@@ -1,7 +1,389 @@
-"""Logs made of ledgers (R27-R30): placeholder until the log module lands."""
+"""Logs made of ledgers (R27-R30): named, ordered lists of ledgers in ZooKeeper, and their operations.
+
+Mirrors BookKeeper's "ledgers to logs" recipe as DistributedLog and Pulsar's ManagedLedger implement it.
+A log lives in the znode `{root}/logs/<name>` (JSON, see `client.protocol.log_meta`) and changes only by
+compare-and-swap on its version (R27). `LogsMixin` gives `BookKeeper` the log operations:
+
+    w = bk.open_log_writer("orders")            # R28: fence the last two ledgers, new ledger, CAS
+    pos = w.append(b"...")                      # Position(ledger_id, entry_id); rolls by count/bytes/age (R29)
+    r = bk.open_log_reader("orders", start="earliest")   # never fences; tails the open ledger
+    bk.truncate_log("orders", before=pos)       # R30: CAS the shorter list, then delete the ledgers
+    bk.set_log_retention("orders", max_age_s=..., max_bytes=...); bk.start_log_retention(60.0)
+    append_ledgers(bk, "orders", [12, 13], commit_marker=("query-1", 7))   # Spark sink commit
+
+Retention runs where you start it: `bk.start_log_retention(interval_s)` starts a daemon thread that
+applies every log's retention settings each interval (stop it with `.stop()`); `bk.apply_log_retention`
+runs it once. Deleted ledgers lose their metadata at once; bookies reclaim the space at garbage collection.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, cast
 
+from client.errors import (
+    BKError,
+    ClientClosedError,
+    DataLossError,
+    InvalidLogUpdateError,
+    InvalidOptionError,
+    InvalidPositionError,
+    LogFencedError,
+    LogNotFoundError,
+    LogUpdateConflictError,
+    LogWriterClosedError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
+from client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
+from client.protocol import log_meta as lm
+from client.protocol.log_meta import LogLedger, LogMetadata, Position, RetentionPolicy
+from client.protocol.metadata import LedgerState
+
+if TYPE_CHECKING:
+    from client.bookkeeper import BookKeeper
+    from client.log_reader import LogReader, StartSpec
+    from client.log_writer import LogWriter
+    from client.meta.store import MetadataStore
+
+log = logging.getLogger("bkledger.logs")
+LOG_UPDATE_ATTEMPTS = 50
+
+__all__ = [
+    "DataLossError", "InvalidLogUpdateError", "InvalidPositionError", "LogFencedError", "LogLedger",
+    "LogMetadata", "LogNotFoundError", "LogUpdateConflictError", "LogWriterClosedError", "LogsMixin",
+    "Position", "RetentionPolicy", "RetentionTask", "append_ledgers", "describe_log",
+]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---- the log znode ------------------------------------------------------------------------------
+def log_path(store: MetadataStore, name: str) -> str:
+    try:
+        return store.layout.log(name)
+    except ValueError as exc:
+        raise InvalidOptionError(str(exc)) from None
+
+
+def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int] | None:
+    """(metadata, znode version) of the log, or None if it does not exist."""
+    got = store.get(log_path(store, name))
+    if got is None:
+        return None
+    try:
+        return lm.decode(name, got[0]), got[1]
+    except ValueError as exc:
+        raise MetadataFormatError(str(exc)) from exc
+
+
+def require_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
+    got = read_log(store, name)
+    if got is None:
+        raise LogNotFoundError(f"log {name!r} does not exist: check the name (bkledger log list) or create it "
+                               "by opening a log writer")
+    return got
+
+
+def create_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
+    """Create the log with no ledgers, or read it if someone else created it first."""
+    with contextlib.suppress(ZNodeExistsError):
+        store.create(log_path(store, name), lm.encode(lm.new_log(name, now_ms())), makepath=True)
+    return require_log(store, name)
+
+
+def write_log(store: MetadataStore, name: str, meta: LogMetadata, version: int) -> int:
+    """CAS the log at `version` (R27); MetadataVersionError if it moved on. Returns the new version."""
+    try:
+        return store.cas(log_path(store, name), lm.encode(meta), version)
+    except NoSuchNodeError:
+        raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
+
+
+def update_log(store: MetadataStore, name: str, fn: Callable[[LogMetadata], LogMetadata],
+               attempts: int = LOG_UPDATE_ATTEMPTS) -> tuple[LogMetadata, int]:
+    """The CAS loop: read, `fn(current)`, CAS; on a lost race re-read and call `fn` again (bounded)."""
+    for attempt in range(attempts):
+        meta, version = require_log(store, name)
+        new = fn(meta)
+        if new == meta:
+            return meta, version
+        try:
+            return new, write_log(store, name, new, version)
+        except MetadataVersionError:
+            time.sleep(min(0.002 * 2**attempt, 0.05))
+    raise LogUpdateConflictError(f"log {name!r}: its ledger list changed under this update {attempts} times "
+                                 "in a row; retry later")
+
+
+def delete_ledgers(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
+    for ledger_id in ledger_ids:
+        with contextlib.suppress(NoSuchLedgerError):
+            bk.delete_ledger(ledger_id)
+
+
+def describe_log(meta: LogMetadata) -> list[str]:
+    """Human-readable lines about a log (`bkledger log describe`)."""
+    def show(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    ret = meta.retention
+    lines = [
+        f"log                 {meta.name}",
+        f"ledgers             {len(meta.ledgers)}",
+        f"entries             {'unknown (last ledger open)' if meta.entries is None else meta.entries}",
+        f"bytes (closed)      {meta.size}",
+        f"retention           max_age_s={show_float(ret.max_age_s)} max_bytes={show(ret.max_bytes)}",
+    ]
+    if meta.committed_batches:
+        lines.append(f"committed batches   {dict(sorted(meta.committed_batches.items()))}")
+    lines.append(f"{'ledger_id':>12}{'first_pos':>12}{'entries':>10}{'bytes':>12}  state")
+    for led in meta.ledgers:
+        lines.append(f"{led.ledger_id:>12}{show(led.first_position):>12}{show(led.entries):>10}"
+                     f"{show(led.size):>12}  {'closed' if led.sealed else 'open'}")
+    return lines
+
+
+def show_float(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+# ---- appending closed ledgers (the Spark sink's commit) ---------------------------------------
+def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
+                   commit_marker: tuple[str, int] | None = None, password: bytes = b"") -> bool:
+    """Append CLOSED ledgers to the log and record `commit_marker=(query_id, batch_id)`, in ONE CAS.
+
+    Returns False, appending nothing, if the marker shows that batch (or a later one) is already
+    committed. Creates the log if missing. Like a new log writer (R28) it first fences and recovers the
+    log's last two ledgers if they are still open, so a live log writer of this log is fenced out. The
+    ledger ids must be above the log's last ledger id (InvalidLogUpdateError otherwise).
+    """
+    ids = sorted(ledger_ids)
+    if len(set(ids)) != len(ids):
+        raise InvalidLogUpdateError(f"append_ledgers({name!r}): ledger ids {ids} repeat")
+    closed = []
+    for ledger_id in ids:
+        md = bk.ledger_metadata(ledger_id)
+        if md.state is not LedgerState.CLOSED:
+            raise InvalidLogUpdateError(f"ledger {ledger_id} is not CLOSED: close it before appending it to "
+                                        f"log {name!r}")
+        closed.append((ledger_id, md.last_entry_id, md.length, md.ctime_ms))
+    got = read_log(bk.store, name) or create_log(bk.store, name)
+    for attempt in range(LOG_UPDATE_ATTEMPTS):
+        meta, version = got
+        if commit_marker is not None and lm.batch_committed(meta, *commit_marker):
+            return False
+        sealed = seal_tail(bk, meta, password)
+        new = lm.with_sealed_ledgers_appended(sealed, closed, now_ms())
+        if commit_marker is not None:
+            new = lm.with_batch_marker(new, *commit_marker)
+        try:
+            write_log(bk.store, name, new, version)
+            return True
+        except MetadataVersionError:
+            time.sleep(min(0.002 * 2**attempt, 0.05))
+            got = require_log(bk.store, name)
+    raise LogUpdateConflictError(f"append_ledgers({name!r}): the log kept changing; retry later")
+
+
+def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:
+    """Fence and recover (open with recovery) every ledger not recorded as sealed: the last two (R28 step 2;
+    those recorded as sealed are CLOSED already) and any older one a crashed writer left unrecorded. Their
+    entry counts and sizes go into the returned metadata."""
+    out = meta
+    for led in meta.ledgers:
+        if led.sealed:          # recorded only once CLOSED, and CLOSED is terminal: fencing is a no-op
+            continue
+        rh = bk.open_ledger(led.ledger_id, password, recovery=True)
+        out = lm.with_ledger_sealed(out, led.ledger_id, rh.last_entry_id, rh.metadata.length, now_ms())
+    return out
+
+
+# ---- retention --------------------------------------------------------------------------------
+class RetentionTask:
+    """A daemon thread applying every log's retention settings each `interval_s` seconds."""
+
+    def __init__(self, bk: BookKeeper, interval_s: float, names: Iterable[str] | None = None) -> None:
+        if interval_s <= 0:
+            raise InvalidOptionError(f"retention interval must be > 0 seconds, got {interval_s}")
+        self._bk = bk
+        self._interval = interval_s
+        self._names = None if names is None else list(names)
+        self._stop = threading.Event()
+        self.runs = 0
+        self.deleted: list[int] = []
+        self._thread = threading.Thread(target=self._run, name="bkledger-log-retention", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.run_once()
+
+    def run_once(self) -> None:
+        try:
+            names = self._names if self._names is not None else self._bk.list_logs()
+        except ClientClosedError:
+            self._stop.set()                        # the client went away: so does its retention task
+            return
+        except BKError as exc:
+            log.warning("log retention: cannot list logs: %s", exc)
+            return
+        for name in names:
+            if self._stop.is_set():
+                return
+            try:
+                self.deleted += self._bk.apply_log_retention(name)
+            except ClientClosedError:
+                self._stop.set()
+                return
+            except BKError as exc:
+                log.warning("log retention of %r failed (retried next round): %s", name, exc)
+        self.runs += 1
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> RetentionTask:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclasses.dataclass(frozen=True)
+class RollPolicy:
+    """When a log writer rolls to a new ledger (R29). Defaults follow Pulsar's broker.conf:
+    managedLedgerMaxEntriesPerLedger=50000, managedLedgerMaxLedgerRolloverTimeMinutes=240, and
+    DistributedLog's maxLogSegmentBytes=256 MB. None disables a limit."""
+
+    entries: int | None = 50_000
+    bytes: int | None = 256 * 1024 * 1024
+    age_s: float | None = 4 * 3600.0
+
+    def __post_init__(self) -> None:
+        for what, value in (("roll_entries", self.entries), ("roll_bytes", self.bytes), ("roll_age_s", self.age_s)):
+            if value is not None and value <= 0:
+                raise InvalidOptionError(f"{what} must be > 0 (or None to disable), got {value}")
+
+
+def _bk(mixin: LogsMixin) -> BookKeeper:
+    return cast("BookKeeper", mixin)
+
+
+# ---- the BookKeeper methods -------------------------------------------------------------------
 class LogsMixin:
-    """Log operations of BookKeeper (open_log_writer, open_log_reader, truncate_log, list_logs)."""
+    """Log operations of BookKeeper (open_log_writer, open_log_reader, truncate_log, list_logs, ...)."""
+
+    def open_log_writer(self, name: str, *, ensemble_size: int = 3, write_quorum: int = 2,
+                        ack_quorum: int = 2, password: bytes = b"", roll_entries: int | None = 50_000,
+                        roll_bytes: int | None = 256 * 1024 * 1024, roll_age_s: float | None = 4 * 3600.0,
+                        create: bool = True, digest_type: str = "crc32c") -> LogWriter:
+        """Become the writer of the log (R28): fence its last two ledgers, create a new ledger, CAS it into
+        the list. LogFencedError if another writer changed the list meanwhile; LogNotFoundError if the log
+        does not exist and create is False. A previous writer's further appends fail with LogFencedError."""
+        from client.log_writer import LogWriter
+
+        bk = _bk(self)
+        bk._check_open()
+        roll = RollPolicy(roll_entries, roll_bytes, roll_age_s)
+        return LogWriter.open(bk, name, quorum=(ensemble_size, write_quorum, ack_quorum), password=password,
+                              roll=roll, create=create, digest_type=digest_type)
+
+    def open_log_reader(self, name: str, start: StartSpec = "earliest", *,
+                        fail_on_data_loss: bool = True, password: bytes = b"",
+                        poll_interval_s: float = 0.2) -> LogReader:
+        """Read the log in order from `start` ("earliest", "latest" or a Position) without fencing: it tails
+        the open ledger up to its LAC and follows new ledgers. A start whose ledgers were truncated raises
+        DataLossError, or starts at the earliest available record if fail_on_data_loss is False."""
+        from client.log_reader import LogReader
+
+        bk = _bk(self)
+        bk._check_open()
+        return LogReader(bk, name, start, fail_on_data_loss=fail_on_data_loss, password=password,
+                         poll_interval_s=poll_interval_s)
+
+    def list_logs(self) -> list[str]:
+        bk = _bk(self)
+        bk._check_open()
+        return bk.store.children(bk.store.layout.logs)
+
+    def log_metadata(self, name: str) -> LogMetadata:
+        bk = _bk(self)
+        bk._check_open()
+        return require_log(bk.store, name)[0]
+
+    def truncate_log(self, name: str, before: Position) -> list[int]:
+        """Drop the ledgers entirely before `before` (R30): CAS the shorter list, then delete the dropped
+        ledgers. The last ledger is never dropped. Returns the dropped ledger ids."""
+        bk = _bk(self)
+        bk._check_open()
+        dropped: list[int] = []
+
+        def cut(meta: LogMetadata) -> LogMetadata:
+            new, gone = lm.truncated_before(meta, before)
+            dropped[:] = gone
+            return new
+
+        update_log(bk.store, name, cut)
+        delete_ledgers(bk, dropped)
+        if dropped:
+            log.info("log %r truncated before %s: deleted ledgers %s", name, before, dropped)
+        return list(dropped)
+
+    def set_log_retention(self, name: str, *, max_age_s: float | None = None,
+                          max_bytes: int | None = None) -> LogMetadata:
+        """Store the log's retention settings (None: no limit); applied by apply_log_retention / the task."""
+        bk = _bk(self)
+        bk._check_open()
+        return update_log(bk.store, name, lambda m: lm.with_retention(m, max_age_s, max_bytes))[0]
+
+    def apply_log_retention(self, name: str) -> list[int]:
+        """Drop and delete the ledgers the log's retention settings no longer keep; their ids."""
+        bk = _bk(self)
+        bk._check_open()
+        dropped: list[int] = []
+
+        def cut(meta: LogMetadata) -> LogMetadata:
+            new, gone = lm.retention_cut(meta, now_ms())
+            dropped[:] = gone
+            return new
+
+        update_log(bk.store, name, cut)
+        delete_ledgers(bk, dropped)
+        if dropped:
+            log.info("log %r retention: deleted ledgers %s", name, dropped)
+        return list(dropped)
+
+    def start_log_retention(self, interval_s: float = 60.0,
+                            names: Iterable[str] | None = None) -> RetentionTask:
+        """Apply retention to every log (or `names`) every `interval_s` seconds in a daemon thread."""
+        bk = _bk(self)
+        bk._check_open()
+        return RetentionTask(bk, interval_s, names)
+
+    def append_ledgers(self, name: str, ledger_ids: Iterable[int], *,
+                       commit_marker: tuple[str, int] | None = None, password: bytes = b"") -> bool:
+        bk = _bk(self)
+        bk._check_open()
+        return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password)
+
+    def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
+        """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""
+        bk = _bk(self)
+        bk._check_open()
+        meta, version = require_log(bk.store, name)
+        try:
+            bk.store.delete(log_path(bk.store, name), version)
+        except NoSuchNodeError:
+            raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
+        if delete_ledgers_too:
+            delete_ledgers(bk, meta.ledger_ids)

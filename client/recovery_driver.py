@@ -42,17 +42,26 @@ log = logging.getLogger("bkledger.client.recovery")
 
 
 class _WriteBackAcks:
-    """Ack handler for write-backs: routes bookie answers into the recovery's event queue."""
+    """Ack handler for write-backs: routes bookie answers into the recovery's event queue.
 
-    def __init__(self, events: asyncio.Queue[tuple[str, tuple[object, ...]]]):
+    A lost connection is reported to the machine only after `delay` (addEntryTimeoutSec), as
+    BookKeeper notices a failed add by its timeout: if the other bookies of the write sets
+    acknowledge meanwhile, recovery closes without replacing (or waiting for) the unreachable one."""
+
+    def __init__(self, events: asyncio.Queue[tuple[str, tuple[object, ...]]], delay: float):
         self.events = events
+        self.delay = delay
+        self.reported: set[str] = set()
 
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
         for entry_id in ack.entry_ids:
             self.events.put_nowait(("write", (entry_id, bookie_id, ack.status)))
 
     def on_bookie_failed(self, bookie_id: str) -> None:
-        self.events.put_nowait(("bookie_failed", (bookie_id,)))
+        if bookie_id in self.reported:
+            return
+        self.reported.add(bookie_id)
+        asyncio.get_running_loop().call_later(self.delay, self.events.put_nowait, ("bookie_failed", (bookie_id,)))
 
 
 class RecoveryRun:
@@ -64,7 +73,7 @@ class RecoveryRun:
         self.master_key = master_key(password)
         self.rules = rules
         self.events: asyncio.Queue[tuple[str, tuple[object, ...]]] = asyncio.Queue()
-        self.acks = _WriteBackAcks(self.events)
+        self.acks = _WriteBackAcks(self.events, ctx.config.addEntryTimeoutSec)
         self.tasks: set[asyncio.Task[None]] = set()
         self.recovered = 0
         self.bad_bookies: set[str] = set()
@@ -77,7 +86,7 @@ class RecoveryRun:
             return md, version
         log.info("ledger %d: recovery started (IN_RECOVERY), last fragment %s", self.ledger_id,
                  list(md.last_fragment.ensemble))
-        machine = LedgerRecovery(md, self.digest, self.rules)
+        machine = LedgerRecovery(md, self.digest, self.rules, read_window=self.ctx.config.recoveryReadWindow)
         try:
             close = await self._drive(machine)
         finally:
@@ -91,15 +100,14 @@ class RecoveryRun:
 
     async def _drive(self, machine: LedgerRecovery) -> CloseLedger:
         self._execute(machine.start())
-        deadline = asyncio.get_running_loop().time() + self.ctx.config.fenceTimeout * 12
+        stall = self.ctx.config.fenceTimeout * 4 + self.ctx.config.addEntryTimeoutSec
         while True:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                raise LedgerRecoveryError(f"ledger {self.ledger_id}: recovery made no progress in time; retry")
             try:
-                kind, args = await asyncio.wait_for(self.events.get(), remaining)
+                kind, args = await asyncio.wait_for(self.events.get(), stall)
             except TimeoutError:
-                continue
+                raise LedgerRecoveryError(
+                    f"ledger {self.ledger_id}: recovery heard nothing from bookies for {stall:.0f}s; "
+                    "the ledger stays in recovery: retry once bookies answer") from None
             actions = self._dispatch(machine, kind, args)
             for action in actions:
                 if isinstance(action, CloseLedger):
@@ -130,6 +138,12 @@ class RecoveryRun:
             return list(machine.on_bookie_failed(args[0]))  # type: ignore[arg-type]
         if kind == "ensemble":
             return list(machine.on_ensemble_changed(args[0]))  # type: ignore[arg-type]
+        if kind == "failed":
+            error = args[0]
+            assert isinstance(error, BKError)
+            return [RecoveryFailed(LedgerRecoveryError(
+                f"ledger {self.ledger_id}: recovery could not replace a failed bookie ({error}); "
+                "the ledger stays in recovery: bring bookies back and open it with recovery again"))]
         raise AssertionError(kind)
 
     def _execute(self, actions: Sequence[object]) -> None:
@@ -157,8 +171,12 @@ class RecoveryRun:
         try:
             client = await self.ctx.pool.get(bookie_id)
             return await client.read(request, self.ctx.config.fenceTimeout)
-        except (grpc.aio.AioRpcError, BKError, OSError) as exc:
-            log.info("ledger %d: recovery read to %s failed: %s", self.ledger_id, bookie_id, type(exc).__name__)
+        except grpc.aio.AioRpcError as exc:
+            log.info("ledger %d: recovery read to %s failed: %s %s", self.ledger_id, bookie_id, exc.code().name,
+                     exc.details())
+            return None
+        except (BKError, OSError) as exc:
+            log.info("ledger %d: recovery read to %s failed: %s", self.ledger_id, bookie_id, exc)
             return None
 
     async def _fence(self, action: SendFenceRead) -> None:
@@ -189,17 +207,21 @@ class RecoveryRun:
                 client.send_add(self.ledger_id, self.master_key, [action.entry_id], [len(action.body)],
                                 action.body, recovery_add=True, high_priority=True)
             except (BKError, ConnectionError, OSError):
-                self.events.put_nowait(("bookie_failed", (bookie_id,)))
+                self.acks.on_bookie_failed(bookie_id)
 
     async def _choose_replacements(self, machine: LedgerRecovery, action: NeedEnsembleChange) -> None:
         """R19: a bookie failed during write-back: pick replacements, kept locally until the close."""
         ensemble = list(machine.local_metadata.last_fragment.ensemble)
         writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
         exclude = set(ensemble) | self.bad_bookies
-        for index in action.failed_indices:
-            chosen = self.ctx.placement.replace_bookie(ensemble, writable, exclude)
-            ensemble[index] = chosen
-            exclude.add(chosen)
+        try:
+            for index in action.failed_indices:
+                chosen = self.ctx.placement.replace_bookie(ensemble, writable, exclude)
+                ensemble[index] = chosen
+                exclude.add(chosen)
+        except BKError as exc:
+            self.events.put_nowait(("failed", (exc,)))
+            return
         log.info("ledger %d: recovery replaces bookies %s", self.ledger_id, list(action.failed_indices))
         self.events.put_nowait(("ensemble", (tuple(ensemble),)))
 

@@ -119,6 +119,7 @@ class LocalCluster:
         timeout: float = 60.0,
         zookeeper_port: int = 0,
         root: str = "/ledgers",
+        scheme: str = "zk",
     ) -> None:
         """Start ZooKeeper (or use the one on `zookeeper_port`, then it is not ours to stop) and bookies."""
         if self.state_path.exists():
@@ -132,7 +133,7 @@ class LocalCluster:
             zk = ZooKeeperServer()
             zk.start(self.base_dir / "zookeeper", port=0)
             self.zk_port, self.zk_pid = zk.port, zk.pid
-        self.metadata_service_uri = f"zk://127.0.0.1:{self.zk_port}{root}"
+        self.metadata_service_uri = f"{scheme}://127.0.0.1:{self.zk_port}{root}"
         with MetadataStore(self.metadata_service_uri) as store:
             store.init_cluster()
         for _ in range(num_bookies):

@@ -9,12 +9,17 @@ from pathlib import Path
 import pytest
 
 from bookie.local.cluster import LocalCluster
+from client import BookKeeper
+from client.config import ClientConfig
+
+FAST_CLIENT = {"addEntryTimeoutSec": 3.0, "readTimeout": 3.0, "fenceTimeout": 3.0}
 
 
-def start_cluster(base: Path, zookeeper, bookies: int, conf: dict[str, str] | None = None) -> LocalCluster:
+def start_cluster(base: Path, zookeeper, bookies: int, conf: dict[str, str] | None = None,
+                  scheme: str = "zk") -> LocalCluster:
     cluster = LocalCluster(base)
     root = f"/it-{uuid.uuid4().hex[:8]}/ledgers"
-    cluster.up(bookies, conf or {}, zookeeper_port=zookeeper.port, root=root)
+    cluster.up(bookies, conf or {}, zookeeper_port=zookeeper.port, root=root, scheme=scheme)
     return cluster
 
 
@@ -23,8 +28,9 @@ def cluster_factory(tmp_path: Path, zookeeper) -> Iterator:
     """Start clusters with chosen sizes and settings; all are stopped at the end of the test."""
     made: list[LocalCluster] = []
 
-    def make(bookies: int = 3, conf: dict[str, str] | None = None, name: str = "cluster") -> LocalCluster:
-        cluster = start_cluster(tmp_path / name, zookeeper, bookies, conf)
+    def make(bookies: int = 3, conf: dict[str, str] | None = None, name: str = "cluster",
+             scheme: str = "zk") -> LocalCluster:
+        cluster = start_cluster(tmp_path / name, zookeeper, bookies, conf, scheme)
         made.append(cluster)
         return cluster
 
@@ -36,3 +42,26 @@ def cluster_factory(tmp_path: Path, zookeeper) -> Iterator:
 @pytest.fixture
 def cluster3(cluster_factory) -> LocalCluster:
     return cluster_factory(3)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster5(tmp_path_factory, zookeeper) -> Iterator[LocalCluster]:
+    """Five bookies shared by the non-destructive tests of one module."""
+    cluster = start_cluster(tmp_path_factory.mktemp("shared5"), zookeeper, 5)
+    yield cluster
+    cluster.down()
+
+
+@pytest.fixture
+def bk_factory() -> Iterator:
+    """BookKeeper clients with short timeouts, closed at the end of the test."""
+    made: list[BookKeeper] = []
+
+    def make(uri: str, **options: float) -> BookKeeper:
+        bk = BookKeeper(uri, config=ClientConfig.from_options({**FAST_CLIENT, **options}))
+        made.append(bk)
+        return bk
+
+    yield make
+    for bk in made:
+        bk.close()

@@ -1,0 +1,68 @@
+"""One real bookie for the bookie benchmarks: a LocalCluster (real ZooKeeper + one bookie process).
+
+Started on first use and stopped by the run's cleanup stack, whatever happens. Also remembers what
+bookie_add wrote, so bookie_read reads it back (and writes it first when run alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from bench.core import Context
+from bookie import config as bkconfig
+from bookie.local.cluster import BookieProcess, LocalCluster
+
+# journalSyncData=true: every acknowledged add is behind an fdatasync. Everything else is the default
+# (journalMaxGroupWaitMSec=2, journalBufferedWritesThreshold=512 KiB, flushInterval=5000 from LocalCluster).
+CONF_OVERRIDES = {"journalSyncData": "true"}
+PASSWORD = b"pw"
+_KEY = "bookie"
+
+
+@dataclasses.dataclass
+class WrittenLedger:
+    ledger_id: int
+    payload_size: int
+    entries: int  # entry ids 0 .. entries - 1, all acknowledged
+
+
+@dataclasses.dataclass
+class BookieSession:
+    cluster: LocalCluster
+    conf: dict[str, str]
+    written: dict[int, WrittenLedger] = dataclasses.field(default_factory=dict)  # by payload size
+
+    @property
+    def process(self) -> BookieProcess:
+        return self.cluster.bookies[0]
+
+    @property
+    def journal_current(self) -> Path:
+        return Path(self.process.journal_dir) / "current"
+
+    @property
+    def entry_log_dirs(self) -> list[Path]:
+        return [Path(d) / "current" for d in self.process.ledger_dirs]
+
+    def journal_bytes(self) -> int:
+        """Total size of the journal files (they only grow during a benchmark: no roll at 2 GiB)."""
+        return sum(p.stat().st_size for p in self.journal_current.glob("*.txn"))
+
+    def entry_logs(self) -> list[Path]:
+        return sorted(p for d in self.entry_log_dirs for p in d.glob("*.log"))
+
+
+def bookie_session(ctx: Context) -> BookieSession:
+    """The run's bookie, started now if this is the first benchmark that needs it."""
+    found = ctx.shared.get(_KEY)
+    if isinstance(found, BookieSession):
+        return found
+    cluster = LocalCluster(ctx.data_dir / "cluster")
+    ctx.stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
+    cluster.up(1, dict(CONF_OVERRIDES))
+    conf = bkconfig.parse_properties(Path(cluster.bookies[0].conf).read_text())
+    session = BookieSession(cluster, conf)
+    ctx.shared[_KEY] = session
+    ctx.facts["bookie_conf"] = {k: v for k, v in conf.items() if k.startswith(("journal", "flush", "logSize"))}
+    return session

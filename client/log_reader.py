@@ -1,0 +1,268 @@
+"""LogReader: reads a log made of ledgers in order, across ledgers, tailing the open one (R11, R12).
+
+Mirrors DistributedLog's BKLogReadHandler / a Pulsar non-durable cursor. Ledgers are opened without
+recovery, so a reader never fences the writer. In an open ledger it reads up to the LAC, never beyond,
+and waits for more with LAC long polls; it moves on once the ledger is CLOSED (a metadata refresh tells)
+and read to its last entry, taking the next ledger from the log's list (re-read from ZooKeeper).
+
+`position` is where the next record will come from; give it back as `start` to resume. Data loss: when
+ledgers the reader still needed were truncated (or removed by retention), it raises DataLossError, or,
+with fail_on_data_loss=False, skips to the earliest record still in the log.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
+from client.logs import require_log
+from client.protocol import log_meta as lm
+from client.protocol.log_meta import LogMetadata, Position
+
+if TYPE_CHECKING:
+    from client.bookkeeper import BookKeeper
+    from client.ledger_handle import LedgerHandle
+
+log = logging.getLogger("bkledger.logs")
+StartSpec = Literal["earliest", "latest"] | Position
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogRecord:
+    position: Position
+    payload: bytes
+
+    @property
+    def ledger_id(self) -> int:
+        return self.position.ledger_id
+
+    @property
+    def entry_id(self) -> int:
+        return self.position.entry_id
+
+
+class LogReader:
+    """Reads one log from a start position; not thread-safe (one reader per thread)."""
+
+    def __init__(self, bk: BookKeeper, name: str, start: StartSpec = "earliest", *,
+                 fail_on_data_loss: bool = True, password: bytes = b"", poll_interval_s: float = 0.2) -> None:
+        self._bk = bk
+        self.name = name
+        self.fail_on_data_loss = fail_on_data_loss
+        self._password = password
+        self._poll = max(0.01, poll_interval_s)
+        self._meta, _ = require_log(bk.store, name)
+        self._ledger_id: int | None = None          # the ledger being read (None: before the first one)
+        self._next = 0                               # next entry id to fetch from it
+        self._rh: LedgerHandle | None = None
+        self._buffer: collections.deque[LogRecord] = collections.deque()
+        self._position: Position | None = None
+        self._first_offset: int | None = None        # log-wide offset of the current ledger's entry 0
+        self._closed = False
+        self._seek(start)
+
+    # ---- start --------------------------------------------------------------------------------
+    def _seek(self, start: StartSpec) -> None:
+        if start == "earliest":
+            self._go(self._meta.ledgers[0].ledger_id if self._meta.ledgers else None, 0)
+        elif start == "latest":
+            self._seek_latest()
+        elif isinstance(start, Position):
+            verdict = lm.check_start(self._meta, start)
+            if verdict == "truncated":
+                self._data_lost(f"start position {start} is before the log's first ledger "
+                                f"{self._meta.ledger_ids[:1]}: it was truncated")
+            else:
+                self._go(start.ledger_id, start.entry_id)
+        else:
+            raise TypeError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
+
+    def _seek_latest(self) -> None:
+        """After the last entry readable now: in the older of the last two ledgers still open (a rolling
+        writer closes the previous ledger after adding the next), else after the last ledger's end."""
+        tail = self._meta.ledger_ids[-2:]
+        if not tail:
+            self._go(None, 0)
+            return
+        for ledger_id in tail:
+            rh = self._bk.open_ledger(ledger_id, self._password, recovery=False)
+            if not rh.is_closed or ledger_id == tail[-1]:
+                self._go(ledger_id, rh.last_entry_id + 1)
+                self._rh = rh
+                return
+
+    def _go(self, ledger_id: int | None, entry_id: int) -> None:
+        self._ledger_id, self._next, self._rh = ledger_id, entry_id, None
+        self._first_offset = None
+        self._note_first_offset()
+        self._position = None if ledger_id is None else Position(ledger_id, entry_id)
+
+    def _data_lost(self, what: str) -> None:
+        if self.fail_on_data_loss:
+            raise DataLossError(f"log {self.name!r}: {what}; restart from 'earliest' or open the reader with "
+                                "fail_on_data_loss=False to skip to the earliest available record")
+        log.warning("log %r: %s; skipping to the earliest available record", self.name, what)
+        self._go(self._meta.ledgers[0].ledger_id if self._meta.ledgers else None, 0)
+
+    # ---- public ---------------------------------------------------------------------------------
+    @property
+    def position(self) -> Position | None:
+        """Where the next record comes from (None while the log has no ledger yet)."""
+        if self._buffer:
+            return self._buffer[0].position
+        return self._position
+
+    def read_next(self, timeout: float | None = None) -> LogRecord | None:
+        """The next record, waiting up to `timeout` seconds (None: forever) for it; None on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._buffer and not self._fill(deadline):
+            return None
+        return self._take()
+
+    def read(self, max_records: int | None = None, timeout: float | None = 1.0) -> Iterator[LogRecord]:
+        """Records in order until `max_records` were given or none came within `timeout` seconds."""
+        count = 0
+        while max_records is None or count < max_records:
+            rec = self.read_next(timeout)
+            if rec is None:
+                return
+            count += 1
+            yield rec
+
+    def read_batch(self, max_records: int = 10_000, max_bytes: int | None = None,
+                   timeout: float | None = 0.0) -> list[LogRecord]:
+        """A batch for bulk consumers: waits up to `timeout` for the first record, then takes what is
+        readable now, up to `max_records` records / `max_bytes` payload bytes (at least one record)."""
+        out: list[LogRecord] = []
+        size = 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(out) < max_records:
+            if not self._buffer and not self._fill(deadline if not out else time.monotonic()):
+                break
+            if out and max_bytes is not None and size + len(self._buffer[0].payload) > max_bytes:
+                break
+            rec = self._take()
+            out.append(rec)
+            size += len(rec.payload)
+        return out
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        return self.read(timeout=None)
+
+    def close(self) -> None:
+        self._closed = True
+        self._buffer.clear()
+        self._rh = None
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- machinery ------------------------------------------------------------------------------
+    def _take(self) -> LogRecord:
+        rec = self._buffer.popleft()
+        self._position = Position(rec.ledger_id, rec.entry_id + 1)
+        return rec
+
+    def _fill(self, deadline: float | None) -> bool:
+        """Fetch the next chunk into the buffer; False if nothing came before the deadline."""
+        polled = False
+        while True:
+            if self._ledger_id is None or (self._rh is not None and self._finished(self._rh)):
+                if not self._advance(deadline):
+                    return False
+                continue
+            rh = self._handle()
+            if rh is None:
+                continue                      # its ledger was gone; the reader skipped ahead
+            last = rh.last_entry_id if rh.is_closed else rh.last_add_confirmed
+            if self._next <= last:
+                if self._fetch(rh, last):
+                    return True
+                continue
+            if rh.is_closed:
+                continue
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if polled:
+                    return False
+                polled = True
+                rh.read_last_add_confirmed()
+            else:
+                wait = self._poll if remaining is None else min(remaining, self._poll)
+                rh.wait_for_lac(self._next - 1, wait)
+            if rh.last_add_confirmed < self._next:
+                self._guard(rh.refresh)       # learn that the writer closed it (R12: never fences)
+
+    def _finished(self, rh: LedgerHandle) -> bool:
+        return rh.is_closed and self._next > rh.last_entry_id
+
+    def _handle(self) -> LedgerHandle | None:
+        if self._rh is None:
+            assert self._ledger_id is not None
+            ledger_id = self._ledger_id
+            self._rh = self._guard(lambda: self._bk.open_ledger(ledger_id, self._password, recovery=False))
+        return self._rh
+
+    def _fetch(self, rh: LedgerHandle, last: int) -> bool:
+        chunk = self._guard(lambda: rh.read_chunk(self._next, last))
+        if chunk is None:
+            return False
+        lid = rh.ledger_id
+        self._buffer.extend(LogRecord(Position(lid, e), bytes(p))
+                            for e, p in zip(chunk.entry_ids, chunk.payloads, strict=True))
+        self._next = chunk.entry_ids[-1] + 1
+        return True
+
+    def _guard(self, call: Callable[[], T]) -> T | None:
+        """Run a read of the current ledger; if the ledger is gone from the log, that is data loss
+        (DataLossError, or skip ahead and return None)."""
+        try:
+            return call()
+        except (NoSuchLedgerError, NoSuchEntryError):
+            self._meta, _ = require_log(self._bk.store, self.name)
+            if self._ledger_id in self._meta.ledger_ids:
+                raise
+            self._data_lost(f"ledger {self._ledger_id} was truncated while this reader was at {self._position}")
+            return None
+
+    def _advance(self, deadline: float | None) -> bool:
+        """Move to the ledger after the current one (fully read) once the log lists it."""
+        while True:
+            old = self._meta
+            self._meta, _ = require_log(self._bk.store, self.name)
+            current = self._ledger_id
+            if current is not None:
+                self._note_first_offset(old)
+                end = None if self._first_offset is None or self._rh is None else \
+                    self._first_offset + self._rh.last_entry_id + 1
+                if lm.lost_after(old, self._meta, current, end):
+                    self._data_lost(f"ledgers after ledger {current} were truncated before this reader read them")
+                    return True
+            following = (lm.next_ledger(self._meta, current) if current is not None
+                         else (self._meta.ledgers[0].ledger_id if self._meta.ledgers else None))
+            if following is not None:
+                self._go(following, 0)
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            time.sleep(self._poll if remaining is None else min(self._poll, remaining))
+
+    def _note_first_offset(self, *metas: LogMetadata) -> None:
+        """Remember the log-wide offset of the current ledger's first entry, once some snapshot knows it."""
+        if self._first_offset is not None or self._ledger_id is None:
+            return
+        for meta in (*metas, self._meta):
+            led = meta.ledger(self._ledger_id)
+            if led is not None and led.first_position is not None:
+                self._first_offset = led.first_position
+                return

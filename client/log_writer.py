@@ -1,0 +1,305 @@
+"""LogWriter: the single writer of a log made of ledgers (R28 open, R29 roll), appending records.
+
+Mirrors DistributedLog's BKLogWriteHandler / Pulsar's ManagedLedgerImpl on the write side. Opening fences
+and recovers the log's last two ledgers, creates a new ledger and CASes it into the list; nothing is
+written before that CAS succeeds. `append` returns a Position (ledger id, entry id). Rolling creates the
+next ledger, CASes it into the list and then closes the previous ledger; while it runs, no append is
+issued (appends wait on the writer's lock), so the previous ledger's in-flight appends finish (or fail)
+before any append goes to the new ledger, and order is kept. A roll happens before the append that would
+exceed roll_entries / roll_bytes, or that comes once the ledger is older than roll_age_s (an idle writer
+does not roll on its own), and on demand with `roll()`.
+
+Losing the log: a CAS that finds another ledger appended (someone else became writer) raises
+LogFencedError, and so does every append once the current ledger got fenced by a new writer. A writer
+whose ledger failed for another reason (no bookies) is broken too: open a new writer, it recovers the tail.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from client.errors import (
+    BKError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LogFencedError,
+    LogNotFoundError,
+    LogUpdateConflictError,
+    LogWriterClosedError,
+    MetadataConflictError,
+    MetadataVersionError,
+)
+from client.logs import create_log, now_ms, read_log, require_log, seal_tail, update_log, write_log
+from client.protocol import log_meta as lm
+from client.protocol.log_meta import LogMetadata, Position
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from client.bookkeeper import BookKeeper
+    from client.ledger_handle import LedgerHandle
+    from client.logs import RollPolicy
+
+log = logging.getLogger("bkledger.logs")
+CAS_ATTEMPTS = 50
+
+
+class LogWriter:
+    """Appends to one log. Thread-safe; create it with `BookKeeper.open_log_writer`."""
+
+    def __init__(self, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
+                 roll: RollPolicy, digest_type: str) -> None:
+        self._bk = bk
+        self.name = name
+        self._quorum = quorum
+        self._password = password
+        self.roll_policy = roll
+        self._digest_type = digest_type
+        self._lock = threading.RLock()
+        self._meta: LogMetadata | None = None
+        self._version = -1
+        self._lh: LedgerHandle | None = None
+        self._entries = 0                # appends issued to the current ledger
+        self._bytes = 0
+        self._started = time.monotonic()
+        self._error: BKError | None = None
+        self._closed = False
+
+    # ---- becoming the writer (R28) ------------------------------------------------------------
+    @classmethod
+    def open(cls, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
+             roll: RollPolicy, create: bool, digest_type: str) -> LogWriter:
+        writer = cls(bk, name, quorum=quorum, password=password, roll=roll, digest_type=digest_type)
+        writer._become_writer(create)
+        return writer
+
+    def _become_writer(self, create: bool) -> None:
+        got = read_log(self._bk.store, self.name)
+        if got is None:
+            if not create:
+                raise LogNotFoundError(f"log {self.name!r} does not exist: open the writer with create=True")
+            got = create_log(self._bk.store, self.name)
+        meta, version = got
+        sealed = seal_tail(self._bk, meta, self._password)          # fence + recover the last two
+        lh = self._new_ledger()
+        try:
+            self._meta, self._version = self._cas_owned(meta, version, lambda m: lm.with_ledger_appended(
+                _reseal(m, sealed), lh.ledger_id, now_ms()))
+        except BaseException:
+            self._discard(lh)
+            raise
+        self._switch_to(lh)
+        log.info("log %r: writer on ledger %d (ledgers %s)", self.name, lh.ledger_id, self._meta.ledger_ids)
+
+    def _new_ledger(self) -> LedgerHandle:
+        e, qw, qa = self._quorum
+        return self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
+                                      custom_metadata={"log": self.name.encode("utf-8")})
+
+    def _cas_owned(self, meta: LogMetadata, version: int,
+                   change: Callable[[LogMetadata], LogMetadata]) -> tuple[LogMetadata, int]:
+        """CAS `change(meta)`; on a lost race re-read and retry only while nobody appended a ledger (the
+        change was truncation, retention or an annotation); else LogFencedError (R28: someone else writes)."""
+        base = meta
+        for attempt in range(CAS_ATTEMPTS):
+            new = change(meta)
+            try:
+                return new, write_log(self._bk.store, self.name, new, version)
+            except MetadataVersionError:
+                current, current_version = require_log(self._bk.store, self.name)
+                if not lm.same_tail(base, current):
+                    raise self._taken_over(current) from None
+                meta, version = current, current_version
+                time.sleep(min(0.002 * 2**attempt, 0.05))
+        raise LogUpdateConflictError(f"log {self.name!r}: the ledger list kept changing; retry opening")
+
+    def _discard(self, lh: LedgerHandle) -> None:
+        """Drop a ledger that never made it into the list (nobody can know of it)."""
+        with contextlib.suppress(BKError):
+            lh.close()
+        with contextlib.suppress(BKError):
+            self._bk.delete_ledger(lh.ledger_id)
+
+    def _switch_to(self, lh: LedgerHandle) -> None:
+        self._lh = lh
+        self._entries = 0
+        self._bytes = 0
+        self._started = time.monotonic()
+
+    # ---- state ------------------------------------------------------------------------------
+    @property
+    def ledger_id(self) -> int:
+        """The ledger appends go to now."""
+        assert self._lh is not None
+        return self._lh.ledger_id
+
+    @property
+    def metadata(self) -> LogMetadata:
+        """The log's metadata as this writer last wrote it (bk.log_metadata reads the current one)."""
+        assert self._meta is not None
+        return self._meta
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    # ---- appending ----------------------------------------------------------------------------
+    def append_async(self, payload: bytes | bytearray | memoryview) -> concurrent.futures.Future[Position]:
+        """Queue an append; the future gives its Position once acknowledged. May roll first (R29)."""
+        with self._lock:
+            self._check_usable()
+            if self._should_roll(len(payload)):
+                self._roll_locked()
+            lh = self._lh
+            assert lh is not None
+            inner = lh.add_entry_async(payload)
+            self._entries += 1
+            self._bytes += len(payload)
+        outer: concurrent.futures.Future[Position] = concurrent.futures.Future()
+        ledger_id = lh.ledger_id
+        inner.add_done_callback(lambda fut: self._settle(ledger_id, fut, outer))
+        return outer
+
+    def append(self, payload: bytes | bytearray | memoryview, timeout: float | None = 60.0) -> Position:
+        """Append and wait for the acknowledgement; the record's Position."""
+        return self.append_async(payload).result(timeout)
+
+    def _settle(self, ledger_id: int, inner: concurrent.futures.Future[int],
+                outer: concurrent.futures.Future[Position]) -> None:
+        exc = inner.exception()
+        if exc is None:
+            outer.set_result(Position(ledger_id, inner.result()))
+            return
+        error = self._translate(ledger_id, exc)
+        if self._error is None and isinstance(error, BKError):
+            self._error = error
+        outer.set_exception(error)
+
+    def _translate(self, ledger_id: int, exc: BaseException) -> BaseException:
+        if isinstance(exc, LogFencedError | LogWriterClosedError):
+            return exc
+        if isinstance(exc, LedgerFencedError) or (isinstance(exc, LedgerClosedError) and not self._closed):
+            fenced = LogFencedError(
+                f"log {self.name!r}: ledger {ledger_id} was fenced by another writer of the log; this append "
+                "was maybe written (read the log to find out) and this writer may not append any more")
+            fenced.__cause__ = exc
+            return fenced
+        if isinstance(exc, LedgerClosedError):
+            return LogWriterClosedError(f"log {self.name!r}: the writer was closed with this append pending")
+        return exc
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LogWriterClosedError(f"log {self.name!r}: this writer is closed; open a new one to append")
+        if self._error is not None:
+            raise self._error
+
+    def _should_roll(self, size: int) -> bool:
+        if self._entries == 0:
+            return False
+        policy = self.roll_policy
+        return ((policy.entries is not None and self._entries >= policy.entries)
+                or (policy.bytes is not None and self._bytes + size > policy.bytes)
+                or (policy.age_s is not None and time.monotonic() - self._started >= policy.age_s))
+
+    # ---- rolling (R29) ------------------------------------------------------------------------
+    def roll(self) -> int:
+        """Close the current ledger and continue in a new one now; the new ledger's id."""
+        with self._lock:
+            self._check_usable()
+            self._roll_locked()
+            return self.ledger_id
+
+    def _roll_locked(self) -> None:
+        old = self._lh
+        assert old is not None and self._meta is not None
+        if self._meta.last_ledger_id != old.ledger_id:
+            raise self._fail(self._taken_over(self._meta))
+        lh = self._new_ledger()                                            # 1. create
+        try:                                                               # 2. CAS it into the list
+            self._meta, self._version = self._cas_owned(
+                self._meta, self._version, lambda m: lm.with_ledger_appended(m, lh.ledger_id, now_ms()))
+        except BKError as exc:
+            self._discard(lh)
+            self._fail(exc)
+            raise
+        self._switch_to(lh)
+        try:                                                               # 3. close the previous one
+            old.close()
+        except BKError as exc:
+            raise self._fail(self._close_error(old, exc)) from exc
+        self._record_sealed(old)
+        log.info("log %r: rolled from ledger %d (%d entries) to %d", self.name, old.ledger_id,
+                 old.last_entry_id + 1, lh.ledger_id)
+
+    def _fail(self, exc: BKError) -> BKError:
+        if self._error is None:
+            self._error = exc
+        return exc
+
+    def _close_error(self, lh: LedgerHandle, exc: BKError) -> BKError:
+        """Closing our ledger failed: another writer recovered it (LogFencedError), or something else."""
+        if isinstance(exc, LedgerFencedError | LedgerClosedError | MetadataConflictError):
+            return LogFencedError(f"log {self.name!r}: ledger {lh.ledger_id} was recovered by another writer of "
+                                  "the log; appends that failed were maybe written; stop writing here")
+        return exc
+
+    def _record_sealed(self, lh: LedgerHandle) -> None:
+        """Best effort: note the closed ledger's count and size (the next writer would do it otherwise)."""
+        md = lh.metadata
+
+        def seal(m: LogMetadata) -> LogMetadata:
+            return lm.with_ledger_sealed(m, lh.ledger_id, md.last_entry_id, md.length, now_ms())
+
+        try:
+            meta, version = update_log(self._bk.store, self.name, seal)
+        except BKError as exc:
+            log.warning("log %r: could not record that ledger %d is closed (a later writer will): %s",
+                        self.name, lh.ledger_id, exc)
+            return
+        if self._lh is not None and meta.last_ledger_id != self._lh.ledger_id:
+            self._fail(self._taken_over(meta))     # never adopt a list whose tail another writer added
+            return
+        self._meta, self._version = meta, version
+
+    def _taken_over(self, current: LogMetadata) -> LogFencedError:
+        return LogFencedError(f"log {self.name!r}: another writer appended ledger {current.last_ledger_id}; it "
+                              "is the log's writer now; stop writing here")
+
+    # ---- closing ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Wait for pending appends and close the current ledger. If another writer took over, this only
+        marks the writer closed (its ledger is that writer's to recover)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            lh = self._lh
+            if lh is None or isinstance(self._error, LogFencedError):
+                return
+            try:
+                lh.close()
+            except BKError as exc:
+                raise self._fail(self._close_error(lh, exc)) from exc
+            self._record_sealed(lh)
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(LogFencedError):
+            self.close()
+
+
+def _reseal(current: LogMetadata, sealed: LogMetadata) -> LogMetadata:
+    """Carry the counts learnt by recovering ledgers (in `sealed`) over to a re-read `current`."""
+    out = current
+    for led in sealed.ledgers:
+        if led.sealed and led.entries is not None:
+            out = lm.with_ledger_sealed(out, led.ledger_id, led.entries - 1, led.size or 0, led.closed_ms or 0)
+    return out

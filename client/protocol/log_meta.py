@@ -1,0 +1,356 @@
+"""Log metadata: a named, ordered list of ledgers and the pure transforms that change it (R27-R30).
+
+Mirrors the metadata of Pulsar's ManagedLedger (`ManagedLedgerInfo`: ledger id, entries, size, timestamp
+per ledger) and DistributedLog's log segments (`startSequenceId`: each segment's first log-wide offset).
+Every change of a log is one of these functions applied to the stored value, then written back with a
+compare-and-swap on the znode version by the driver (`client/logs.py`). The functions never do I/O; the
+current time comes in as an argument (milliseconds since the epoch).
+
+Stored form: UTF-8 JSON, `{"format": 1, "name", "created_ms", "ledgers": [...], "retention": {...},
+"committed_batches": {query_id: batch_id}, "properties": {...}}`. Each ledger is `{"ledger_id",
+"created_ms", "first_position", "entries", "size", "closed_ms"}`: `first_position` is the log-wide offset
+of the ledger's first entry (null while an earlier ledger is still open), `entries`/`size`/`closed_ms` are
+null until the ledger is known CLOSED. Unknown top-level keys are kept as they are (forward compatible).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from client.errors import InvalidLogUpdateError, InvalidPositionError
+
+FORMAT_VERSION = 1
+_KNOWN_KEYS = frozenset({"format", "name", "created_ms", "ledgers", "retention", "committed_batches",
+                         "properties"})
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Position:
+    """Where a record sits in a log: (ledger id, entry id), ordered by ledger id then entry id.
+
+    Ledger ids of a log strictly increase along the list, so this order is the log's order."""
+
+    ledger_id: int
+    entry_id: int
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """`"12:0"` (or `"12,0"`) -> Position(12, 0)."""
+        left, sep, right = text.replace(",", ":").partition(":")
+        try:
+            if not sep:
+                raise ValueError(text)
+            return cls(int(left), int(right))
+        except ValueError:
+            raise InvalidPositionError(f"position {text!r} is not LEDGER_ID:ENTRY_ID (e.g. 12:0)") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLedger:
+    """One ledger (segment) of a log; the counts are None until the ledger is known CLOSED."""
+
+    ledger_id: int
+    created_ms: int
+    first_position: int | None = None
+    entries: int | None = None
+    size: int | None = None
+    closed_ms: int | None = None
+
+    @property
+    def sealed(self) -> bool:
+        """The ledger is known CLOSED and its entry count and size are recorded."""
+        return self.entries is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class RetentionPolicy:
+    """Keep data at most `max_age_s` seconds old (by close time) and drop the oldest ledgers while the
+    rest still holds at least `max_bytes`; None disables a limit. The last ledger is never dropped."""
+
+    max_age_s: float | None = None
+    max_bytes: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_age_s is not None or self.max_bytes is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class LogMetadata:
+    name: str
+    created_ms: int
+    ledgers: tuple[LogLedger, ...] = ()
+    retention: RetentionPolicy = RetentionPolicy()
+    committed_batches: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    properties: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ledger_ids(self) -> list[int]:
+        return [led.ledger_id for led in self.ledgers]
+
+    @property
+    def last_ledger_id(self) -> int | None:
+        return self.ledgers[-1].ledger_id if self.ledgers else None
+
+    def ledger(self, ledger_id: int) -> LogLedger | None:
+        for led in self.ledgers:
+            if led.ledger_id == ledger_id:
+                return led
+        return None
+
+    @property
+    def size(self) -> int:
+        """Bytes in the sealed ledgers (the open tail is not counted)."""
+        return sum(led.size or 0 for led in self.ledgers)
+
+    @property
+    def entries(self) -> int | None:
+        """Entries in the log if every ledger is sealed, else None."""
+        if not all(led.sealed for led in self.ledgers):
+            return None
+        return sum(led.entries or 0 for led in self.ledgers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **dict(self.extra),
+            "format": FORMAT_VERSION,
+            "name": self.name,
+            "created_ms": self.created_ms,
+            "ledgers": [dataclasses.asdict(led) for led in self.ledgers],
+            "retention": dataclasses.asdict(self.retention),
+            "committed_batches": dict(self.committed_batches),
+            "properties": dict(self.properties),
+        }
+
+
+# ---- serialization ----------------------------------------------------------------------------
+def new_log(name: str, now_ms: int) -> LogMetadata:
+    return LogMetadata(name=name, created_ms=now_ms)
+
+
+def encode(meta: LogMetadata) -> bytes:
+    validate(meta)
+    return json.dumps(meta.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def decode(name: str, data: bytes) -> LogMetadata:
+    """Parse stored log metadata; ValueError (with the log's name) if it is not a log of this format."""
+    try:
+        raw = json.loads(data.decode("utf-8")) if data else {"format": FORMAT_VERSION}
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        fmt = raw.get("format", FORMAT_VERSION)
+        if fmt != FORMAT_VERSION:
+            raise ValueError(f"format {fmt} is not supported (this client reads format {FORMAT_VERSION})")
+        ledgers = tuple(_ledger(item) for item in raw.get("ledgers", []))
+        retention = RetentionPolicy(**_fields(RetentionPolicy, raw.get("retention") or {}))
+        meta = LogMetadata(
+            name=str(raw.get("name", name)), created_ms=int(raw.get("created_ms", 0)), ledgers=ledgers,
+            retention=retention,
+            committed_batches={str(k): int(v) for k, v in (raw.get("committed_batches") or {}).items()},
+            properties={str(k): str(v) for k, v in (raw.get("properties") or {}).items()},
+            extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
+        )
+    except (UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise ValueError(f"log {name!r}: stored metadata is not readable: {exc}") from exc
+    validate(meta)
+    return meta
+
+
+def _fields(cls: type, raw: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in raw.items() if k in names}
+
+
+def _ledger(raw: Mapping[str, Any]) -> LogLedger:
+    def opt(key: str) -> int | None:
+        value = raw.get(key)
+        return None if value is None else int(value)
+
+    return LogLedger(ledger_id=int(raw["ledger_id"]), created_ms=int(raw.get("created_ms", 0)),
+                     first_position=opt("first_position"), entries=opt("entries"), size=opt("size"),
+                     closed_ms=opt("closed_ms"))
+
+
+def validate(meta: LogMetadata) -> None:
+    """InvalidLogUpdateError unless ledger ids strictly increase and counts are sane."""
+    previous = -1
+    for led in meta.ledgers:
+        if led.ledger_id <= previous:
+            raise InvalidLogUpdateError(
+                f"log {meta.name!r}: ledger {led.ledger_id} after ledger {previous}: ledger ids of a log must "
+                "strictly increase; append only ledgers created after the log's last ledger")
+        previous = led.ledger_id
+        for what in ("entries", "size", "first_position"):
+            value = getattr(led, what)
+            if value is not None and value < 0:
+                raise InvalidLogUpdateError(f"log {meta.name!r}: ledger {led.ledger_id} has {what}={value}")
+    ret = meta.retention
+    if (ret.max_age_s is not None and ret.max_age_s < 0) or (ret.max_bytes is not None and ret.max_bytes < 0):
+        raise InvalidLogUpdateError(f"log {meta.name!r}: retention limits must be >= 0, got {ret}")
+
+
+# ---- transforms -------------------------------------------------------------------------------
+def with_first_positions(meta: LogMetadata) -> LogMetadata:
+    """Fill in each ledger's first log-wide offset wherever its predecessor's offset and count are known.
+
+    The first ledger of a log starts at offset 0; a ledger left first by truncation keeps its offset."""
+    out: list[LogLedger] = []
+    for i, led in enumerate(meta.ledgers):
+        first = led.first_position
+        if first is None:
+            if i == 0:
+                first = 0
+            else:
+                prev = out[-1]
+                if prev.first_position is not None and prev.entries is not None:
+                    first = prev.first_position + prev.entries
+        out.append(led if first == led.first_position else dataclasses.replace(led, first_position=first))
+    return dataclasses.replace(meta, ledgers=tuple(out))
+
+
+def with_ledger_appended(meta: LogMetadata, ledger_id: int, now_ms: int) -> LogMetadata:
+    """The log with a new (open) ledger at its end (R28 step 4, R29 step 2)."""
+    return with_sealed_ledgers_appended(meta, [(ledger_id, None, None, now_ms)], now_ms)
+
+
+def with_sealed_ledgers_appended(meta: LogMetadata,
+                                 ledgers: Iterable[tuple[int, int | None, int | None, int]],
+                                 now_ms: int) -> LogMetadata:
+    """Append ledgers given as (ledger_id, last_entry_id or None if open, length or None, created_ms)."""
+    added = [
+        LogLedger(ledger_id=lid, created_ms=created,
+                  entries=None if last is None else last + 1,
+                  size=None if last is None else (length or 0),
+                  closed_ms=None if last is None else now_ms)
+        for lid, last, length, created in ledgers
+    ]
+    new = dataclasses.replace(meta, ledgers=(*meta.ledgers, *added))
+    validate(new)
+    return with_first_positions(new)
+
+
+def with_ledger_sealed(meta: LogMetadata, ledger_id: int, last_entry_id: int, length: int,
+                       now_ms: int) -> LogMetadata:
+    """Record that a ledger of the log is CLOSED at `last_entry_id` (entries, size, close time) and fill
+    in the first offsets this makes known. Unchanged if the ledger is not in the log or already sealed."""
+    led = meta.ledger(ledger_id)
+    if led is None or led.sealed:
+        return meta
+    sealed = dataclasses.replace(led, entries=last_entry_id + 1, size=length, closed_ms=now_ms)
+    ledgers = tuple(sealed if x.ledger_id == ledger_id else x for x in meta.ledgers)
+    return with_first_positions(dataclasses.replace(meta, ledgers=ledgers))
+
+
+def same_tail(before: LogMetadata, after: LogMetadata) -> bool:
+    """Whether a writer that read `before` still owns the log in `after`: nobody appended a ledger
+    (only truncation from the front, annotations, retention settings or markers changed)."""
+    return before.last_ledger_id == after.last_ledger_id
+
+
+def truncated_before(meta: LogMetadata, before: Position) -> tuple[LogMetadata, list[int]]:
+    """Drop the ledgers entirely before `before` (R30): those with a lower ledger id. The last ledger of
+    the log is never dropped. Returns (new metadata, dropped ledger ids, oldest first)."""
+    last = len(meta.ledgers) - 1
+    if meta.ledgers and before.ledger_id > meta.ledgers[-1].ledger_id:
+        raise InvalidPositionError(f"cannot truncate log {meta.name!r} before {before}: its last ledger is "
+                                   f"{meta.ledgers[-1].ledger_id}; give a position of this log")
+    keep_from = 0
+    while keep_from < last and meta.ledgers[keep_from].ledger_id < before.ledger_id:
+        keep_from += 1
+    return _drop_front(meta, keep_from)
+
+
+def _drop_front(meta: LogMetadata, count: int) -> tuple[LogMetadata, list[int]]:
+    dropped = [led.ledger_id for led in meta.ledgers[:count]]
+    if not dropped:
+        return meta, []
+    return dataclasses.replace(meta, ledgers=meta.ledgers[count:]), dropped
+
+
+def retention_cut(meta: LogMetadata, now_ms: int) -> tuple[LogMetadata, list[int]]:
+    """Apply the retention policy: drop sealed ledgers from the front while the oldest is older than
+    max_age_s (by close time) or the ledgers after it still hold at least max_bytes. Stops at the first
+    ledger that is not sealed, and never drops the last ledger."""
+    policy = meta.retention
+    if not policy.enabled:
+        return meta, []
+    remaining = meta.size
+    count = 0
+    for led in meta.ledgers[:-1]:
+        if not led.sealed:
+            break
+        too_old = (policy.max_age_s is not None and led.closed_ms is not None
+                   and now_ms - led.closed_ms > policy.max_age_s * 1000)
+        too_big = policy.max_bytes is not None and remaining - (led.size or 0) >= policy.max_bytes
+        if not (too_old or too_big):
+            break
+        remaining -= led.size or 0
+        count += 1
+    return _drop_front(meta, count)
+
+
+def with_retention(meta: LogMetadata, max_age_s: float | None, max_bytes: int | None) -> LogMetadata:
+    new = dataclasses.replace(meta, retention=RetentionPolicy(max_age_s, max_bytes))
+    validate(new)
+    return new
+
+
+def batch_committed(meta: LogMetadata, query_id: str, batch_id: int) -> bool:
+    """Whether the streaming batch `batch_id` of `query_id` (or a later one) is already in the log."""
+    done = meta.committed_batches.get(query_id)
+    return done is not None and done >= batch_id
+
+
+def with_batch_marker(meta: LogMetadata, query_id: str, batch_id: int) -> LogMetadata:
+    return dataclasses.replace(meta, committed_batches={**meta.committed_batches, query_id: batch_id})
+
+
+def next_ledger(meta: LogMetadata, ledger_id: int) -> int | None:
+    """The first ledger of the log after `ledger_id` (which need not be in the log), else None."""
+    for led in meta.ledgers:
+        if led.ledger_id > ledger_id:
+            return led.ledger_id
+    return None
+
+
+def lost_after(old: LogMetadata, new: LogMetadata, current: int, end_offset: int | None) -> bool:
+    """Whether a reader that read ledger `current` to its CLOSED end lost data by moving on: the ledger
+    that followed it in the list it knew (`old`) is gone, or the next listed ledger starts past
+    `end_offset` (the log-wide offset after `current`'s last entry, when known)."""
+    if current in new.ledger_ids:
+        return False
+    follower = next_ledger(old, current)
+    if follower is not None and follower not in new.ledger_ids:
+        return True
+    following = next_ledger(new, current)
+    led = new.ledger(following) if following is not None else None
+    if led is None or led.first_position is None or end_offset is None:
+        return False
+    return led.first_position > end_offset
+
+
+def earliest(meta: LogMetadata) -> Position | None:
+    return Position(meta.ledgers[0].ledger_id, 0) if meta.ledgers else None
+
+
+def check_start(meta: LogMetadata, start: Position) -> str:
+    """Classify a start position: "ok" (its ledger is in the log), "truncated" (before the first ledger:
+    its data is gone) or raise InvalidPositionError (no such ledger in this log)."""
+    if start.entry_id < 0:
+        raise InvalidPositionError(f"position {start}: entry ids start at 0")
+    ids = meta.ledger_ids
+    if start.ledger_id in ids:
+        return "ok"
+    if ids and start.ledger_id < ids[0]:
+        return "truncated"
+    raise InvalidPositionError(
+        f"position {start} is not in log {meta.name!r}: ledger {start.ledger_id} is not one of its ledgers "
+        f"{ids}; start from 'earliest', 'latest' or a position a reader or writer of this log returned")

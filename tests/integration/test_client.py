@@ -1,0 +1,198 @@
+"""The client on real bookies and a real ZooKeeper: round trips, ensemble change, tailing, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from client import (
+    BadPasswordError,
+    EntryTooLargeError,
+    InvalidQuorumError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    ReadBeyondLastEntryError,
+)
+from client.protocol.metadata import LedgerState
+
+pytestmark = pytest.mark.integration
+
+
+def payload(i: int) -> bytes:
+    return b"entry-%06d-" % i + bytes([i % 251]) * (i % 300)
+
+
+@pytest.mark.parametrize("quorum", [(1, 1, 1), (3, 2, 2), (3, 3, 2), (5, 3, 2)])
+def test_round_trip(shared_cluster5, bk_factory, quorum):
+    """R5/R6/R11: every acknowledged entry reads back byte for byte, in order, after close."""
+    bk = bk_factory(shared_cluster5.metadata_service_uri)
+    e, qw, qa = quorum
+    lh = bk.create_ledger(e, qw, qa, password=b"secret")
+    futures = [lh.add_entry_async(payload(i)) for i in range(2000)]
+    assert [f.result(30) for f in futures] == list(range(2000))
+    assert lh.last_add_confirmed == 1999
+    lh.close()
+    md = bk.ledger_metadata(lh.ledger_id)
+    assert md.state is LedgerState.CLOSED and md.last_entry_id == 1999
+    assert md.length == sum(len(payload(i)) for i in range(2000))
+    rh = bk.open_ledger(lh.ledger_id, b"secret", recovery=False)
+    got = [(en.entry_id, en.payload) for en in rh.read_entries(0, 1999)]
+    assert got == [(i, payload(i)) for i in range(2000)]
+
+
+@pytest.mark.parametrize("digest", ["crc32", "hmac", "dummy"])
+def test_digest_types_and_lz4(shared_cluster5, bk_factory, digest):
+    """R7: every digest type round-trips; lz4 is recorded in metadata so readers decompress unasked."""
+    bk = bk_factory(shared_cluster5.metadata_service_uri)
+    lh = bk.create_ledger(3, 2, 2, digest_type=digest, password=b"p", compression="lz4")
+    data = [b"abc" * 500 + str(i).encode() for i in range(50)]
+    for d in data:
+        lh.add_entry(d)
+    lh.close()
+    reader = bk_factory(shared_cluster5.metadata_service_uri)
+    rh = reader.open_ledger(lh.ledger_id, b"p", recovery=False)
+    assert rh.metadata.compression == "lz4"
+    assert [en.payload for en in rh.read_entries(0, 49)] == data
+
+
+@pytest.mark.parametrize("scheme", ["zk+flat", "zk+hierarchical", "zk+longhierarchical"])
+def test_every_ledger_manager(cluster_factory, bk_factory, scheme):
+    """R3: flat, hierarchical and long-hierarchical managers all store, list and delete ledgers."""
+    cluster = cluster_factory(3, scheme=scheme)
+    bk = bk_factory(cluster.metadata_service_uri)
+    ids = []
+    for _ in range(3):
+        lh = bk.create_ledger(3, 2, 2)
+        lh.add_entry(b"x")
+        lh.close()
+        ids.append(lh.ledger_id)
+    assert set(ids) <= set(bk.list_ledgers())
+    assert [en.payload for en in bk.open_ledger(ids[0]).read_entries(0, 0)] == [b"x"]
+    bk.delete_ledger(ids[1])
+    assert ids[1] not in bk.list_ledgers()
+    with pytest.raises(NoSuchLedgerError):
+        bk.open_ledger(ids[1])
+
+
+def test_bookie_killed_mid_stream_changes_the_ensemble(cluster_factory, bk_factory):
+    """R9: a bookie killed while a writer streams adds is replaced; writing goes on; nothing
+    acknowledged is lost; the metadata gains a fragment that no longer names the dead bookie."""
+    cluster = cluster_factory(4)
+    bk = bk_factory(cluster.metadata_service_uri)
+    lh = bk.create_ledger(3, 3, 2)
+    victim = lh.metadata.last_fragment.ensemble[1]
+    index = next(b.index for b in cluster.bookies if b.bookie_id == victim)
+    futures = [lh.add_entry_async(payload(i)) for i in range(3000)]
+    futures[1000].result(30)
+    cluster.kill_bookie(index)
+    futures += [lh.add_entry_async(payload(i)) for i in range(3000, 6000)]
+    acked = [f.result(60) for f in futures]
+    assert acked == list(range(6000))
+    lh.close()
+    md = bk.ledger_metadata(lh.ledger_id)
+    assert len(md.fragments) >= 2
+    assert victim not in md.last_fragment.ensemble
+    assert md.fragments[1].first_entry_id > md.fragments[0].first_entry_id
+    rh = bk.open_ledger(lh.ledger_id, recovery=False)
+    assert [en.payload for en in rh.read_entries(0, 5999)] == [payload(i) for i in range(6000)]
+
+
+def test_tailing_reader_never_sees_beyond_the_lac(shared_cluster5, bk_factory):
+    """R11/R12: a reader opened without recovery while the writer runs never reads above the LAC,
+    its LAC never goes backwards, and it does not disturb (fence) the writer."""
+    bk = bk_factory(shared_cluster5.metadata_service_uri)
+    lh = bk.create_ledger(3, 3, 2)
+    lh.add_entry(payload(0))
+    reader = bk_factory(shared_cluster5.metadata_service_uri)
+    rh = reader.open_ledger(lh.ledger_id, recovery=False)
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 1
+        while not stop.is_set() and i < 4000:
+            lh.add_entry_async(payload(i))
+            i += 1
+            if i % 200 == 0:
+                time.sleep(0.01)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    seen, last_lac = 0, -1
+    deadline = time.monotonic() + 20
+    while seen < 3000 and time.monotonic() < deadline:
+        lac = rh.wait_for_lac(seen - 1, timeout=2)
+        assert lac >= last_lac
+        assert lac <= lh.last_add_confirmed                 # never above what the writer confirmed
+        last_lac = lac
+        if lac >= seen:
+            got = list(rh.read_entries(seen, lac))
+            assert [en.entry_id for en in got] == list(range(seen, lac + 1))
+            assert all(en.payload == payload(en.entry_id) for en in got)
+            seen = lac + 1
+        with pytest.raises(ReadBeyondLastEntryError):
+            list(rh.read_entries(lac + 1, lac + 1))
+    stop.set()
+    writer.join(30)
+    assert seen >= 3000
+    assert lh.add_entry(b"still writing") > 0                # the writer was never fenced
+    lh.close()
+    assert rh.refresh().state is LedgerState.CLOSED
+
+
+def test_bad_input_gets_typed_errors(shared_cluster5, bk_factory):
+    """R1/R26 and the brief: quorums, bookie count, password, unknown ledger, entry size, range."""
+    bk = bk_factory(shared_cluster5.metadata_service_uri, maxEntrySize=1024)
+    with pytest.raises(InvalidQuorumError, match="ensemble"):
+        bk.create_ledger(2, 3, 2)
+    with pytest.raises(InvalidQuorumError):
+        bk.create_ledger(3, 2, 3)
+    with pytest.raises(NotEnoughBookiesError, match="start more bookies"):
+        bk.create_ledger(7, 3, 2)
+    lh = bk.create_ledger(3, 2, 2, password=b"right")
+    with pytest.raises(EntryTooLargeError, match="maxEntrySize"):
+        lh.add_entry(b"x" * 2000)
+    lh.add_entry(b"ok")
+    lh.close()
+    with pytest.raises(BadPasswordError):
+        bk.open_ledger(lh.ledger_id, b"wrong")
+    with pytest.raises(NoSuchLedgerError):
+        bk.open_ledger(987654321)
+    rh = bk.open_ledger(lh.ledger_id, b"right")
+    with pytest.raises(ReadBeyondLastEntryError, match="read up to 0"):
+        list(rh.read_entries(0, 5))
+
+
+def test_asyncio_api_and_many_threads(shared_cluster5, bk_factory):
+    """The asyncio flavour works from the caller's own loop; the blocking API from many threads."""
+    bk = bk_factory(shared_cluster5.metadata_service_uri)
+    lh = bk.create_ledger(3, 2, 2)
+
+    async def go() -> list[int]:
+        return list(await asyncio.gather(*(lh.add(payload(i)) for i in range(300))))
+
+    assert sorted(asyncio.run(go())) == list(range(300))
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(100):
+            eid = lh.add_entry(b"t")
+            with lock:
+                results.append(eid)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == list(range(300, 900))
+    lh.close()
+    rh = asyncio.run(_open_async(bk, lh.ledger_id))
+    assert rh.last_entry_id == 899
+
+
+async def _open_async(bk, ledger_id):
+    return await bk.aopen_ledger(ledger_id)

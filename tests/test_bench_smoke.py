@@ -1,0 +1,54 @@
+"""Smoke test of the benchmark harness: `python -m bench.run` runs, prints its table, writes its JSON.
+
+Benchmarks are not tests, so no figure is checked against a target here: only that the harness works
+end to end (a real ZooKeeper and one real bookie process) and that every figure is a positive number.
+BKLEDGER_BENCH_TINY=1 cuts every measurement to a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_quick_bench_runs_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "BKLEDGER_BENCH_TINY": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "disk_limit,bookie_add",
+         "--json", str(out), "--dir", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    header = done.stdout.splitlines()[0]
+    for column in ("benchmark", "figure", "value", "unit", "limit", "ratio", "compared to/why"):
+        assert column in header
+    assert "disk_limit" in done.stdout and "bookie_add" in done.stdout
+
+    report = json.loads(out.read_text())
+    assert report["mode"] == "tiny"
+    assert report["errors"] == {}
+    assert report["machine"]["cores"] >= 1 and report["machine"]["memory_bytes"] > 0
+    rows = report["rows"]
+    assert {r["benchmark"] for r in rows} == {"disk_limit", "bookie_add"}
+    figures = {(r["benchmark"], r["figure"], r["unit"]) for r in rows}
+    for size in ("4 KiB", "64 KiB", "256 KiB", "1 MiB"):
+        assert ("disk_limit", f"append+fdatasync {size} groups", "MB/s") in figures
+        assert ("disk_limit", f"append+fdatasync {size} groups", "fsyncs/s") in figures
+    for entries in ("1 KiB entries", "100 B entries"):
+        assert ("bookie_add", f"{entries}: entries/s", "entries/s") in figures
+        assert ("bookie_add", f"{entries}: journal MB/s", "MB/s") in figures
+    for row in rows:
+        assert row["value"] > 0, row
+        if row["benchmark"] == "bookie_add":
+            assert row["limit"] > 0 and row["ratio"] > 0, row
+    assert not list(tmp_path.glob("bkledger-bench-*")), "the data dir was not removed"
