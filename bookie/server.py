@@ -134,6 +134,13 @@ class BookieService(pb_grpc.BookieServicer):
             high_priority=batch.high_priority,
             read_only=self.read_only,
         )
+        if check.status == pb.EFENCED:
+            # oracle 6: refuse only once the fence is durable, or a crash could un-fence the ledger
+            def fence_durable(err: BaseException | None) -> None:
+                self.loop.call_soon_threadsafe(answer, pb.EIO if err is not None else pb.EFENCED, check.reason)
+
+            self.bookie.force_ledger(fence_durable)
+            return
         if check.status != pb.EOK:
             answer(check.status, check.reason)
             return
@@ -189,16 +196,22 @@ class BookieService(pb_grpc.BookieServicer):
         return self._read_one(ledger_id, request.entry_id)
 
     async def _fence(self, ledger_id: int, master_key: bytes) -> int:
+        """R15: answer only once the fence, and every add journaled before it, is durable and applied,
+        also when the ledger was already fenced in memory (that fence may not be durable yet)."""
         check = decisions.decide_fence(self.bookie.view(ledger_id), master_key)
-        if check.status != pb.EOK or not check.newly_fenced:
+        if check.status != pb.EOK:
             return check.status
         fut, done = self._journal_future()
-        self.bookie.fence(ledger_id, master_key, check.record_key, done)
+        if check.newly_fenced:
+            self.bookie.fence(ledger_id, master_key, check.record_key, done)
+        else:
+            self.bookie.force_ledger(done)          # a barrier: everything journaled so far is synced
         err = await fut
         if err is not None:
             log.error("fence of ledger %d not durable: %s", ledger_id, err)
             return pb.EIO
-        log.info("ledger %d fenced", ledger_id)
+        if check.newly_fenced:
+            log.info("ledger %d fenced", ledger_id)
         return pb.EOK
 
     def _read_one(self, ledger_id: int, entry_id: int) -> pb.ReadResponse:

@@ -1,0 +1,261 @@
+"""A simulated bookie: the real request decisions and journal record codec over a simulated disk.
+
+Mirrors bkledger's `bookie.bookie.Bookie` / BookKeeper's Bookie: adds, fences and master keys are journaled
+as real records (`bookie.core.records`); each request is decided by `bookie.core.decisions`; a reply that
+depends on the journal (add acks R8, fence answers R15, and every refusal based on a fence) is released only
+after the simulated fsync that covers it. A failed fsync answers the waiting requests EIO and leaves the
+bookie failed until restart. A crash drops unsynced bytes (maybe leaving a torn tail); restart rebuilds
+entries, master keys, fenced flags and the max LAC by replaying the journal (R22, R23).
+
+`ack_before_sync=True` and `fence_shortcut=True` are deliberately broken bookies for mutation tests only
+(the second answers a fencing read at once when the ledger is already fenced in memory, before that fence
+and the adds journaled ahead of it are durable and readable).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from bookie.core import decisions
+from bookie.core import records as rec
+from client.protocol.status import StatusCode
+from tests.sim.disk import SimJournal
+from tests.sim.messages import AddRequest, AddResponse, Envelope, ReadRequest, ReadResponse
+from tests.sim.net import Network
+from tests.sim.oracle import Oracle
+from tests.sim.world import Event, World
+
+_LAC = struct.Struct(">q")
+MAX_ENTRY_SIZE = 1 << 16
+
+Answer = Callable[[], AddResponse | ReadResponse]
+
+
+def _const(payload: AddResponse | ReadResponse) -> Answer:
+    return lambda: payload
+
+
+class SimBookie:
+    """One bookie: in-memory ledger state, a SimJournal, and replies held until fsync."""
+
+    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, *,
+                 ack_before_sync: bool = False, fence_shortcut: bool = False, group_wait: int = 4) -> None:
+        self.name = name
+        self.fence_shortcut = fence_shortcut
+        self.group_wait = group_wait  # journalMaxGroupWaitMSec: the longest an append waits for its fsync
+        self.world = world
+        self.net = net
+        self.oracle = oracle
+        self.ack_before_sync = ack_before_sync
+        self.journal = SimJournal()
+        self.up = True
+        self.paused = False
+        self.failed = False           # a fsync failed: everything is answered EIO until restart
+        self.fail_next_sync = False   # fault injection
+        self.keys: dict[int, bytes] = {}
+        self.fenced: set[int] = set()
+        self.entries: dict[int, dict[int, bytes]] = {}
+        self.max_lac: dict[int, int] = {}
+        self._held: list[tuple[int, str, int, Answer, int | None]] = []  # (offset needed, dest, req, answer, promise)
+        self._sync_event: Event | None = None
+        self._sync_due = False
+
+    # ---- Node -----------------------------------------------------------------------------------
+    def is_up(self) -> bool:
+        return self.up
+
+    def is_paused(self) -> bool:
+        return self.paused
+
+    def deliver(self, src: str, env: Envelope) -> None:
+        payload = env.payload
+        if isinstance(payload, AddRequest):
+            self._on_add(src, env.req_id, payload)
+        elif isinstance(payload, ReadRequest):
+            self._on_read(src, env.req_id, payload)
+
+    # ---- requests -----------------------------------------------------------------------------------
+    def _reply(self, dst: str, req_id: int, answer: Answer, need: int = 0, promise: int | None = None) -> None:
+        """Send `answer()` now, or once the journal is synced up to `need` (the answer is computed then, so a
+        fencing read sees every add journaled before its fence). `promise`: the ledger this answer tells the
+        client is fenced (oracle 6 holds the bookie to it from the moment it is sent)."""
+        if need <= self.journal.synced or self.ack_before_sync:
+            self._send(dst, req_id, answer(), promise)
+        else:
+            self._held.append((need, dst, req_id, answer, promise))
+
+    def _send(self, dst: str, req_id: int, payload: AddResponse | ReadResponse, promise: int | None) -> None:
+        if promise is not None:
+            self.oracle.on_fence_promised(self.name, promise)
+        self.net.send(self.name, dst, Envelope(req_id, payload))
+
+    def _on_add(self, src: str, req_id: int, req: AddRequest) -> None:
+        if self.failed:
+            self._reply(src, req_id, _const(AddResponse(StatusCode.EIO)))
+            return
+        size = len(req.body)
+        why = decisions.check_batch_shape(req.ledger_id, [req.entry_id], [size], size, MAX_ENTRY_SIZE)
+        if not why:
+            why, _max_lac = decisions.check_headers(req.ledger_id, [req.entry_id], [size], req.body)
+        if why:
+            self._reply(src, req_id, _const(AddResponse(StatusCode.EBADREQ)))
+            return
+        check = decisions.decide_add(self._view(req.ledger_id), req.master_key, recovery_add=req.recovery,
+                                     high_priority=False, read_only=False)
+        if check.status == StatusCode.EFENCED:
+            # The refusal relies on the fence: it may only leave once the fence is durable (R15, oracle 6).
+            self._reply(src, req_id, _const(AddResponse(check.status)), self.journal.end, promise=req.ledger_id)
+            return
+        if check.status != StatusCode.EOK:
+            self._reply(src, req_id, _const(AddResponse(check.status)))
+            return
+        if not req.recovery:
+            self.oracle.on_add_accepted(self.name, req.ledger_id, req.entry_id)
+        if check.record_key:
+            self.keys.setdefault(req.ledger_id, req.master_key)
+            self._append(rec.encode_ledger_key(req.ledger_id, req.master_key))
+        end = self._append(rec.encode_add_batch(req.ledger_id, [req.entry_id], [size], req.body))
+        self._reply(src, req_id, _const(AddResponse(StatusCode.EOK)), end)
+
+    def _on_read(self, src: str, req_id: int, req: ReadRequest) -> None:
+        if self.failed:
+            self._reply(src, req_id, _const(ReadResponse(StatusCode.EIO)))
+            return
+        if not req.fence:
+            self._reply(src, req_id, _const(self._read_answer(req)))
+            return
+        check = decisions.decide_fence(self._view(req.ledger_id), req.master_key)
+        if check.status != StatusCode.EOK:
+            self._reply(src, req_id, _const(ReadResponse(check.status)))
+            return
+        if check.record_key:
+            self.keys.setdefault(req.ledger_id, req.master_key)
+            self._append(rec.encode_ledger_key(req.ledger_id, req.master_key))
+        if check.newly_fenced:
+            self.fenced.add(req.ledger_id)      # later adds see it at once; the answer waits for the fsync
+            self._append(rec.encode_fence(req.ledger_id))
+        if self.fence_shortcut and not check.newly_fenced:
+            # Mutation: answer at once because the ledger is already fenced in memory, although that fence
+            # (and the adds journaled before it) may not be durable and visible yet.
+            self._reply(src, req_id, _const(self._read_answer(req)), 0, promise=req.ledger_id)
+            return
+        self._reply(src, req_id, lambda: self._read_answer(req), self.journal.end, promise=req.ledger_id)
+
+    def _read_answer(self, req: ReadRequest) -> ReadResponse:
+        known = req.ledger_id in self.keys or req.ledger_id in self.entries
+        lac = self.max_lac.get(req.ledger_id, -1)
+        if req.entry_id < 0:
+            return ReadResponse(StatusCode.EOK if known else StatusCode.ENOLEDGER, None, lac)
+        body = self.entries.get(req.ledger_id, {}).get(req.entry_id)
+        status = decisions.decide_read(body is not None, known)
+        return ReadResponse(status, body, lac)
+
+    def _view(self, ledger_id: int) -> decisions.LedgerView | None:
+        key = self.keys.get(ledger_id)
+        return None if key is None else decisions.LedgerView(key, ledger_id in self.fenced)
+
+    # ---- journal and group commit ---------------------------------------------------------------------
+    def _append(self, record: bytes) -> int:
+        end = self.journal.append(record)
+        if self._sync_event is None:
+            self._sync_event = self.world.at(self.world.between(1, self.group_wait), f"{self.name} fsync", self._fsync)
+        return end
+
+    def _fsync(self) -> None:
+        self._sync_event = None
+        if not self.up or self.failed:
+            return
+        if self.paused:
+            self._sync_due = True
+            return
+        if self.fail_next_sync:
+            self._fsync_failed()
+            return
+        old, new = self.journal.sync()
+        for record in self.journal.records_between(old, new):
+            self._apply(record)
+        held, self._held = self._held, []
+        for need, dst, req_id, answer, promise in held:
+            if need <= new:
+                self._send(dst, req_id, answer(), promise)
+            else:
+                self._held.append((need, dst, req_id, answer, promise))
+
+    def _fsync_failed(self) -> None:
+        """The fsync failed: every waiting request is answered EIO, unsynced bytes are lost (some may have
+        reached the disk), and the bookie refuses everything until it restarts."""
+        self.fail_next_sync = False
+        self.failed = True
+        kept = self.journal.lose_unsynced(self.world.rng, torn=self.world.chance(0.5), junk=False)
+        self.world.note(f"{self.name} fsync failed (EIO), {kept} unsynced bytes reached the disk")
+        held, self._held = self._held, []
+        for _need, dst, req_id, answer, _promise in held:
+            status = StatusCode.EIO
+            payload = AddResponse(status) if isinstance(answer(), AddResponse) else ReadResponse(status)
+            self.net.send(self.name, dst, Envelope(req_id, payload))
+
+    def _apply(self, record: rec.Record) -> None:
+        """Apply one durable journal record to the served state (live after fsync, and on replay)."""
+        if isinstance(record, rec.LedgerKeyRecord):
+            self.keys.setdefault(record.ledger_id, record.master_key)
+        elif isinstance(record, rec.FenceRecord):
+            self.fenced.add(record.ledger_id)
+        elif isinstance(record, rec.AddBatchRecord):
+            ledger = self.entries.setdefault(record.ledger_id, {})
+            offset = 0
+            for entry_id, size in zip(record.entry_ids.tolist(), record.sizes.tolist(), strict=True):
+                body = bytes(record.data[offset:offset + size])
+                offset += size
+                ledger[entry_id] = body
+                self.oracle.on_bookie_stored(self.name, record.ledger_id, entry_id, body)
+                lac = _LAC.unpack_from(body, 16)[0]
+                if lac > self.max_lac.get(record.ledger_id, -1):
+                    self.max_lac[record.ledger_id] = lac
+
+    # ---- faults -----------------------------------------------------------------------------------------
+    def crash(self) -> None:
+        """kill -9: held replies and unsynced bytes are gone; a torn tail or junk may be left on disk."""
+        if not self.up:
+            return
+        self.up = False
+        self.paused = False
+        self.net.drop_held(self.name)
+        self._held.clear()
+        if self._sync_event is not None:
+            self._sync_event.cancel()
+            self._sync_event = None
+        rng = self.world.rng
+        kept = self.journal.lose_unsynced(rng, torn=self.world.chance(0.6), junk=self.world.chance(0.2))
+        self.world.note(f"{self.name} crashed, {kept} unsynced/junk bytes left on disk")
+
+    def restart(self) -> None:
+        """Start again: replay the journal (the valid prefix only, R23) to rebuild the ledger state."""
+        if self.up and not self.failed:
+            return
+        if self.up:
+            self.crash()
+        self.keys.clear()
+        self.fenced.clear()
+        self.entries.clear()
+        self.max_lac.clear()
+        self._sync_due = False
+        records, cut = self.journal.replay()
+        for record in records:
+            self._apply(record)
+        self.up = True
+        self.failed = False
+        self.world.note(f"{self.name} restarted: replayed {len(records)} records, cut {cut} tail bytes")
+
+    def pause(self) -> None:
+        if self.up:
+            self.paused = True
+
+    def resume(self) -> None:
+        if not self.paused:
+            return
+        self.paused = False
+        self.net.release_held(self.name)
+        if self._sync_due:
+            self._sync_due = False
+            self._fsync()

@@ -1,0 +1,148 @@
+"""The oracle of PROTOCOL.md ("what must be true after any run, any fault"), checked as the run goes.
+
+Every rule is checked at the moment the simulation learns something (an entry stored on a bookie, a
+metadata write, an entry returned to a reader, an add accepted by a bookie), and `check_step()` runs after
+every step for the rules about the stored metadata. The end-of-run checks (oracle 2 and 7) are called by
+the scenario after a final recovery with everything healed. A violation raises SimViolation naming the rule,
+the seed and the command that replays it.
+"""
+
+from __future__ import annotations
+
+from client.protocol.metadata import LedgerMetadata, LedgerState
+from tests.sim.world import World
+
+
+class SimViolation(AssertionError):
+    """An oracle rule was broken; the message says which, in which seed, and how to replay it."""
+
+    def __init__(self, seed: int, rule: str, message: str) -> None:
+        super().__init__(f"oracle {rule} violated in seed {seed}: {message}")
+        self.seed = seed
+        self.rule = rule
+
+
+class Oracle:
+    """What the clients were promised, and what the bookies and the metadata store hold."""
+
+    def __init__(self, world: World, ledger_id: int, replay_flags: str = "") -> None:
+        self.world = world
+        self.replay_flags = replay_flags          # e.g. " --mutation no-fence-reads" for a mutation run
+        self.ledger_id = ledger_id
+        self.bodies: dict[int, bytes] = {}        # packaged entry the writer made for each entry id
+        self.payloads: dict[int, bytes] = {}
+        self.acked_lac = -1                         # highest entry the writer saw acknowledged (R6)
+        self.closers: list[tuple[str, int]] = []    # (client, last entry id it was told)
+        self.stored: LedgerMetadata | None = None
+        self.fence_promised: set[tuple[str, int]] = set()
+        self.reads = 0
+
+    def fail(self, rule: str, message: str) -> None:
+        tail = "\n    ".join(self.world.recent)
+        seed = self.world.seed
+        if self.replay_flags:
+            replay = f"python -m tests.sim.runner --seed {seed}{self.replay_flags}"
+        else:
+            replay = f"make sim SEED={seed}   (or: python -m tests.sim.runner --seed {seed})"
+        raise SimViolation(
+            seed, rule,
+            f"{message}\n  at t={self.world.now}, step {self.world.steps}\n  replay: {replay}"
+            f"\n  last trace lines:\n    {tail}")
+
+    # ---- the writer ------------------------------------------------------------------------------------
+    def on_entry_created(self, entry_id: int, payload: bytes, body: bytes) -> None:
+        if entry_id in self.bodies:
+            self.fail("setup", f"the writer made entry {entry_id} twice")
+        self.bodies[entry_id] = body
+        self.payloads[entry_id] = payload
+
+    def on_acked(self, first: int, last: int) -> None:
+        """R6: acknowledgements come in order, without gaps, and the LAC only grows."""
+        if first != self.acked_lac + 1:
+            self.fail("R6", f"acks {first}..{last} do not follow the LAC {self.acked_lac}")
+        self.acked_lac = last
+        self.world.note(f"oracle: writer LAC={last}")
+        self.check_step()
+
+    def on_close_result(self, client: str, last_entry_id: int) -> None:
+        """Oracle 1: every client that learns the ledger closed agrees on one last entry id."""
+        self.closers.append((client, last_entry_id))
+        self.world.note(f"oracle: {client} says closed at {last_entry_id}")
+        self.check_step()
+
+    # ---- the metadata store ------------------------------------------------------------------------------
+    def on_metadata_write(self, old: LedgerMetadata | None, new: LedgerMetadata) -> None:
+        """Oracle 5 (fragments) and R4 (CLOSED is terminal) on every stored version."""
+        frags = new.fragments
+        if not frags or frags[0].first_entry_id != 0:
+            self.fail("5", f"first fragment must start at entry 0: {frags}")
+        for prev, cur in zip(frags, frags[1:], strict=False):
+            if cur.first_entry_id <= prev.first_entry_id:
+                self.fail("5", f"fragment first ids not strictly increasing: {frags}")
+        for frag in frags:
+            if len(frag.ensemble) != new.ensemble_size or len(set(frag.ensemble)) != new.ensemble_size:
+                self.fail("5", f"fragment {frag} does not have {new.ensemble_size} distinct bookies")
+        if old is not None and old.state is LedgerState.CLOSED and new != old:
+            self.fail("R4", f"a CLOSED ledger was changed: {old} -> {new}")
+        if old is not None and old.state is LedgerState.IN_RECOVERY and new.state is LedgerState.OPEN:
+            self.fail("R14", "IN_RECOVERY went back to OPEN")
+        self.stored = new
+        self.check_step()
+
+    # ---- bookies --------------------------------------------------------------------------------------------
+    def on_bookie_stored(self, bookie: str, ledger_id: int, entry_id: int, body: bytes) -> None:
+        """Oracle 4: every copy of an entry, on any bookie, is the writer's bytes (so all copies agree)."""
+        want = self.bodies.get(entry_id) if ledger_id == self.ledger_id else None
+        if want is None:
+            self.fail("4", f"{bookie} holds L{ledger_id}/e{entry_id} that no writer made")
+        if body != want:
+            self.fail("4", f"{bookie} holds different bytes for L{ledger_id}/e{entry_id} than the writer sent")
+
+    def on_fence_promised(self, bookie: str, ledger_id: int) -> None:
+        self.fence_promised.add((bookie, ledger_id))
+
+    def on_add_accepted(self, bookie: str, ledger_id: int, entry_id: int) -> None:
+        """Oracle 6: once a bookie said the ledger is fenced, no non-recovery add gets in, restarts included."""
+        if (bookie, ledger_id) in self.fence_promised:
+            self.fail("6", f"{bookie} accepted a normal add of L{ledger_id}/e{entry_id} after answering that "
+                      "the ledger is fenced")
+
+    # ---- readers ----------------------------------------------------------------------------------------------
+    def on_reader_entry(self, reader: str, entry_id: int, payload: bytes, md: LedgerMetadata, lac: int) -> None:
+        """Oracle 3 (never above the LAC / last entry id) and the byte-for-byte part of oracle 2."""
+        self.reads += 1
+        if md.state is LedgerState.CLOSED:
+            if entry_id > md.last_entry_id:
+                self.fail("3", f"{reader} got entry {entry_id} above the last entry id {md.last_entry_id}")
+        else:
+            if entry_id > lac:
+                self.fail("3", f"{reader} got entry {entry_id} above its LAC {lac}")
+            if lac > self.acked_lac:
+                self.fail("3", f"{reader} used LAC {lac} above the writer's LAC {self.acked_lac}")
+        if payload != self.payloads.get(entry_id):
+            self.fail("2", f"{reader} read entry {entry_id} with bytes the writer did not write")
+
+    # ---- after every step -------------------------------------------------------------------------------------
+    def check_step(self) -> None:
+        """Oracle 1 against the stored metadata: no acknowledged entry above the last entry id; one answer."""
+        md = self.stored
+        if md is None or md.state is not LedgerState.CLOSED:
+            if self.closers:
+                self.fail("1", f"{self.closers[0][0]} says closed but the stored ledger is not CLOSED")
+            return
+        if self.acked_lac > md.last_entry_id:
+            self.fail("1", f"truncation: entry {self.acked_lac} was acknowledged to the writer but the ledger "
+                      f"closed at last entry id {md.last_entry_id}")
+        for client, last in self.closers:
+            if last != md.last_entry_id:
+                self.fail("1", f"{client} says last entry id {last}, the stored ledger says {md.last_entry_id}")
+
+    def final_check(self, read: dict[int, bytes], md: LedgerMetadata) -> None:
+        """Oracle 2 at the end: with everything healed, every entry up to the last entry id is readable and is
+        exactly what the writer wrote; every acknowledged entry is among them."""
+        self.check_step()
+        for entry_id in range(md.last_entry_id + 1):
+            if entry_id not in read:
+                self.fail("2", f"entry {entry_id} (<= last entry id {md.last_entry_id}) is not readable")
+            if read[entry_id] != self.payloads.get(entry_id):
+                self.fail("2", f"entry {entry_id} reads back different bytes")

@@ -1,0 +1,189 @@
+"""The simulated recoverer: open-with-recovery driving the real LedgerRecovery machine (R14-R20).
+
+Mirrors BookKeeper's LedgerOpenOp(recovery) + LedgerRecoveryOp: CAS the metadata to IN_RECOVERY
+(`transforms.to_in_recovery`; a CLOSED ledger is just adopted), then execute LedgerRecovery's actions
+(fencing reads, recovery reads, write-backs with the recovery flag, local ensemble changes) and finally the
+single closing CAS (`transforms.close_after_recovery`), resolving a lost race or a lost answer with
+`decide_recovery_close_conflict` (ADOPT the stored result). A failed attempt is retried a bounded number of
+times. The `RecoveryRules` passed in may be deliberately broken (mutation tests).
+"""
+
+from __future__ import annotations
+
+from client.errors import BKError
+from client.protocol.digest import DigestManager, master_key
+from client.protocol.metadata import LedgerMetadata, LedgerState
+from client.protocol.pending_adds import NeedEnsembleChange
+from client.protocol.recovery import (
+    CloseLedger,
+    LedgerRecovery,
+    RecoveryAction,
+    RecoveryFailed,
+    RecoveryRules,
+    SendFenceRead,
+    SendRecoveryRead,
+    WriteBack,
+)
+from client.protocol.status import StatusCode
+from client.protocol.transforms import (
+    ConflictDecision,
+    close_after_recovery,
+    decide_recovery_close_conflict,
+    to_in_recovery,
+)
+from tests.sim.actors import Actor
+from tests.sim.messages import AddRequest, AddResponse, Payload, ReadRequest, ReadResponse
+from tests.sim.net import Network
+from tests.sim.oracle import Oracle
+from tests.sim.world import World
+
+
+class Recoverer(Actor):
+    """One client opening the ledger with recovery, retrying up to `max_attempts` times."""
+
+    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, ledger_id: int,
+                 bookies: list[str], digest: DigestManager, password: bytes, rules: RecoveryRules, *,
+                 max_attempts: int) -> None:
+        super().__init__(name, world, net, oracle, ledger_id)
+        self.bookies = bookies
+        self.digest = digest
+        self.key = master_key(password)
+        self.rules = rules
+        self.max_attempts = max_attempts
+        self.attempts = 0
+        self.done = False
+        self.gave_up = False
+        self.rec: LedgerRecovery | None = None
+        self.md: LedgerMetadata | None = None
+        self.version = -1
+
+    # ---- open with recovery (R14) -----------------------------------------------------------------------
+    def start(self) -> None:
+        if self.done or self.gave_up:
+            return
+        if self.attempts >= self.max_attempts:
+            self.gave_up = True
+            self.world.note(f"{self.name}: gave up after {self.attempts} attempts")
+            return
+        self.attempts += 1
+        self.rec = None
+        self.read_md(self._on_md, self._retry)
+
+    def _retry(self) -> None:
+        self.rec = None
+        self.later(self.world.between(10, 60), "retry recovery", self.start)
+
+    def _on_md(self, version: int, md: LedgerMetadata) -> None:
+        if md.state is LedgerState.CLOSED:
+            self._done(md.last_entry_id, "adopted the closed ledger")
+        elif md.state is LedgerState.OPEN:
+            marked = to_in_recovery(md)
+            self.cas_md(version, marked, lambda v: self._begin(v, marked), self._retry_open)
+        else:
+            self._begin(version, md)
+
+    def _retry_open(self) -> None:
+        self.read_md(self._on_md, self._retry)
+
+    def _begin(self, version: int, md: LedgerMetadata) -> None:
+        self.md, self.version = md, version
+        window = self.world.rng.choice([1, 2, 4, 8])
+        rec = LedgerRecovery(md, self.digest, self.rules, read_window=window)
+        self.rec = rec
+        self.world.note(f"{self.name}: recovering from v{version}, window {window}")
+        self._run(rec, rec.start())
+
+    # ---- executing the machine's actions ----------------------------------------------------------------
+    def _run(self, rec: LedgerRecovery, actions: list[RecoveryAction]) -> None:
+        for action in actions:
+            if rec is not self.rec:
+                return  # an abandoned attempt
+            if isinstance(action, SendFenceRead):
+                self._read(rec, action.bookie_id, -1, True, action.index)
+            elif isinstance(action, SendRecoveryRead):
+                self._read(rec, action.bookie_id, action.entry_id, action.fence, action.index)
+            elif isinstance(action, WriteBack):
+                for bookie in action.bookie_ids:
+                    self._write_back(rec, action.entry_id, action.body, bookie)
+            elif isinstance(action, NeedEnsembleChange):
+                self._change(rec, action)
+            elif isinstance(action, CloseLedger):
+                self._close(action)
+            elif isinstance(action, RecoveryFailed):
+                self.world.note(f"{self.name}: recovery failed: {action.error}")
+                self._retry()
+
+    def _read(self, rec: LedgerRecovery, bookie: str, entry_id: int, fence: bool, index: int) -> None:
+        def feed(status: int, body: bytes | None = None, lac: int = -1) -> None:
+            if rec is not self.rec:
+                return
+            if entry_id < 0:
+                self._run(rec, rec.on_fence_response(index, status, lac))
+            else:
+                self._run(rec, rec.on_read_response(entry_id, index, status, body))
+
+        def reply(payload: Payload) -> None:
+            assert isinstance(payload, ReadResponse)
+            feed(payload.status, payload.body, payload.lac)
+
+        self.call(bookie, ReadRequest(self.ledger_id, entry_id, fence, self.key), reply,
+                  lambda: feed(StatusCode.TIMEOUT))
+
+    def _write_back(self, rec: LedgerRecovery, entry_id: int, body: bytes, bookie: str) -> None:
+        def reply(payload: Payload) -> None:
+            assert isinstance(payload, AddResponse)
+            if rec is not self.rec:
+                return
+            if payload.status == StatusCode.EOK:
+                self._run(rec, rec.on_write_ack(entry_id, bookie))
+            else:
+                self._run(rec, rec.on_write_error(entry_id, bookie, payload.status))
+
+        def timeout() -> None:
+            if rec is self.rec:
+                self._run(rec, rec.on_write_error(entry_id, bookie, StatusCode.TIMEOUT))
+
+        self.call(bookie, AddRequest(self.ledger_id, entry_id, self.key, body, True), reply, timeout)
+
+    def _change(self, rec: LedgerRecovery, need: NeedEnsembleChange) -> None:
+        """R19: replacements are chosen locally and only stored with the closing CAS."""
+        ensemble = list(rec.local_metadata.last_fragment.ensemble)
+        candidates = [b for b in self.bookies if b not in ensemble]
+        if len(candidates) < len(need.failed_indices):
+            self.world.note(f"{self.name}: no bookies left to replace {list(need.failed_indices)}")
+            self._retry()
+            return
+        for index, bookie in zip(need.failed_indices, self.world.rng.sample(candidates, len(need.failed_indices)),
+                                 strict=True):
+            ensemble[index] = bookie
+        self.world.note(f"{self.name}: local ensemble change -> {ensemble}")
+        self._run(rec, rec.on_ensemble_changed(ensemble))
+
+    # ---- close (R20) ------------------------------------------------------------------------------------
+    def _close(self, close: CloseLedger) -> None:
+        assert self.md is not None
+        try:
+            mine = close_after_recovery(self.md, close.last_entry_id, close.length, close.new_fragments)
+        except BKError as exc:
+            self.world.note(f"{self.name}: cannot close: {exc}")
+            self._retry()
+            return
+        self.cas_md(self.version, mine, lambda _v: self._done(close.last_entry_id, "closed the ledger"),
+                    lambda: self.read_md(lambda v, stored: self._close_conflict(close, v, stored), self._retry))
+
+    def _close_conflict(self, close: CloseLedger, version: int, stored: LedgerMetadata) -> None:
+        decision = decide_recovery_close_conflict(stored)
+        self.world.note(f"{self.name}: close conflict -> {decision.value}")
+        if decision is ConflictDecision.ADOPT:
+            self._done(stored.last_entry_id, "adopted another close")
+        elif decision is ConflictDecision.RETRY:
+            self.md, self.version = stored, version
+            self._close(close)
+        else:
+            self._retry()
+
+    def _done(self, last_entry_id: int, how: str) -> None:
+        self.done = True
+        self.rec = None
+        self.world.note(f"{self.name}: {how} at last entry {last_entry_id}")
+        self.oracle.on_close_result(self.name, last_entry_id)
