@@ -196,3 +196,39 @@ def test_asyncio_api_and_many_threads(shared_cluster5, bk_factory):
 
 async def _open_async(bk, ledger_id):
     return await bk.aopen_ledger(ledger_id)
+
+
+def test_tailing_reader_across_a_bookie_restart(cluster_factory, bk_factory):
+    """Scenario: a tailing reader during writes and a bookie restart: the LAC it sees never goes
+    backwards, it never reads above it, and it reads every entry exactly once, in order."""
+    cluster = cluster_factory(4)
+    bk = bk_factory(cluster.metadata_service_uri)
+    lh = bk.create_ledger(3, 3, 2)
+    lh.add_entry(payload(0))
+    rh = bk_factory(cluster.metadata_service_uri).open_ledger(lh.ledger_id, recovery=False)
+    member = lh.metadata.last_fragment.ensemble[2]
+    index = next(b.index for b in cluster.bookies if b.bookie_id == member)
+    seen, last_lac, total = 0, -1, 3000
+    restarted = False
+    deadline = time.monotonic() + 60
+    next_write = 1
+    while seen < total:
+        assert time.monotonic() < deadline, f"reader stuck at {seen}"
+        if next_write < total:
+            batch = range(next_write, min(total, next_write + 100))
+            for i in batch:
+                lh.add_entry_async(payload(i))
+            next_write = batch[-1] + 1
+        if not restarted and seen > 1000:
+            cluster.kill_bookie(index)
+            cluster.start_bookie(index)
+            restarted = True
+        lac = rh.wait_for_lac(seen - 1, timeout=2)
+        assert lac >= last_lac and lac <= lh.last_add_confirmed
+        last_lac = lac
+        if lac >= seen:
+            got = list(rh.read_entries(seen, lac))
+            assert [en.entry_id for en in got] == list(range(seen, lac + 1))
+            assert all(en.payload == payload(en.entry_id) for en in got)
+            seen = lac + 1
+    lh.close()
