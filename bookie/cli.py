@@ -54,7 +54,11 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             cluster = LocalCluster(args.dir)
-            cluster.up(args.bookies, _overrides(args.set))
+            try:
+                cluster.up(args.bookies, _overrides(args.set))
+            except BaseException:
+                cluster.down()              # leave nothing half-started behind
+                raise
             print(cluster.metadata_service_uri)
         elif args.action == "down":
             LocalCluster.load(args.dir).down()
