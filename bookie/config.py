@@ -40,7 +40,18 @@ class BookieConfig:
     readOnlyModeEnabled: bool = True
     forceReadOnlyBookie: bool = False
     zkTimeout: int = 10000                 # ms, ZooKeeper session timeout
-    gcWaitTime: int = 1000                 # ms; used by garbage collection
+    gcWaitTime: int = 1000                 # ms between garbage-collection rounds (<= 0: no GC thread)
+    verifyMetadataOnGc: bool = True        # re-read a ledger's metadata right before deleting it locally
+    minorCompactionThreshold: float = 0.2  # compact entry logs whose live-byte ratio is below this ...
+    minorCompactionInterval: int = 3600    # ... every this many seconds (<= 0: off)
+    majorCompactionThreshold: float = 0.8
+    majorCompactionInterval: int = 86400   # s (<= 0: off)
+    autoRecoveryDaemonEnabled: bool = True  # `bkledger local up` starts an autorecovery daemon per bookie
+    lostBookieRecoveryDelay: int = 0       # s the auditor waits before marking a lost bookie's ledgers
+    openLedgerRereplicationGracePeriod: int = 30000  # ms before an open ledger's last fragment is fenced
+    auditorPeriodicCheckInterval: int = 604800       # s between full scans of metadata for lost bookies
+    rereplicationEntryBatchSize: int = 10  # entries per re-replication batch (range read and add)
+    rwRereplicateBackoffMs: int = 5000     # a worker retries a ledger it could not finish after this
     longPollMaxTimeoutMs: int = 10000
 
     @property
@@ -120,6 +131,12 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("diskUsageLwmThreshold must not exceed diskUsageThreshold")
     if config.nettyMaxFrameSizeBytes < 1024:
         raise ConfigError("nettyMaxFrameSizeBytes must be at least 1024")
+    if not 0 <= config.minorCompactionThreshold <= config.majorCompactionThreshold <= 1:
+        raise ConfigError("need 0 <= minorCompactionThreshold <= majorCompactionThreshold <= 1")
+    if config.lostBookieRecoveryDelay < 0 or config.openLedgerRereplicationGracePeriod < 0:
+        raise ConfigError("lostBookieRecoveryDelay and openLedgerRereplicationGracePeriod must be >= 0")
+    if config.rereplicationEntryBatchSize < 1:
+        raise ConfigError("rereplicationEntryBatchSize must be at least 1")
     if len(config.journalDirectories) != 1:
         raise ConfigError("exactly one journal directory is supported (journalDirectories)")
 

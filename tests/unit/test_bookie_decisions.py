@@ -77,7 +77,8 @@ def test_malformed_batches_say_why():
 
 @pytest.mark.parametrize(
     ("usages", "now", "want"),
-    [([0.5], False, False), ([0.96], False, True), ([0.92], True, True), ([0.85], True, False), ([0.2, 0.97], False, True)],
+    [([0.5], False, False), ([0.96], False, True), ([0.92], True, True), ([0.85], True, False),
+     ([0.2, 0.97], False, True)],
 )
 def test_disk_state_uses_threshold_and_low_water_mark(usages, now, want):
     """R25: read-only above the threshold, writable again only below the low-water mark."""
