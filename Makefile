@@ -10,7 +10,7 @@ SEEDS ?= 200
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,delta]'
+	$(BIN)/pip install --quiet -e '.[dev,delta]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,7 +21,7 @@ test: $(STAMP) lint
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy bookie client bench tests
+	$(BIN)/mypy bookie client bench spark_connector pyspark_bkledger.py examples tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit

@@ -22,7 +22,16 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import bookie_add, bookie_read, disk
+from bench import (
+    bookie_add,
+    bookie_read,
+    bookie_rss,
+    client_add,
+    disk,
+    ledger_read,
+    recovery_time,
+    spark_batch,
+)
 from bench.core import Benchmark, Context, Row, Settings, size_label
 from bench.machine import machine_facts
 
@@ -30,6 +39,12 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("disk_limit", disk.run),
     ("bookie_add", bookie_add.run),
     ("bookie_read", bookie_read.run),
+    ("replicated_add", client_add.run_throughput),
+    ("add_latency", client_add.run_latency),
+    ("ledger_read", ledger_read.run),
+    ("recovery_time", recovery_time.run),
+    ("bookie_rss", bookie_rss.run),
+    ("spark_batch", spark_batch.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

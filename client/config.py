@@ -23,7 +23,8 @@ class ClientConfig:
     metadataMaxAttempts: int = 20            # CAS attempts before giving up with a clear error
     maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit
     maxBatchBytes: int = 1024 * 1024         # bytes per ledger batch on the add stream
-    maxOutstandingAdds: int = 20000          # adds in flight per ledger before add_entry waits
+    maxOutstandingAdds: int = 4000           # adds in flight per ledger before add_entry waits (deeper queues
+                                             # only delay acks past addEntryTimeoutSec when many ledgers share a bookie)
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure
     readBatchBytes: int = 4 * 1024 * 1024    # range read batch size asked from bookies
     recoveryReadWindow: int = 64             # recovery reads in flight (BookKeeper: recoveryReadBatchSize)

@@ -52,3 +52,29 @@ def test_quick_bench_runs_and_writes_json(tmp_path: Path) -> None:
         if row["benchmark"] == "bookie_add":
             assert row["limit"] > 0 and row["ratio"] > 0, row
     assert not list(tmp_path.glob("bkledger-bench-*")), "the data dir was not removed"
+
+
+def test_tiny_client_benchmarks(tmp_path: Path) -> None:
+    """The three-bookie benchmarks: replicated adds through the real client (ratio to fsync / Qw) and
+    recovery of a ledger whose writer was killed -9 with adds in flight, healthy and with a paused bookie."""
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "BKLEDGER_BENCH_TINY": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "replicated_add,recovery_time",
+         "--json", str(out), "--dir", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["errors"] == {}
+    rows = report["rows"]
+    assert {r["benchmark"] for r in rows} == {"replicated_add", "recovery_time"}
+    figures = {(r["benchmark"], r["figure"], r["unit"]) for r in rows}
+    for writers in ("1 writer (1 ledger, 1 thread)", "8 writers (1 client, 8 ledgers, a thread each)"):
+        assert ("replicated_add", f"{writers}, 1 KiB: entries/s", "entries/s") in figures
+        assert ("replicated_add", f"{writers}, 1 KiB: payload MB/s", "MB/s") in figures
+    assert ("recovery_time", "open with recovery, healthy", "ms") in figures
+    assert ("recovery_time", "open with recovery, 1 bookie paused (SIGSTOP)", "ms") in figures
+    for row in rows:
+        assert row["value"] > 0 and row["limit"] > 0 and row["ratio"] > 0, row
+    assert not list(tmp_path.glob("bkledger-bench-*")), "the data dir was not removed"

@@ -1,0 +1,300 @@
+"""replicated_add and add_latency: the real client (`client.BookKeeper`) adding to three real bookies.
+
+replicated_add: closed loop, E=3 Qw=3 Qa=2, 1 KiB entries, with 1 writer (one ledger fed by one
+thread) and with 8 writers (one BookKeeper client, 8 ledgers, each fed by its own thread); in flight
+at most 20,000 adds in all (maxOutstandingAdds 20,000 for 1 ledger, 2,500 per ledger for 8). All three
+bookies journal to one disk, so the limit is the raw append + fdatasync speed at the bookies' average
+group size (journal bytes / fdatasync calls counted by perf; 256 KiB without perf), divided by Qw.
+
+add_latency: open loop at 20 % and 80 % of the 1-writer peak measured by replicated_add in this run:
+a timer thread schedules adds at fixed intervals whatever the completions do, and an add's latency is
+its acknowledgement time minus its scheduled time (so a stall is charged to every add scheduled
+behind it). The limit is the time of one fdatasync at the group size the bookies made at that load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+
+from bench.cluster3 import (
+    ACK_QUORUM,
+    ENSEMBLE,
+    ENTRY_SIZE,
+    PASSWORD,
+    WRITE_QUORUM,
+    ClientSizes,
+    ClusterSession,
+    WrittenLedger,
+    cluster_session,
+)
+from bench.core import MB, Context, KiB, Row, size_label
+from bench.disk import measure_fsync_limit
+from bench.syscount import SyscallCounter
+from bookie import config as bkconfig
+from client import BookKeeper
+from client.ledger_handle import LedgerHandle
+
+FDATASYNC = "syscalls:sys_enter_fdatasync"
+TOTAL_IN_FLIGHT = 20_000
+WRITER_COUNTS = (1, 8)
+LOADS = (0.2, 0.8)
+ACK_TIMEOUT = 120.0
+TICK = 0.001  # s, the open loop's timer period
+REFERENCE_GROUP = 256 * KiB
+QUORUM = f"E={ENSEMBLE} Qw={WRITE_QUORUM} Qa={ACK_QUORUM}"
+
+
+class GroupMeter:
+    """`with GroupMeter(session) as m: ...` then `m.group_bytes`: the bookies' average journal group
+    (journal bytes grown / fdatasync calls of all three bookies), or None with `m.why_not`."""
+
+    def __init__(self, session: ClusterSession) -> None:
+        self.session = session
+        self.group_bytes: float | None = None
+        self.journal_bytes = 0
+        self.why_not = SyscallCounter.available()
+        self._stack = contextlib.ExitStack()
+        self._counters: list[SyscallCounter] = []
+        self._before = 0
+
+    def __enter__(self) -> GroupMeter:
+        if not self.why_not:
+            self._counters = [self._stack.enter_context(SyscallCounter(pid)) for pid in self.session.pids()]
+        self._before = self.session.journal_bytes()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+        self.journal_bytes = self.session.journal_bytes() - self._before
+        if self.why_not:
+            return
+        fsyncs = sum(c.counts.get(FDATASYNC, 0) for c in self._counters)
+        if fsyncs:
+            self.group_bytes = self.journal_bytes / fsyncs
+        else:
+            self.why_not = "perf counted no fdatasync calls"
+
+
+def round_group(nbytes: float) -> int:
+    """A measured average group rounded to whole KiB (at least 4 KiB): the size a limit is taken at."""
+    return max(4 * KiB, round(nbytes / KiB) * KiB)
+
+
+# ---- replicated_add ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ThroughputResult:
+    writers: int
+    entries: int
+    seconds: float
+    journal_bytes: int           # grown on the three bookies together
+    group_bytes: float | None
+    why_not: str
+    ledger: WrittenLedger         # the first writer's ledger (closed)
+
+
+def _writer_loop(lh: LedgerHandle, payload: bytes, deadline: float, out: dict[int, int],
+                 last: list[Future[int]]) -> None:
+    count = 0
+    future: Future[int] | None = None
+    while time.perf_counter() < deadline:
+        future = lh.add_entry_async(payload)
+        count += 1
+    out[lh.ledger_id] = count
+    if future is not None:
+        last.append(future)
+
+
+def closed_loop(session: ClusterSession, writers: int, seconds: float) -> ThroughputResult:
+    """`writers` ledgers of one client, each fed by its own thread for `seconds`; all adds acknowledged."""
+    payload = os.urandom(ENTRY_SIZE)
+    bk = BookKeeper(session.uri, maxOutstandingAdds=max(1, TOTAL_IN_FLIGHT // writers))
+    try:
+        handles = [bk.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, password=PASSWORD) for _ in range(writers)]
+        counts: dict[int, int] = {}
+        last: list[Future[int]] = []
+        with GroupMeter(session) as meter:
+            start = time.perf_counter()
+            threads = [threading.Thread(target=_writer_loop, args=(lh, payload, start + seconds, counts, last),
+                                        name=f"bench-writer-{i}") for i, lh in enumerate(handles)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for future in last:  # a ledger's failure is sticky: its last add fails too
+                future.result(ACK_TIMEOUT)
+            elapsed = time.perf_counter() - start
+        entries = sum(counts.values())
+        for lh in handles:
+            lh.close()
+            if lh.last_entry_id + 1 != counts.get(lh.ledger_id):
+                raise RuntimeError(f"ledger {lh.ledger_id} closed at entry {lh.last_entry_id}, "
+                                   f"{counts.get(lh.ledger_id)} adds were acknowledged")
+        first = handles[0]
+        ledger = WrittenLedger(first.ledger_id, first.last_entry_id + 1, ENTRY_SIZE)
+    finally:
+        bk.close()
+    return ThroughputResult(writers, entries, elapsed, meter.journal_bytes, meter.group_bytes, meter.why_not, ledger)
+
+
+def _describe(writers: int) -> str:
+    if writers == 1:
+        return "1 writer (1 ledger, 1 thread)"
+    return f"{writers} writers (1 client, {writers} ledgers, a thread each)"
+
+
+def _throughput_rows(ctx: Context, session: ClusterSession, res: ThroughputResult) -> list[Row]:
+    name = "replicated_add"
+    label = f"{_describe(res.writers)}, {size_label(ENTRY_SIZE)}"
+    entries_s = res.entries / res.seconds
+    payload_mb_s = res.entries * ENTRY_SIZE / res.seconds / MB
+    per_entry = res.journal_bytes / WRITE_QUORUM / max(res.entries, 1)   # journal bytes per entry per bookie
+    ref_mb_s, _ = ctx.fsync_limit(REFERENCE_GROUP, measure_fsync_limit)
+    ref = (f"raw append+fdatasync of {size_label(REFERENCE_GROUP)} groups / Qw={WRITE_QUORUM}"
+           " (all bookies share the disk)")
+    setup = f"{QUORUM}, maxOutstandingAdds {TOTAL_IN_FLIGHT // res.writers}/ledger"
+    if res.group_bytes is None:
+        at, limit_mb_s = REFERENCE_GROUP, ref_mb_s
+        same = f"{ref} (group size unknown: {res.why_not})"
+    else:
+        at = round_group(res.group_bytes)
+        limit_mb_s, _ = ctx.fsync_limit(at, measure_fsync_limit)
+        same = (f"raw append+fdatasync of {size_label(at)} groups (the bookies' average) / Qw={WRITE_QUORUM}"
+                " (all bookies share the disk)")
+    rows = [
+        Row(name, f"{label}: entries/s", entries_s, "entries/s", limit_mb_s * MB / WRITE_QUORUM / per_entry,
+            f"{same}, in entries of {per_entry:.0f} journal bytes; {setup}"),
+        Row(name, f"{label}: payload MB/s", payload_mb_s, "MB/s", limit_mb_s / WRITE_QUORUM,
+            f"{same}; payload only (issue 3 aim: >= 0.5)"),
+    ]
+    if at != REFERENCE_GROUP:
+        rows.append(Row(name, f"{label}: payload MB/s", payload_mb_s, "MB/s", ref_mb_s / WRITE_QUORUM, ref))
+    if res.group_bytes is not None:
+        conf = bkconfig.parse_properties(Path(session.cluster.bookies[0].conf).read_text())
+        threshold = int(conf.get("journalBufferedWritesThreshold", "0"))
+        rows.append(Row(name, f"{label}: journal group", res.group_bytes / KiB, "KiB", threshold / KiB or None,
+                        "journal bytes / fdatasync calls of the 3 bookies (perf) vs journalBufferedWritesThreshold"))
+    return rows
+
+
+def run_throughput(ctx: Context) -> list[Row]:
+    session = cluster_session(ctx)
+    seconds = ClientSizes.of(ctx).add_seconds
+    rows: list[Row] = []
+    for writers in WRITER_COUNTS:
+        res = closed_loop(session, writers, seconds)
+        if writers == 1:
+            session.facts["peak_entries_s"] = res.entries / res.seconds
+            session.ledgers["replicated_add"] = res.ledger
+        rows.extend(_throughput_rows(ctx, session, res))
+    return rows
+
+
+# ---- add_latency ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class LatencyResult:
+    rate: float                   # the scheduled rate, entries/s
+    achieved: float               # entries acknowledged / (last ack - start)
+    latencies: list[float]        # seconds, sorted
+    group_bytes: float | None
+    why_not: str
+
+
+def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: float,
+              done: list[float], errors: list[BaseException]) -> None:
+    """The timer thread: entry i is due at start + i / rate. It wakes every TICK (or every 1 / rate
+    if longer) and submits every add due by then, whatever the acknowledgements are doing."""
+
+    def acked(index: int) -> Callable[[Future[int]], None]:
+        def callback(future: Future[int]) -> None:
+            done[index] = time.perf_counter()
+            exc = future.exception()
+            if exc is not None:
+                errors.append(exc)
+        return callback
+
+    tick = max(TICK, 1.0 / rate)
+    submitted = 0
+    while submitted < count and not errors:
+        now = time.perf_counter()
+        due = min(count, int((now - start) * rate) + 1) if now >= start else 0
+        for i in range(submitted, due):
+            lh.add_entry_async(payload).add_done_callback(acked(i))
+        submitted = max(submitted, due)
+        time.sleep(max(0.0, min(tick, start + submitted / rate - time.perf_counter())))
+
+
+def open_loop(session: ClusterSession, rate: float, seconds: float) -> LatencyResult:
+    payload = os.urandom(ENTRY_SIZE)
+    count = max(10, int(rate * seconds))
+    done = [0.0] * count
+    errors: list[BaseException] = []
+    with BookKeeper(session.uri) as bk:
+        lh = bk.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, password=PASSWORD)
+        lh.add_entry(payload)  # the connections are up before the clock starts
+        with GroupMeter(session) as meter:
+            start = time.perf_counter() + 0.05
+            timer = threading.Thread(target=_schedule, args=(lh, payload, rate, count, start, done, errors),
+                                     name="bench-open-loop")
+            timer.start()
+            timer.join()
+            deadline = time.monotonic() + ACK_TIMEOUT
+            while not errors and any(t == 0.0 for t in done[-100:]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            lh.close()
+    if errors:
+        raise RuntimeError(f"an add failed at {rate:.0f} entries/s: {errors[0]!r}")
+    if any(t == 0.0 for t in done):
+        raise RuntimeError(f"adds at {rate:.0f} entries/s were not acknowledged within {ACK_TIMEOUT:.0f} s")
+    latencies = sorted(t - (start + i / rate) for i, t in enumerate(done))
+    achieved = count / (max(done) - start)
+    return LatencyResult(rate, achieved, latencies, meter.group_bytes, meter.why_not)
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of an ascending list."""
+    return ordered[min(len(ordered) - 1, max(0, int(round(fraction * len(ordered))) - 1))]
+
+
+def _peak(ctx: Context, session: ClusterSession) -> float:
+    """The 1-writer peak of this run (measured now, briefly, when replicated_add did not run)."""
+    if "peak_entries_s" not in session.facts:
+        res = closed_loop(session, 1, max(0.5, ClientSizes.of(ctx).add_seconds / 2))
+        session.facts["peak_entries_s"] = res.entries / res.seconds
+    return session.facts["peak_entries_s"]
+
+
+def run_latency(ctx: Context) -> list[Row]:
+    session = cluster_session(ctx)
+    peak = _peak(ctx, session)
+    seconds = ClientSizes.of(ctx).latency_seconds
+    rows: list[Row] = []
+    for load in LOADS:
+        res = open_loop(session, peak * load, seconds)
+        if res.group_bytes is None:
+            at = 4 * KiB
+            group_note = f"group size unknown ({res.why_not}): one fdatasync of {size_label(at)}"
+        else:
+            at = round_group(res.group_bytes)
+            group_note = f"one raw append+fdatasync of {size_label(at)} (the bookies' average group at this load)"
+        _, fsyncs_s = ctx.fsync_limit(at, measure_fsync_limit)
+        fsync_ms = 1000.0 / fsyncs_s
+        label = f"{load:.0%} of peak ({res.rate:,.0f} adds/s, open loop, {QUORUM}, {size_label(ENTRY_SIZE)})"
+        aim = "; issue 3 aim at 20 %: p99 < 3 fsync times" if load == LOADS[0] else ""
+        for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+            rows.append(Row("add_latency", f"{label}: {name}", percentile(res.latencies, fraction) * 1000, "ms",
+                            fsync_ms, f"{name} / {group_note}; latency = ack - scheduled time"
+                            + (aim if name == "p99" else "")))
+        rows.append(Row("add_latency", f"{label}: acknowledged rate", res.achieved, "entries/s", res.rate,
+                        f"the scheduled rate ({len(res.latencies)} adds; peak {peak:,.0f}/s from the 1-writer run)"))
+    return rows

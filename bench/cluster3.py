@@ -1,0 +1,85 @@
+"""Three real bookies for the client-side benchmarks, and the sizes those benchmarks use per mode.
+
+A LocalCluster (real ZooKeeper + three bookie processes, journalSyncData=true like bookie_session),
+started on first use and stopped by the run's cleanup stack. All three bookies journal to the same
+disk, so a replicated add (E=3 Qw=3 Qa=2) costs that disk Qw journal writes: the limit of replicated
+adds is the raw append + fdatasync speed divided by Qw. The benchmarks that share it (replicated_add,
+add_latency, ledger_read, recovery_time) leave ledgers written here in `ClusterSession.ledgers`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from bench.bookie_session import CONF_OVERRIDES
+from bench.core import Context, KiB, MiB
+from bookie.local.cluster import LocalCluster
+
+_KEY = "cluster3"
+PASSWORD = b"pw"
+ENSEMBLE, WRITE_QUORUM, ACK_QUORUM = 3, 3, 2
+ENTRY_SIZE = 1 * KiB
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSizes:
+    """How long / how much the client-side benchmarks run in one mode (full, quick, tiny)."""
+
+    add_seconds: float          # per writer count of replicated_add (the run's Settings.add_seconds)
+    latency_seconds: float      # per load level of add_latency
+    tail_seconds: float         # the writer's time in the tailing read
+    recovery_repeats: int       # recoveries per case (healthy / paused); the median is reported
+    preload_entries: int        # acknowledged entries before the writer is killed
+    inflight_entries: int       # adds in flight when it is killed
+    rss_bytes: int              # payload written to the lone bookie of bookie_rss
+
+    @staticmethod
+    def of(ctx: Context) -> ClientSizes:
+        mode, add = ctx.settings.mode, ctx.settings.add_seconds
+        if mode == "tiny":
+            return ClientSizes(add, 0.5, 0.5, 1, 200, 1_000, 8 * MiB)
+        if mode == "quick":
+            return ClientSizes(add, 2.0, 2.0, 1, 1_000, 1_000, 64 * MiB)
+        return ClientSizes(add, 10.0, 10.0, 3, 5_000, 1_000, 1024 * MiB)
+
+
+@dataclasses.dataclass
+class WrittenLedger:
+    """A closed ledger written by a benchmark, entries 0 .. entries - 1 of `payload_size` bytes."""
+
+    ledger_id: int
+    entries: int
+    payload_size: int
+
+
+@dataclasses.dataclass
+class ClusterSession:
+    cluster: LocalCluster
+    ledgers: dict[str, WrittenLedger] = dataclasses.field(default_factory=dict)
+    facts: dict[str, float] = dataclasses.field(default_factory=dict)  # e.g. the measured add peak
+
+    @property
+    def uri(self) -> str:
+        return self.cluster.metadata_service_uri
+
+    def journal_bytes(self) -> int:
+        """Total size of the three bookies' journal files."""
+        return sum(p.stat().st_size for b in self.cluster.bookies
+                   for p in (Path(b.journal_dir) / "current").glob("*.txn"))
+
+    def pids(self) -> list[int]:
+        return [b.pid for b in self.cluster.bookies]
+
+
+def cluster_session(ctx: Context) -> ClusterSession:
+    """The run's three-bookie cluster, started now if this is the first benchmark that needs it."""
+    found = ctx.shared.get(_KEY)
+    if isinstance(found, ClusterSession):
+        return found
+    cluster = LocalCluster(ctx.data_dir / "cluster3")
+    ctx.stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
+    cluster.up(3, dict(CONF_OVERRIDES))
+    session = ClusterSession(cluster)
+    ctx.shared[_KEY] = session
+    return session

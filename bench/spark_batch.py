@@ -1,0 +1,98 @@
+"""spark_batch: the "bkledger" Spark data source's batch append and read, beside Parquet in the same session.
+
+One local SparkSession (local[2]) and one DataFrame of N rows of random 100-1000 byte values (cached
+before timing; N = 1M full, 100k --quick, 10k tiny). Timed, each on the same DataFrame: Parquet write,
+Parquet read, bkledger append (to a 3-bookie LocalCluster with journalSyncData=true, E=3 Qw=2 Qa=2) and
+bkledger read. Reads are forced with the `noop` sink, so every column is materialized and nothing is
+written. Throughput is value bytes per second. Limits, all measured in this run: Parquet's figure for
+the same operation, and for the append also the raw append + fdatasync rate of 256 KiB groups on the
+data dir's disk divided by the write quorum (every byte is journaled Qw times on that one disk).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.core import MB, Context, Row
+from bench.disk import measure_fsync_limit
+from bookie.local.cluster import LocalCluster
+
+REPO = Path(__file__).resolve().parent.parent
+SIZES = {"full": 1_000_000, "quick": 100_000, "tiny": 10_000}
+GROUP = 256 * 1024
+WRITE_QUORUM = 2
+CONF = {"journalSyncData": "true"}
+NAME = "spark_batch"
+
+
+def start_spark() -> Any:
+    """A local SparkSession whose Python workers run this interpreter and can import the repo."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bkledger-bench")
+             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "4g").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def make_frame(spark: Any, rows: int) -> tuple[Any, int]:
+    """N rows of pseudo-random values of 100..1000 bytes (SHA-512 streams), cached; (df, value bytes)."""
+    df = spark.range(0, rows, numPartitions=2).selectExpr(
+        "substring(unhex(concat_ws('', transform(sequence(1, 16), i -> sha2(cast(id * 17 + i as string), 512)))),"
+        " 1, 100 + cast(pmod(id * 7919, 901) as int)) as value")
+    df = df.cache()
+    total = df.selectExpr("sum(length(value)) as n").collect()[0]["n"]
+    return df, int(total)
+
+
+def timed(action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def run(ctx: Context) -> list[Row]:
+    rows = SIZES.get(ctx.settings.mode, SIZES["quick"])
+    cluster = LocalCluster(ctx.data_dir / "spark-cluster")
+    ctx.stack.callback(cluster.down)
+    cluster.up(3, dict(CONF))
+    uri = cluster.metadata_service_uri
+    spark = start_spark()
+    ctx.stack.callback(spark.stop)
+    df, nbytes = make_frame(spark, rows)
+    parquet = str(ctx.data_dir / "spark-parquet")
+    bk_opts = {"metadataServiceUri": uri, "log": "bench", "writeQuorum": str(WRITE_QUORUM)}
+
+    pq_write = timed(lambda: df.write.mode("overwrite").parquet(parquet))
+    pq_read = timed(lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save())
+    bk_write = timed(lambda: df.write.format("bkledger").options(**bk_opts).mode("append").save())
+    reader = spark.read.format("bkledger").options(metadataServiceUri=uri, log="bench")
+    bk_read = timed(lambda: reader.load().write.format("noop").mode("overwrite").save())
+    limit_mb, _ = ctx.fsync_limit(GROUP, measure_fsync_limit)
+    ctx.facts[NAME] = {"rows": rows, "value_bytes": nbytes, "seconds": {
+        "parquet_write": pq_write, "parquet_read": pq_read, "bkledger_write": bk_write, "bkledger_read": bk_read}}
+
+    def mb_s(seconds: float) -> float:
+        return nbytes / seconds / MB
+
+    label = f"{rows:,} rows, 100-1000 B values"
+    return [
+        Row(NAME, f"bkledger append ({label})", mb_s(bk_write), "MB/s", mb_s(pq_write),
+            "Parquet write of the same cached DataFrame, same session"),
+        Row(NAME, f"bkledger append ({label})", mb_s(bk_write), "MB/s", limit_mb / WRITE_QUORUM,
+            f"append+fdatasync of 256 KiB groups on this disk / write quorum {WRITE_QUORUM} (journalSyncData=true)"),
+        Row(NAME, f"bkledger read ({label})", mb_s(bk_read), "MB/s", mb_s(pq_read),
+            "Parquet read of the same data (both forced with the noop sink), same session"),
+        Row(NAME, f"bkledger read ({label})", rows / bk_read, "rows/s", rows / pq_read, "Parquet read, same data"),
+    ]

@@ -1,0 +1,124 @@
+"""Arrow in and out of the connector: RecordBatches from ledger read chunks, byte columns from batches.
+
+The read path turns one `ReadChunk` (entry ids + payload memoryviews, up to ~4 MiB) into one
+`pyarrow.RecordBatch` with a fixed number of Python operations per chunk plus two C-level passes over
+the payload list (`bytes.join` and `map(len, ...)`): the binary column is built from the joined buffer
+and an offsets array with `pa.Array.from_buffers`, never from one Python object per row. Enveloped
+ledgers are decoded in bulk with numpy (`spark_connector.envelope.decode_bulk`). The write path goes
+the other way: a binary/string column's (data, offsets, validity) as numpy arrays, zero-copy.
+The batch's schema is exactly the one Spark derives from the read schema (timestamps as UTC micros).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_connector import envelope as env
+from spark_connector.envelope import I64, U8, Bools
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def _validity(valid: Bools | None) -> tuple[pa.Buffer | None, int]:
+    if valid is None:
+        return None, 0
+    nulls = int(len(valid) - np.count_nonzero(valid))
+    if nulls == 0:
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+
+
+def binary_array(data: U8 | bytes, offsets: I64, valid: Bools | None = None) -> pa.Array:
+    """A pa.binary() array over `data` with n + 1 `offsets` (int32 in Arrow), nulls where not valid."""
+    n = len(offsets) - 1
+    validity, nulls = _validity(valid)
+    data_buf = pa.py_buffer(data)
+    offsets_buf = pa.py_buffer(np.asarray(offsets, dtype=np.int32))
+    return pa.Array.from_buffers(pa.binary(), n, [validity, offsets_buf, data_buf], null_count=nulls)
+
+
+def timestamp_array(micros: I64, valid: Bools | None = None) -> pa.Array:
+    validity, nulls = _validity(valid)
+    values = pa.py_buffer(np.ascontiguousarray(micros, np.int64))
+    return pa.Array.from_buffers(TIMESTAMP, len(micros), [validity, values], null_count=nulls)
+
+
+def repeated_string(value: str | None, n: int) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, pa.string())
+    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
+def entry_id_array(entry_ids: Sequence[int]) -> pa.Array:
+    n = len(entry_ids)
+    first = entry_ids[0] if n else 0
+    if n and entry_ids[-1] - first == n - 1:      # a chunk is contiguous: no list walk needed
+        return pa.array(np.arange(first, first + n, dtype=np.int64))
+    return pa.array(np.asarray(entry_ids, dtype=np.int64))
+
+
+def joined(payloads: Sequence[memoryview | bytes]) -> tuple[bytes, I64]:
+    """The payloads back to back and their n + 1 offsets."""
+    lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+    offsets = np.zeros(len(payloads) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return b"".join(payloads), offsets
+
+
+def chunk_to_batch(schema: pa.Schema, log: str | None, ledger_id: int, entry_ids: Sequence[int],
+                   payloads: Sequence[memoryview | bytes], envelope: int) -> pa.RecordBatch:
+    """One RecordBatch of the read schema from entries of one ledger."""
+    n = len(entry_ids)
+    data, offsets = joined(payloads)
+    columns: dict[str, pa.Array] = {
+        "log": repeated_string(log, n),
+        "ledger_id": pa.array(np.full(n, ledger_id, dtype=np.int64)),
+        "entry_id": entry_id_array(entry_ids),
+    }
+    if envelope == env.V1:
+        dec = env.decode_bulk(np.frombuffer(data, dtype=np.uint8), offsets)
+        columns["value"] = binary_array(dec.value_data, dec.value_offsets)
+        columns["key"] = binary_array(dec.key_data, dec.key_offsets, dec.key_valid)
+        columns["timestamp"] = timestamp_array(dec.timestamps, dec.timestamp_valid)
+    else:
+        columns["value"] = binary_array(data, offsets)
+        columns["key"] = pa.nulls(n, pa.binary())
+        columns["timestamp"] = pa.nulls(n, TIMESTAMP)
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+# ---- the write side -------------------------------------------------------------------------------
+def byte_parts(array: pa.Array) -> tuple[U8, I64, Bools]:
+    """(data, offsets rebased to 0, validity) of a binary or string array, without copying the data."""
+    if pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type):
+        width: type = np.int64
+    elif pa.types.is_binary(array.type) or pa.types.is_string(array.type):
+        width = np.int32
+    else:
+        raise TypeError(f"expected a binary or string column, got {array.type}")
+    n = len(array)
+    buffers = array.buffers()
+    raw_offsets = np.frombuffer(buffers[1], dtype=width, count=array.offset + n + 1) if buffers[1] else \
+        np.zeros(array.offset + n + 1, dtype=width)
+    offsets = raw_offsets[array.offset:].astype(np.int64)
+    base = int(offsets[0]) if n else 0
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None and buffers[2].size else \
+        np.zeros(0, dtype=np.uint8)
+    data = data[base:int(offsets[-1])] if n else data[:0]
+    valid = np.ones(n, dtype=np.bool_) if array.null_count == 0 else \
+        pc.is_valid(array).to_numpy(zero_copy_only=False)
+    return data, offsets - base, valid
+
+
+def timestamp_parts(array: pa.Array) -> tuple[I64, Bools]:
+    """(microseconds since the epoch, validity) of a timestamp column of any unit."""
+    if not pa.types.is_timestamp(array.type):
+        raise TypeError(f"expected a timestamp column, got {array.type}")
+    micros = pc.cast(array, pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
+    valid = np.ones(len(array), dtype=np.bool_) if array.null_count == 0 else \
+        pc.is_valid(array).to_numpy(zero_copy_only=False)
+    return micros.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid

@@ -1,0 +1,52 @@
+"""The "bkledger" PySpark data source: batch read and batch append of bkledger logs (and raw ledgers).
+
+    spark.read.format("bkledger").option("metadataServiceUri", uri).option("log", "orders").load()
+    df.write.format("bkledger").option("metadataServiceUri", uri).option("log", "orders").mode("append").save()
+
+Spark 4 finds it with no register call through the top-level module `pyspark_bkledger` (its
+`DefaultSource`); `spark.dataSource.register(BkLedgerDataSource)` works too. This class only parses
+options (`spark_connector.options`, errors at planning time) and hands over to the reader/writer
+modules; streaming lives in `spark_connector.stream_source` / `spark_connector.stream_sink`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from spark_connector.options import parse_read_options, parse_write_options
+
+
+class BkLedgerDataSource(DataSource):
+    """format("bkledger"): a log of ledgers (option log) or raw ledgers (option ledgers)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bkledger"
+
+    def schema(self) -> StructType:
+        from spark_connector.batch_reader import discover_schema
+
+        return discover_schema(parse_read_options(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from spark_connector.batch_reader import BkLedgerBatchReader
+
+        return BkLedgerBatchReader(parse_read_options(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_connector.batch_writer import plan_writer
+
+        return plan_writer(parse_write_options(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from spark_connector.stream_sink import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)
+
+    def streamReader(self, schema: StructType) -> Any:
+        from spark_connector.stream_source import stream_reader
+
+        return stream_reader(self.options, schema)

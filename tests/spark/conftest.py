@@ -1,0 +1,64 @@
+"""Fixtures of the Spark tests: one real local SparkSession for the session, one bookie cluster per module.
+
+The session is `local[2]` on 127.0.0.1 with the UI off and few shuffle partitions; its Python workers
+run this interpreter. Spark's auto-registration of `pyspark_*` modules runs the lookup with the default
+Python (PYSPARK_PYTHON) and finds modules with `pkgutil.iter_modules`, which does not see modules of a
+setuptools editable install (they come through an import hook): the repo root goes on PYTHONPATH here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bookie.local.cluster import LocalCluster
+from tests.integration.conftest import start_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]").appName("bkledger-tests")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
+    """Three real bookies shared by the tests of one module."""
+    made = start_cluster(tmp_path_factory.mktemp("spark-cluster"), zookeeper, 3)
+    yield made
+    made.down()
+
+
+@pytest.fixture(scope="module")
+def bk(cluster: LocalCluster) -> Iterator:
+    from client import BookKeeper
+
+    client = BookKeeper(cluster.metadata_service_uri)
+    yield client
+    client.close()
