@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/python examples/pipeline.py
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests

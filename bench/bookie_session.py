@@ -15,7 +15,9 @@ from bookie.local.cluster import BookieProcess, LocalCluster
 
 # journalSyncData=true: every acknowledged add is behind an fdatasync. Everything else is the default
 # (journalMaxGroupWaitMSec=2, journalBufferedWritesThreshold=512 KiB, flushInterval=5000 from LocalCluster).
-CONF_OVERRIDES = {"journalSyncData": "true"}
+# No bookie GC (bookie_add writes ledgers without metadata, which GC would delete before bookie_read) and
+# no autorecovery daemons (they would re-replicate behind a benchmark that stops bookies).
+CONF_OVERRIDES = {"journalSyncData": "true", "gcWaitTime": "0", "autoRecoveryDaemonEnabled": "false"}
 PASSWORD = b"pw"
 _KEY = "bookie"
 

@@ -30,6 +30,7 @@ from bench import (
     disk,
     ledger_read,
     recovery_time,
+    rereplication,
     spark_batch,
 )
 from bench.core import Benchmark, Context, Row, Settings, size_label
@@ -45,6 +46,7 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("recovery_time", recovery_time.run),
     ("bookie_rss", bookie_rss.run),
     ("spark_batch", spark_batch.run),
+    ("rereplication", rereplication.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

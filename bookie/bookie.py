@@ -203,6 +203,14 @@ class Bookie:
 
         self.journal.append([rec.encode_explicit_lac(ledger_id, body)], journaled, sync=True)
 
+    def forget_ledger(self, ledger_id: int) -> None:
+        """Garbage collection: the ledger was deleted in the metadata store; drop it and its state."""
+        assert self.storage is not None
+        with self._lock:
+            self._keys.pop(ledger_id, None)
+            self._fenced.discard(ledger_id)
+        self.storage.delete_ledger(ledger_id)
+
     def force_ledger(self, done: Done) -> None:
         """Make every earlier (deferred-sync) write durable: an empty synced group covers them."""
         assert self.journal is not None

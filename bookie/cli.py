@@ -1,4 +1,6 @@
-"""The `bkledger` command: `bookie` (one standalone bookie), `local` (a cluster on this machine).
+"""The `bkledger` command: `bookie` (one standalone bookie), `autorecovery` (the auditor and replication
+worker beside a bookie), `local` (a cluster on this machine), `log` (logs made of ledgers) and `shell`
+(the admin shell, `bookie.shell`).
 
 Mirrors BookKeeper's `bin/bookkeeper bookie` and the local-bookie tooling. Errors a user can fix
 print one line saying what to do and exit non-zero; they never print a traceback.
@@ -48,6 +50,26 @@ def cmd_bookie(args: argparse.Namespace) -> int:
     return run_bookie(config)
 
 
+def cmd_autorecovery(args: argparse.Namespace) -> int:
+    from bookie.autorecovery.daemon import run_autorecovery
+    from bookie.config import ConfigError, load
+
+    _setup_logging(args.verbose)
+    try:
+        config = load(Path(args.conf), **_overrides(args.set))
+    except ConfigError as exc:
+        print(f"bkledger autorecovery: {exc}", file=sys.stderr)
+        return 2
+    return run_autorecovery(config)
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    from bookie.shell import cmd_shell as run_shell
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    return run_shell(args)
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from bookie.local.cluster import ClusterError, LocalCluster
 
@@ -79,10 +101,13 @@ def _print_status(status: dict[str, Any]) -> None:
     zk = status["zookeeper"]
     print(f"metadataServiceUri  {status['metadataServiceUri']}")
     print(f"zookeeper           {zk['address']}  pid {zk['pid']}  {'up' if zk['alive'] else 'DOWN'}")
-    print(f"{'bookie':<22}{'pid':>8}  state  directories")
+    print(f"{'bookie':<22}{'pid':>8}  state  {'autorecovery':<14}  directories")
     for b in status["bookies"]:
         state = "up" if b["alive"] else "DOWN"
-        print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {b['journal_dir']} {','.join(b['ledger_dirs'])}")
+        ar = b.get("autorecovery_pid", 0)
+        ar_state = f"{ar} {'up' if b.get('autorecovery_alive') else 'DOWN'}" if ar else "-"
+        print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {ar_state:<14}  {b['journal_dir']} "
+              f"{','.join(b['ledger_dirs'])}")
 
 
 def cmd_log(args: argparse.Namespace) -> int:
@@ -131,6 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=cmd_bookie)
+
+    p = sub.add_parser("autorecovery", help="run the autorecovery daemon (auditor + replication worker)")
+    p.add_argument("--conf", required=True, help="the bookie's configuration file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_autorecovery)
+
+    from bookie.shell import add_shell_parser
+
+    add_shell_parser(sub)
+    sub.choices["shell"].set_defaults(func=cmd_shell)
 
     p = sub.add_parser("local", help="a ZooKeeper and bookies on this machine")
     p.add_argument("action", choices=["up", "down", "status"])

@@ -129,6 +129,41 @@ class EntryLogger:
             raise StorageError(f"entry log {log_id:x}: short read at {offset} ({len(data)} of {size})")
         return data
 
+    # ---- garbage collection support ------------------------------------------------------
+    @property
+    def active_id(self) -> int:
+        """The log appended to now (0 before the first append); GC never touches it."""
+        with self._lock:
+            return self._active_id if self._active_fd >= 0 else 0
+
+    def log_ids(self) -> list[int]:
+        return list_log_ids(self.current)
+
+    def size(self, log_id: int) -> int:
+        """Bytes of the log's records (file size without the header); 0 if it is gone."""
+        try:
+            return max(os.stat(self.path(log_id)).st_size - HEADER_SIZE, 0)
+        except FileNotFoundError:
+            return 0
+
+    def remove(self, log_id: int) -> int:
+        """Delete a log that no index slot points at any more; returns the bytes freed."""
+        with self._lock:
+            if log_id == self._active_id and self._active_fd >= 0:
+                raise StorageError(f"entry log {log_id:x} is the active log; it cannot be removed")
+        with self._read_lock:
+            fd = self._read_fds.pop(log_id, None)
+            if fd is not None:
+                os.close(fd)
+        path = self.path(log_id)
+        try:
+            freed = os.stat(path).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            return 0
+        fsync_dir(self.current)
+        return freed
+
     def close(self) -> None:
         with self._lock:
             if self._active_fd >= 0:

@@ -4,7 +4,8 @@ Mirrors BookKeeper's BookieServer: check cookies (R24) before touching storage, 
 listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral). A disk-usage check
 turns the bookie read-only above `diskUsageThreshold` and back below `diskUsageLwmThreshold`
 (R25), re-registering it under `available/readonly`; a failed journal also makes it read-only.
-SIGTERM unregisters, stops the server and checkpoints.
+A garbage-collection thread (`bookie.gc`) runs every `gcWaitTime` ms.
+SIGTERM unregisters, stops the server and GC, and checkpoints.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bookie.bookie import Bookie, dirs_have_data
 from bookie.config import BookieConfig
 from bookie.core import decisions
 from bookie.core.cookie import Cookie, CookieError, decide
+from bookie.gc import GarbageCollector
 from bookie.server import GRPC_OPTIONS, BookieService
 from client.meta.store import MetadataStore
 from proto import bookie_pb2_grpc as pb_grpc
@@ -68,6 +70,7 @@ class BookieServer:
         self.server: grpc.aio.Server | None = None
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.gc: GarbageCollector | None = None
 
     def _on_journal_fatal(self, exc: BaseException) -> None:
         if self._loop is not None:
@@ -133,6 +136,8 @@ class BookieServer:
                  cfg.journal_dir, ",".join(cfg.ledgerDirectories))
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._stop.set)
+        assert self.bookie.storage is not None
+        self.gc = GarbageCollector(self.bookie.storage, self.store, cfg, self.bookie.forget_ledger).start()
         monitor = asyncio.create_task(self._disk_monitor())
         await self._stop.wait()
         await self._shutdown(monitor)
@@ -146,6 +151,8 @@ class BookieServer:
             log.warning("could not unregister: %s", exc)
         if self.server is not None:
             await self.server.stop(grace=2)
+        if self.gc is not None:
+            await asyncio.to_thread(self.gc.stop)
         await asyncio.to_thread(self.bookie.close)
         self.store.close()
         log.info("bookie %s stopped", self.config.bookie_id)

@@ -245,19 +245,35 @@ class LedgerStorage:
 
     # ---- reads ---------------------------------------------------------------------------------
 
-    def read_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
-        """The packaged entry, None if not held, StorageError if it cannot be read back intact."""
+    def _location(self, ledger_id: int, entry_id: int) -> tuple[int, tuple[int, int, int] | None]:
         with self._lock:
             led = self._ledgers.get(ledger_id)
-            loc = None if led is None else led.location(entry_id)
-            dir_index = -1 if led is None else led.dir_index
-        if loc is None:
-            return None
-        log_id, offset, size = loc
-        data = self._logs[dir_index].read(log_id, offset, size)
-        one = np.array([entry_id], dtype=np.int64)
-        _check_headers(ledger_id, one, np.array([size], dtype=np.int64), data)
-        return data
+            if led is None:
+                return -1, None
+            return led.dir_index, led.location(entry_id)
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """The packaged entry, None if not held, StorageError if it cannot be read back intact.
+
+        A read that raced a compaction (the entry moved and its old log was removed) is retried once at the
+        entry's new location.
+        """
+        dir_index, loc = self._location(ledger_id, entry_id)
+        for attempt in range(2):
+            if loc is None:
+                return None
+            log_id, offset, size = loc
+            try:
+                data = self._logs[dir_index].read(log_id, offset, size)
+                one = np.array([entry_id], dtype=np.int64)
+                _check_headers(ledger_id, one, np.array([size], dtype=np.int64), data)
+                return data
+            except StorageError:
+                dir_index, moved = self._location(ledger_id, entry_id)
+                if attempt or moved == loc:
+                    raise
+                loc = moved
+        return None
 
     def read_range(
         self, ledger_id: int, first: int, last: int, max_batch_bytes: int, max_batch_entries: int
@@ -283,10 +299,113 @@ class LedgerStorage:
             before = int(cum[i - 1]) if i else 0
             j = int(np.searchsorted(cum, before + max_bytes, side="right"))
             j = max(min(j, i + max_entries, len(ids)), i + 1)
-            blob = self._read_runs(logger, slots[i:j])
-            _check_headers(ledger_id, ids[i:j], sizes[i:j], blob)
+            try:
+                blob = self._read_runs(logger, slots[i:j])
+                _check_headers(ledger_id, ids[i:j], sizes[i:j], blob)
+            except StorageError:
+                moved = self._current_slots(ledger_id, ids[i:j])   # raced a compaction? read the new places
+                if moved is None or np.array_equal(moved, slots[i:j]):
+                    raise
+                blob = self._read_runs(logger, moved)
+                _check_headers(ledger_id, ids[i:j], moved[:, 2], blob)
             yield [int(v) for v in ids[i:j].tolist()], [int(v) for v in sizes[i:j].tolist()], blob
             i = j
+
+    def _current_slots(self, ledger_id: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
+        with self._lock:
+            led = self._ledgers.get(ledger_id)
+            if led is None or int(ids.max()) >= len(led.locs):
+                return None
+            slots = led.locs[ids].copy()
+        return None if (slots[:, 0] == 0).any() else slots
+
+    # ---- garbage collection and compaction ----------------------------------------------------
+
+    def entry_log_usage(self) -> list[tuple[int, int, int, int]]:
+        """(dir index, log id, live bytes, total bytes) of every entry log except the active ones."""
+        live: dict[tuple[int, int], int] = {}
+        with self._lock:
+            for led in self._ledgers.values():
+                held = led.locs[led.locs[:, 0] != 0]
+                if len(held) == 0:
+                    continue
+                log_ids, inverse = np.unique(held[:, 0], return_inverse=True)
+                sums = np.bincount(inverse, weights=held[:, 2].astype(np.float64))
+                for log_id, total in zip(log_ids.tolist(), sums.tolist(), strict=True):
+                    key = (led.dir_index, int(log_id))
+                    live[key] = live.get(key, 0) + int(total)
+        out = []
+        for d, logger in enumerate(self._logs):
+            active = logger.active_id
+            for log_id in logger.log_ids():
+                if log_id != active:
+                    out.append((d, log_id, live.get((d, log_id), 0), logger.size(log_id)))
+        return out
+
+    def compact_entry_log(self, dir_index: int, log_id: int, chunk_bytes: int = 4 << 20) -> tuple[int, int]:
+        """Copy the live entries of a (non-active) log to the active log and repoint the index.
+
+        An index slot is repointed only if it still names the old copy (an entry re-added meanwhile keeps
+        its newer location). The old log stays until `remove_dead_entry_logs`. Returns (entries, bytes).
+        """
+        logger = self._logs[dir_index]
+        if log_id == logger.active_id:
+            return 0, 0
+        with self._lock:
+            work = []
+            for led in self._ledgers.values():
+                if led.dir_index != dir_index:
+                    continue
+                ids = np.flatnonzero(led.locs[:, 0] == log_id).astype(np.int64)
+                if len(ids):
+                    work.append((led, ids, led.locs[ids].copy()))
+        moved_entries = moved_bytes = 0
+        for led, ids, slots in work:
+            i = 0
+            while i < len(ids):
+                cum = np.cumsum(slots[i:, 2])
+                j = i + max(int(np.searchsorted(cum, chunk_bytes, side="right")), 1)
+                part_ids, part_slots = ids[i:j], slots[i:j]
+                sizes = part_slots[:, 2]
+                blob = self._read_runs(logger, part_slots)
+                _check_headers(led.ledger_id, part_ids, sizes, blob)
+                record = encode_add_batch(led.ledger_id, part_ids, sizes, blob)
+                offsets = _starts(sizes) + add_batch_data_offset(len(part_ids))
+                with self._write_lock:
+                    self._check_open()
+                    new_log, record_offset = logger.append(record)
+                    with self._lock:
+                        if self._ledgers.get(led.ledger_id) is led:
+                            same = (led.locs[part_ids] == part_slots).all(axis=1)
+                            keep = part_ids[same]
+                            if len(keep):
+                                led.put(keep, new_log, (offsets + record_offset)[same], sizes[same])
+                moved_entries += len(part_ids)
+                moved_bytes += int(sizes.sum())
+                i = j
+        return moved_entries, moved_bytes
+
+    def remove_dead_entry_logs(self, candidates: Sequence[tuple[int, int]]) -> int:
+        """Delete the given logs that no index slot names any more; returns the bytes freed.
+
+        The index is checkpointed (entry logs fsynced, dirty slots written) first, so the index on disk never
+        points into a removed log.
+        """
+        if not candidates:
+            return 0
+        freed = 0
+        with self._write_lock:
+            self.flush()
+            with self._lock:
+                named = set()
+                for led in self._ledgers.values():
+                    for log_id in np.unique(led.locs[:, 0]).tolist():
+                        named.add((led.dir_index, int(log_id)))
+            for dir_index, log_id in candidates:
+                if (dir_index, log_id) in named or log_id == self._logs[dir_index].active_id:
+                    continue
+                freed += self._logs[dir_index].remove(log_id)
+        return freed
 
     @staticmethod
     def _read_runs(logger: EntryLogger, slots: npt.NDArray[np.int64]) -> bytes:

@@ -153,7 +153,8 @@ class LedgerWriter:
             actions += self.pending.on_acks_from(ack.entry_ids, bookie_id)
         else:
             level = logging.INFO if ack.status == pb.EFENCED else logging.WARNING
-            log.log(level, "ledger %d: bookie %s answered %s", self.ledger_id, bookie_id, pb.StatusCode.Name(ack.status))
+            log.log(level, "ledger %d: bookie %s answered %s", self.ledger_id, bookie_id,
+                    pb.StatusCode.Name(ack.status))
             for entry_id in ack.entry_ids:
                 actions += self.pending.on_error_from(entry_id, bookie_id, ack.status)
         self._execute(actions)

@@ -24,7 +24,8 @@ def ledger_tour(uri: str) -> None:
         futures = [lh.add_entry_async(b"order-%05d" % i) for i in range(10000)]
         last = [f.result() for f in futures][-1]
         elapsed = time.perf_counter() - start
-        print(f"ledger {lh.ledger_id}: 10000 entries acknowledged in {elapsed:.2f}s on {list(lh.metadata.last_fragment.ensemble)}")
+        ensemble = list(lh.metadata.last_fragment.ensemble)
+        print(f"ledger {lh.ledger_id}: 10000 entries acknowledged in {elapsed:.2f}s on {ensemble}")
         reader = other.open_ledger(lh.ledger_id, b"pw", recovery=False)
         opened_at = reader.last_add_confirmed
         lac = reader.wait_for_lac(opened_at, timeout=2)    # the idle writer sends its LAC explicitly

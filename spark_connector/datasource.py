@@ -27,9 +27,11 @@ class BkLedgerDataSource(DataSource):
         return "bkledger"
 
     def schema(self) -> StructType:
+        """The columns, discovered from the log's ledgers; accepts batch and streaming read options."""
         from spark_connector.batch_reader import discover_schema
+        from spark_connector.stream_source import discovery_options
 
-        return discover_schema(parse_read_options(self.options))
+        return discover_schema(discovery_options(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_connector.batch_reader import BkLedgerBatchReader

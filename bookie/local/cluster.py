@@ -1,8 +1,9 @@
 """A local cluster on this machine: a real ZooKeeper and N real bookie processes on 127.0.0.1.
 
-Used by `bkledger local up|down|status`, by `make demo` and by the integration-test fixtures. The
-state (addresses, pids, directories) lives in `<dir>/cluster.json`, so another process can stop the
-cluster or find a bookie to kill, pause or restart.
+Used by `bkledger local up|down|status`, by `make demo` and by the integration-test fixtures. Beside
+each bookie runs an autorecovery daemon (`bkledger autorecovery`, log `bookie-<i>/autorecovery.log`)
+unless disabled. The state (addresses, pids of bookies and daemons, directories) lives in
+`<dir>/cluster.json`, so another process can stop the cluster or find a bookie to kill, pause or restart.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ class BookieProcess:
     ledger_dirs: list[str]
     log: str
     pid: int = 0
+    autorecovery_pid: int = 0       # the autorecovery daemon beside the bookie (0: none)
+
+    @property
+    def autorecovery_log(self) -> str:
+        return str(Path(self.log).with_name("autorecovery.log"))
 
     @property
     def address(self) -> str:
@@ -72,6 +78,7 @@ class LocalCluster:
         self.zk_pid = 0
         self.metadata_service_uri = ""
         self.bookies: list[BookieProcess] = []
+        self.autorecovery = True
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     # ---- state file -----------------------------------------------------------------------
@@ -94,8 +101,10 @@ class LocalCluster:
         cluster.zk_port = state["zookeeper"]["port"]
         cluster.zk_pid = state["zookeeper"]["pid"]
         cluster.metadata_service_uri = state["metadataServiceUri"]
+        cluster.autorecovery = bool(state.get("autorecovery", False))
         cluster.bookies = [
-            BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive")}) for b in state["bookies"]
+            BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive", "autorecovery_alive")})
+            for b in state["bookies"]
         ]
         return cluster
 
@@ -105,8 +114,10 @@ class LocalCluster:
             "zookeeper": {"address": f"127.0.0.1:{self.zk_port}", "port": self.zk_port, "pid": self.zk_pid,
                           "alive": bool(self.zk_pid) and pid_alive(self.zk_pid)},
             "metadataServiceUri": self.metadata_service_uri,
+            "autorecovery": self.autorecovery,
             "bookies": [
-                {**dataclasses.asdict(b), "address": b.address, "alive": bool(b.pid) and pid_alive(b.pid)}
+                {**dataclasses.asdict(b), "address": b.address, "alive": bool(b.pid) and pid_alive(b.pid),
+                 "autorecovery_alive": bool(b.autorecovery_pid) and pid_alive(b.autorecovery_pid)}
                 for b in self.bookies
             ],
         }
@@ -120,8 +131,18 @@ class LocalCluster:
         zookeeper_port: int = 0,
         root: str = "/ledgers",
         scheme: str = "zk",
+        autorecovery: bool | None = None,
     ) -> None:
-        """Start ZooKeeper (or use the one on `zookeeper_port`, then it is not ours to stop) and bookies."""
+        """Start ZooKeeper (or use the one on `zookeeper_port`, then it is not ours to stop) and bookies.
+
+        Beside each bookie an autorecovery daemon (`bkledger autorecovery`) runs unless `autorecovery` is
+        False (None: the `autoRecoveryDaemonEnabled` key, default true). Local clusters default to
+        `lostBookieRecoveryDelay=2` s and a 10 s `openLedgerRereplicationGracePeriod` (settable).
+        """
+        overrides = dict(conf_overrides or {})
+        if autorecovery is None:
+            autorecovery = overrides.get("autoRecoveryDaemonEnabled", "true").strip().lower() == "true"
+        self.autorecovery = autorecovery
         if self.state_path.exists():
             old = LocalCluster.load(self.base_dir)
             if old.zk_pid and pid_alive(old.zk_pid):
@@ -137,7 +158,7 @@ class LocalCluster:
         with MetadataStore(self.metadata_service_uri) as store:
             store.init_cluster()
         for _ in range(num_bookies):
-            self.add_bookie(conf_overrides or {})
+            self.add_bookie(overrides)
         self.save()
         self.wait_registered(timeout)
 
@@ -154,6 +175,9 @@ class LocalCluster:
             "ledgerDirectories": str(ledgers),
             "diskCheckInterval": "1000",
             "flushInterval": "5000",
+            "lostBookieRecoveryDelay": "2",
+            "openLedgerRereplicationGracePeriod": "10000",
+            "rwRereplicateBackoffMs": "1000",
             **conf_overrides,
         }
         config = bkconfig.from_mapping(values)
@@ -164,7 +188,34 @@ class LocalCluster:
                              [str(d) for d in config.ledger_dirs], str(home / "bookie.log"))
         self.bookies.append(proc)
         self.start_bookie(index)
+        if self.autorecovery:
+            self.start_autorecovery(index)
         return proc
+
+    def start_autorecovery(self, index: int) -> BookieProcess:
+        """Start the autorecovery daemon beside bookie `index` (auditor election + replication worker)."""
+        proc = self.bookies[index]
+        if proc.autorecovery_pid and pid_alive(proc.autorecovery_pid):
+            raise ClusterError(f"autorecovery of {proc.bookie_id} is already running (pid {proc.autorecovery_pid})")
+        with open(proc.autorecovery_log, "ab") as logf:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bookie.cli", "autorecovery", "--conf", proc.conf],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self._children[child.pid] = child
+        proc.autorecovery_pid = child.pid
+        self.save()
+        return proc
+
+    def stop_autorecovery(self, index: int, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        """Stop (SIGTERM) or kill (SIGKILL) the autorecovery daemon beside bookie `index`."""
+        proc = self.bookies[index]
+        if not proc.autorecovery_pid:
+            return None
+        code = _stop_process(proc.autorecovery_pid, sig, timeout, self._children.pop(proc.autorecovery_pid, None))
+        proc.autorecovery_pid = 0
+        self.save()
+        return code
 
     def start_bookie(self, index: int) -> BookieProcess:
         proc = self.bookies[index]
@@ -217,6 +268,9 @@ class LocalCluster:
         return code
 
     def down(self) -> None:
+        for index, proc in enumerate(self.bookies):
+            if proc.autorecovery_pid and pid_alive(proc.autorecovery_pid):
+                self.stop_autorecovery(index)
         for index, proc in enumerate(self.bookies):
             if proc.pid and pid_alive(proc.pid):
                 os.kill(proc.pid, signal.SIGCONT)

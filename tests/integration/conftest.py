@@ -16,10 +16,14 @@ FAST_CLIENT = {"addEntryTimeoutSec": 3.0, "readTimeout": 3.0, "fenceTimeout": 3.
 
 
 def start_cluster(base: Path, zookeeper, bookies: int, conf: dict[str, str] | None = None,
-                  scheme: str = "zk") -> LocalCluster:
+                  scheme: str = "zk", autorecovery: bool = False) -> LocalCluster:
+    """Autorecovery daemons are off unless asked for: they would re-replicate behind other tests' backs.
+    Bookie GC is off unless the conf sets gcWaitTime: the bookie-level tests write ledgers that have no
+    metadata, which a bookie's garbage collection rightly deletes."""
     cluster = LocalCluster(base)
     root = f"/it-{uuid.uuid4().hex[:8]}/ledgers"
-    cluster.up(bookies, conf or {}, zookeeper_port=zookeeper.port, root=root, scheme=scheme)
+    cluster.up(bookies, {"gcWaitTime": "0", **(conf or {})}, zookeeper_port=zookeeper.port, root=root,
+               scheme=scheme, autorecovery=autorecovery)
     return cluster
 
 
@@ -29,8 +33,8 @@ def cluster_factory(tmp_path: Path, zookeeper) -> Iterator:
     made: list[LocalCluster] = []
 
     def make(bookies: int = 3, conf: dict[str, str] | None = None, name: str = "cluster",
-             scheme: str = "zk") -> LocalCluster:
-        cluster = start_cluster(tmp_path / name, zookeeper, bookies, conf, scheme)
+             scheme: str = "zk", autorecovery: bool = False) -> LocalCluster:
+        cluster = start_cluster(tmp_path / name, zookeeper, bookies, conf, scheme, autorecovery)
         made.append(cluster)
         return cluster
 

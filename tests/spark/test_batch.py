@@ -189,7 +189,6 @@ BAD_READS = [
     ({"metadataServiceUri": "URI", "log": "x", "ledgers": "1"}, "log or ledgers"),
     ({"metadataServiceUri": "URI", "log": "x", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ({"metadataServiceUri": "URI", "log": "x", "startingPositions": "{nope"}, "startingPositions"),
-    ({"metadataServiceUri": "URI", "log": "x", "startingPositions": "latest"}, "startingPositions"),
     ({"metadataServiceUri": "URI", "log": "x", "maxEntriesPerPartition": "0"}, "maxEntriesPerPartition"),
     ({"metadataServiceUri": "URI", "log": "x", "startingOffsets": "earliest"}, "startingoffsets"),
     ({"metadataServiceUri": "URI", "ledgers": "1,a"}, "ledgers"),
@@ -205,6 +204,16 @@ def test_bad_read_options_fail_at_planning(spark, cluster, options, named) -> No
         r = r.option(key, value.replace("URI", uri))
     with pytest.raises(Exception, match=named):
         r.load()
+
+
+def test_latest_start_is_refused_for_batch_reads(spark, cluster, bk) -> None:
+    """Like Kafka: a batch read cannot start at "latest" (a stream can); the query fails when planned."""
+    log = fresh("latest")
+    w = bk.open_log_writer(log)
+    w.append(b"x")
+    w.close()
+    with pytest.raises(Exception, match="startingPositions"):
+        reader(spark, cluster.metadata_service_uri, log=log, startingPositions="latest").count()
 
 
 def test_missing_log_fails_at_planning(spark, cluster) -> None:

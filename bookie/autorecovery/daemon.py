@@ -1,0 +1,116 @@
+"""The autorecovery daemon (`bkledger autorecovery --conf FILE`): auditor election + replication worker.
+
+Mirrors BookKeeper's AutoRecoveryMain. It reads the bookie's configuration (metadataServiceUri, bookie id,
+zkTimeout and the autorecovery keys), opens one client (one ZooKeeper session: its vote and locks are
+ephemeral, so they vanish when the daemon dies) and runs two threads:
+
+- election: cast an EPHEMERAL_SEQUENTIAL vote `underreplication/auditorelection/V_<seq>`; the lowest vote
+  is the auditor; every other daemon re-checks each round and takes over when the auditor's vote goes
+  (its session ended). A vote lost with an expired session is cast again;
+- worker: the replication worker for the local bookie.
+
+SIGTERM / SIGINT stop both, withdraw the vote and close the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable
+
+from bookie.autorecovery.auditor import Auditor
+from bookie.autorecovery.worker import ReplicationWorker
+from bookie.config import BookieConfig
+from client import BookKeeper
+from client.admin import Admin
+from client.config import ClientConfig
+from client.errors import BKError
+from client.meta.underreplication import UR_ELECTION
+
+log = logging.getLogger("bkledger.autorecovery")
+
+
+class AutoRecovery:
+    def __init__(self, config: BookieConfig, poll_interval: float = 0.25) -> None:
+        self.config = config
+        self.poll = poll_interval
+        self.stop_event = threading.Event()
+        self.bk = BookKeeper(config.metadataServiceUri,
+                             config=ClientConfig(zkTimeout=config.zkTimeout / 1000.0))
+        self.admin = Admin(self.bk, window_entries=max(config.rereplicationEntryBatchSize, 1) * 100)
+        self.admin.underreplication.init()
+        self.local = config.bookie_id
+        self.vote: str | None = None
+        self.auditor: Auditor | None = None
+        self.worker = ReplicationWorker(self.admin, self.local, config.openLedgerRereplicationGracePeriod,
+                                        config.rwRereplicateBackoffMs)
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def is_auditor(self) -> bool:
+        return self.auditor is not None
+
+    def election_round(self) -> None:
+        ur = self.admin.underreplication
+        if self.vote is None or not self.admin.store.exists(f"{UR_ELECTION}/{self.vote}"):
+            self.vote = ur.vote(self.local)
+            log.info("%s voted in the auditor election (%s)", self.local, self.vote)
+        votes = ur.votes()
+        if votes and votes[0] == self.vote:
+            if self.auditor is None:
+                log.info("%s is now the auditor", self.local)
+                self.auditor = Auditor(self.admin, self.config.lostBookieRecoveryDelay,
+                                       float(self.config.auditorPeriodicCheckInterval))
+            self.auditor.tick()
+        elif self.auditor is not None:
+            log.info("%s is no longer the auditor", self.local)
+            self.auditor = None
+
+    def _loop(self, name: str, step: Callable[[], object]) -> None:
+        while not self.stop_event.is_set():
+            try:
+                step()
+            except (BKError, OSError, TimeoutError) as exc:
+                log.warning("%s round failed: %s", name, exc)
+            except Exception:  # noqa: BLE001 - a daemon thread must survive a surprise and say what it was
+                log.exception("%s round failed unexpectedly", name)
+            self.stop_event.wait(self.poll)
+
+    def start(self) -> AutoRecovery:
+        for name, step in (("auditor", self.election_round), ("worker", self.worker.tick)):
+            thread = threading.Thread(target=self._loop, args=(name, step), name=f"autorecovery-{name}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("autorecovery for bookie %s started (lostBookieRecoveryDelay=%ss, grace=%sms)", self.local,
+                 self.config.lostBookieRecoveryDelay, self.config.openLedgerRereplicationGracePeriod)
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if self.vote is not None:
+            with contextlib.suppress(Exception):
+                self.admin.underreplication.withdraw(self.vote)
+        self.bk.close()
+
+
+def run_autorecovery(config: BookieConfig) -> int:
+    """Run until SIGTERM / SIGINT."""
+    try:
+        daemon = AutoRecovery(config)
+    except BKError as exc:
+        log.error("autorecovery cannot start: %s", exc)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    daemon.start()
+    while not stop.wait(0.5):
+        pass
+    log.info("autorecovery for bookie %s stopping", config.bookie_id)
+    daemon.stop()
+    return 0

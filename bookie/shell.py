@@ -1,0 +1,411 @@
+"""`bkledger shell VERB ...`: the admin shell (BookKeeper's `bin/bookkeeper shell`).
+
+Verbs: listbookies, listledgers, ledgermetadata, readledger, recover, decommission, simpletest,
+bookiesanity, listunderreplicated, whoisauditor, autorecovery (status / enable / disable),
+lostbookierecoverydelay. The cluster is named with `--uri`, `--conf` (a bookie configuration file: its
+metadataServiceUri) or, by default, the local cluster in `--dir`. Output is an aligned table for people,
+or JSON with `--json`; long operations print a progress line on stderr. Logs made of ledgers have their
+own command: `bkledger log list|describe|tail`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from client import BookKeeper
+from client.admin import Admin, ReplicationStats
+from client.config import ClientConfig
+from client.errors import BKError
+from client.protocol.metadata import LedgerMetadata
+
+DEFAULT_LOCAL_DIR = "var/local-cluster"
+
+
+class ShellError(Exception):
+    """A shell verb failed in a way the user can fix; the message says how."""
+
+
+# ---- output -----------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """An aligned text table; numbers are right-aligned."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(row[i], int | float) for row in rows) and bool(rows) for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def emit(args: argparse.Namespace, data: Any, headers: Sequence[str] = (),
+         rows: Sequence[Sequence[object]] = (), text: str | None = None) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    elif text is not None:
+        print(text)
+    else:
+        print(table(headers, rows))
+
+
+class Progress:
+    """A counter line on stderr, rewritten in place on a terminal."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.count = 0
+
+    def __call__(self, message: str) -> None:
+        if self.quiet:
+            return
+        self.count += 1
+        if self.tty:
+            sys.stderr.write(f"\r\033[K{message}")
+        else:
+            sys.stderr.write(f"{message}\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty and self.count and not self.quiet:
+            sys.stderr.write("\n")
+
+
+def _ms(ts: int) -> str:
+    return datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def metadata_dict(md: LedgerMetadata) -> dict[str, Any]:
+    return {
+        "ledger_id": md.ledger_id, "state": md.state.name, "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum, "ack_quorum": md.ack_quorum, "last_entry_id": md.last_entry_id,
+        "length": md.length, "digest_type": md.digest_type.name, "ctime_ms": md.ctime_ms,
+        "compression": md.compression,
+        "custom_metadata": {k: v.decode("utf-8", "backslashreplace") for k, v in md.custom_metadata.items()},
+        "fragments": [{"first_entry_id": f.first_entry_id, "ensemble": list(f.ensemble)} for f in md.fragments],
+    }
+
+
+# ---- the cluster ------------------------------------------------------------------------------
+
+
+def resolve_uri(args: argparse.Namespace) -> str:
+    if args.uri:
+        return str(args.uri)
+    if args.conf:
+        from bookie.config import ConfigError, load
+
+        try:
+            return load(Path(args.conf)).metadataServiceUri
+        except ConfigError as exc:
+            raise ShellError(str(exc)) from None
+    from bookie.local.cluster import ClusterError, LocalCluster
+
+    try:
+        return LocalCluster.load(args.dir).metadata_service_uri
+    except ClusterError as exc:
+        raise ShellError(f"give --uri or --conf ({exc})") from None
+
+
+def connect(args: argparse.Namespace, **kwargs: Any) -> BookKeeper:
+    return BookKeeper(resolve_uri(args), config=ClientConfig(readTimeout=5.0, addEntryTimeoutSec=10.0), **kwargs)
+
+
+class _OnBookies:
+    """A placement policy that puts new ledgers on given bookies (bookiesanity)."""
+
+    def __init__(self, bookies: Sequence[str]) -> None:
+        self.bookies = list(bookies)
+
+    def new_ensemble(self, ensemble_size: int, writable: Sequence[str], exclude: Collection[str] = ()) -> list[str]:
+        return self.bookies[:ensemble_size]
+
+    def replace_bookie(self, ensemble: Sequence[str], writable: Sequence[str], exclude: Collection[str] = ()) -> str:
+        raise BKError("bookiesanity writes to one bookie only: no replacement")
+
+
+# ---- verbs ------------------------------------------------------------------------------------
+
+
+def cmd_listbookies(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        rows = []
+        for state, ids in (("rw", bk.store.writable_bookies()), ("ro", bk.store.readonly_bookies())):
+            if (state == "rw" and args.ro and not args.rw) or (state == "ro" and args.rw and not args.ro):
+                continue
+            for bookie_id in ids:
+                info = bk.store.bookie_info(bookie_id) or {}
+                rows.append({"bookie_id": bookie_id, "state": state,
+                             "address": f"{info.get('host', '?')}:{info.get('port', '?')}"})
+    emit(args, rows, ("bookie", "state", "address"), [(r["bookie_id"], r["state"], r["address"]) for r in rows])
+    return 0
+
+
+def cmd_listledgers(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        out = []
+        for ledger_id in bk.list_ledgers():
+            try:
+                md = bk.ledger_metadata(ledger_id)
+            except BKError:
+                continue
+            bookies = sorted({b for f in md.fragments for b in f.ensemble})
+            if args.bookie and args.bookie not in bookies:
+                continue
+            out.append((md, bookies))
+    data = [metadata_dict(md) if args.meta else {"ledger_id": md.ledger_id, "state": md.state.name,
+                                                  "bookies": bookies} for md, bookies in out]
+    rows = [(md.ledger_id, md.state.name, f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}",
+             md.last_entry_id, md.length, ",".join(bookies)) for md, bookies in out]
+    emit(args, data, ("ledger", "state", "E/Qw/Qa", "last entry", "length", "bookies"), rows)
+    return 0
+
+
+def cmd_ledgermetadata(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        md = bk.ledger_metadata(args.ledger)
+    d = metadata_dict(md)
+    lines = [f"{k:<16}{v}" for k, v in d.items() if k not in ("fragments", "custom_metadata")]
+    lines[lines.index(f"{'ctime_ms':<16}{md.ctime_ms}")] += f"  ({_ms(md.ctime_ms)} UTC)"
+    for k, v in d["custom_metadata"].items():
+        lines.append(f"custom {k:<9}{v}")
+    lines.append("fragments")
+    lines.append(table(("first entry", "ensemble"),
+                       [(f.first_entry_id, ", ".join(f.ensemble)) for f in md.fragments]))
+    emit(args, d, text="\n".join(lines))
+    return 0
+
+
+def _show(payload: bytes, mode: str, width: int) -> str:
+    text = payload.hex() if mode == "hex" else payload.decode("utf-8", "backslashreplace")
+    return text if width <= 0 or len(text) <= width else text[: width - 3] + "..."
+
+
+def cmd_readledger(args: argparse.Namespace) -> int:
+    mode = "hex" if args.hex else "utf8"
+    with connect(args) as bk:
+        md = bk.ledger_metadata(args.ledger)
+        handle = bk.open_ledger(args.ledger, md.password, recovery=args.recover)
+        last_readable = handle.last_add_confirmed
+        last = last_readable if args.last < 0 else min(args.last, last_readable)
+        entries = [] if last < args.first else list(handle.read_entries(args.first, last))
+    data = [{"entry_id": e.entry_id, "size": len(e.payload),
+             "payload": e.payload.hex() if mode == "hex" else e.payload.decode("utf-8", "backslashreplace")}
+            for e in entries]
+    rows = [(e.entry_id, len(e.payload), _show(e.payload, mode, args.width)) for e in entries]
+    emit(args, data, ("entry", "size", "payload"), rows)
+    return 0
+
+
+def _stats_rows(stats: ReplicationStats) -> list[tuple[str, object]]:
+    mb_s = stats.bytes / 1e6 / stats.seconds if stats.seconds > 0 else 0.0
+    rows: list[tuple[str, object]] = [("ledgers", stats.ledgers), ("fragments", stats.fragments),
+                                      ("entries", stats.entries), ("bytes", stats.bytes),
+                                      ("seconds", round(stats.seconds, 2)), ("MB/s", round(mb_s, 2)),
+                                      ("failed", len(stats.failed))]
+    rows += [(f"failed ledger {k}", v) for k, v in sorted(stats.failed.items())]
+    return rows
+
+
+def _run_replication(args: argparse.Namespace, action: Callable[[Admin, Progress], ReplicationStats]) -> int:
+    progress = Progress(args.json)
+    with connect(args) as bk:
+        try:
+            stats = action(Admin(bk), progress)
+        finally:
+            progress.done()
+    emit(args, stats.as_dict(), text="\n".join(f"{k:<20}{v}" for k, v in _stats_rows(stats)))
+    return 1 if stats.failed else 0
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    bookies = [b for b in args.bookie.split(",") if b]
+    return _run_replication(args, lambda admin, progress: admin.recover_bookies(
+        bookies, target=args.target, force=args.force, progress=progress))
+
+
+def cmd_decommission(args: argparse.Namespace) -> int:
+    return _run_replication(args, lambda admin, progress: admin.decommission(args.bookie, progress=progress))
+
+
+def cmd_simpletest(args: argparse.Namespace) -> int:
+    payload = b"x" * args.size
+    with connect(args) as bk:
+        start = time.monotonic()
+        handle = bk.create_ledger(args.ensemble, args.write_quorum, args.ack_quorum, password=b"simpletest")
+        ledger_id, ensemble = handle.ledger_id, list(handle.metadata.fragments[0].ensemble)
+        futures = [handle.add_entry_async(payload) for _ in range(args.num_entries)]
+        for n, fut in enumerate(futures, 1):
+            fut.result(60)
+            if n % 1000 == 0 and not args.json:
+                print(f"{n}/{args.num_entries} written", file=sys.stderr)
+        handle.close()
+        write_s = time.monotonic() - start
+        reader = bk.open_ledger(ledger_id, b"simpletest", recovery=False)
+        count = 0
+        for entry in ([] if args.num_entries == 0 else reader.read_entries(0, args.num_entries - 1)):
+            if entry.payload != payload or entry.entry_id != count:
+                raise ShellError(f"ledger {ledger_id} entry {entry.entry_id} read back wrong")
+            count += 1
+        bk.delete_ledger(ledger_id)
+        total_s = time.monotonic() - start
+    result = {"ledger_id": ledger_id, "ensemble": ensemble, "written": args.num_entries, "read": count,
+              "write_seconds": round(write_s, 3), "total_seconds": round(total_s, 3), "deleted": True,
+              "ok": count == args.num_entries}
+    text = (f"simpletest: ledger {ledger_id} on {', '.join(ensemble)} "
+            f"(E={args.ensemble} Qw={args.write_quorum} Qa={args.ack_quorum})\n"
+            f"wrote {args.num_entries} entries of {args.size} B in {write_s:.2f}s, read back {count}, deleted\n"
+            f"{'OK' if result['ok'] else 'FAILED'}")
+    emit(args, result, text=text)
+    return 0 if result["ok"] else 1
+
+
+def cmd_bookiesanity(args: argparse.Namespace) -> int:
+    uri = resolve_uri(args)
+    with BookKeeper(uri) as bk:
+        bookies = [args.bookie] if args.bookie else bk.store.writable_bookies()
+    results = []
+    for bookie_id in bookies:
+        start = time.monotonic()
+        try:
+            with BookKeeper(uri, placement=_OnBookies([bookie_id])) as bk:
+                handle = bk.create_ledger(1, 1, 1, password=b"bookiesanity")
+                for i in range(args.num_entries):
+                    handle.add_entry(f"bookiesanity {i}".encode(), timeout=30)
+                handle.close()
+                got = [e.payload for e in bk.open_ledger(handle.ledger_id, b"bookiesanity", recovery=False)
+                       .read_entries(0, args.num_entries - 1)] if args.num_entries else []
+                bk.delete_ledger(handle.ledger_id)
+            ok = got == [f"bookiesanity {i}".encode() for i in range(args.num_entries)]
+            results.append({"bookie_id": bookie_id, "ok": ok, "ms": round((time.monotonic() - start) * 1000, 1),
+                            "error": "" if ok else "read back differs"})
+        except (BKError, OSError, TimeoutError) as exc:
+            results.append({"bookie_id": bookie_id, "ok": False,
+                            "ms": round((time.monotonic() - start) * 1000, 1), "error": str(exc)})
+    emit(args, results, ("bookie", "result", "ms", "error"),
+         [(r["bookie_id"], "OK" if r["ok"] else "FAILED", r["ms"], r["error"]) for r in results])
+    return 0 if results and all(r["ok"] for r in results) else 1
+
+
+def cmd_listunderreplicated(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        ur = Admin(bk).underreplication
+        marks = [(m, ur.lock_owner(m.ledger_id)) for m in ur.list_marked()]
+    data = [{"ledger_id": m.ledger_id, "missing_replicas": list(m.replicas), "ctime_ms": m.ctime_ms,
+             "locked_by": owner} for m, owner in marks]
+    emit(args, data, ("ledger", "missing replicas", "marked at (UTC)", "locked by"),
+         [(m.ledger_id, ",".join(m.replicas), _ms(m.ctime_ms), owner or "-") for m, owner in marks])
+    return 0
+
+
+def cmd_whoisauditor(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        auditor = Admin(bk).underreplication.auditor()
+    emit(args, {"auditor": auditor}, text=auditor or "no auditor (no autorecovery daemon is running)")
+    return 0 if auditor else 1
+
+
+def cmd_autorecovery(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        ur = Admin(bk).underreplication
+        if args.enable or args.disable:
+            ur.set_enabled(bool(args.enable))
+        enabled = ur.is_enabled()
+        auditor = ur.auditor()
+    emit(args, {"enabled": enabled, "auditor": auditor},
+         text=f"autorecovery {'enabled' if enabled else 'DISABLED'}; auditor: {auditor or '-'}")
+    return 0
+
+
+def cmd_lostbookierecoverydelay(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        ur = Admin(bk).underreplication
+        if args.set is not None:
+            ur.set_lost_bookie_recovery_delay(args.set)
+        value = ur.lost_bookie_recovery_delay(-1)
+    shown = "not set (each daemon uses its lostBookieRecoveryDelay)" if value < 0 else f"{value} s"
+    emit(args, {"lostBookieRecoveryDelay": None if value < 0 else value}, text=f"lostBookieRecoveryDelay: {shown}")
+    return 0
+
+
+# ---- parser -----------------------------------------------------------------------------------
+
+
+def add_shell_parser(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--uri", help="metadata service URI, e.g. zk://127.0.0.1:2181/ledgers")
+    common.add_argument("--conf", help="a bookie configuration file (its metadataServiceUri is used)")
+    common.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="local cluster to use without --uri/--conf")
+    common.add_argument("--json", action="store_true", help="JSON output for scripts")
+
+    shell = sub.add_parser("shell", help="admin shell: bookies, ledgers, recovery, autorecovery, tests")
+    verbs = shell.add_subparsers(dest="verb", required=True)
+
+    def verb(name: str, func: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = verbs.add_parser(name, parents=[common], help=help_text)
+        p.set_defaults(shell_func=func)
+        return p
+
+    p = verb("listbookies", cmd_listbookies, "registered bookies (writable and read-only)")
+    p.add_argument("--rw", action="store_true", help="only writable bookies")
+    p.add_argument("--ro", action="store_true", help="only read-only bookies")
+    p = verb("listledgers", cmd_listledgers, "every ledger")
+    p.add_argument("--bookie", help="only ledgers with a fragment on this bookie")
+    p.add_argument("--meta", action="store_true", help="full metadata in --json output")
+    p = verb("ledgermetadata", cmd_ledgermetadata, "the metadata of one ledger")
+    p.add_argument("ledger", type=int)
+    p = verb("readledger", cmd_readledger, "print a ledger's entries")
+    p.add_argument("ledger", type=int)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--last", type=int, default=-1, help="last entry (default: the last readable one)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--hex", action="store_true", help="payloads as hex")
+    fmt.add_argument("--utf8", action="store_true", help="payloads as UTF-8 text (default)")
+    p.add_argument("--width", type=int, default=80, help="cut payloads to this many characters (0: never)")
+    p.add_argument("--recover", action="store_true", help="open with recovery (fences and closes an open ledger)")
+    p = verb("recover", cmd_recover, "re-replicate the data of lost bookie(s) (manual recovery)")
+    p.add_argument("bookie", help="bookie id, or several separated by commas")
+    p.add_argument("target", nargs="?", help="copy everything to this bookie (default: random per fragment)")
+    p.add_argument("--force", action="store_true", help="recover even if the bookie is still registered")
+    p = verb("decommission", cmd_decommission, "move all data off a stopped bookie, then delete its cookie")
+    p.add_argument("bookie")
+    p = verb("simpletest", cmd_simpletest, "create a ledger, write, read back, delete")
+    p.add_argument("-e", "--ensemble", type=int, default=3)
+    p.add_argument("-w", "--write-quorum", type=int, default=2)
+    p.add_argument("-a", "--ack-quorum", type=int, default=2)
+    p.add_argument("-n", "--num-entries", type=int, default=100)
+    p.add_argument("--size", type=int, default=1024, help="entry size in bytes")
+    p = verb("bookiesanity", cmd_bookiesanity, "write and read a ledger on one bookie (default: each writable)")
+    p.add_argument("--bookie", help="the bookie to check")
+    p.add_argument("-n", "--num-entries", type=int, default=10)
+    verb("listunderreplicated", cmd_listunderreplicated, "ledgers marked under-replicated")
+    verb("whoisauditor", cmd_whoisauditor, "the elected auditor")
+    p = verb("autorecovery", cmd_autorecovery, "autorecovery status; enable or disable it cluster-wide")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--enable", action="store_true")
+    g.add_argument("--disable", action="store_true")
+    p = verb("lostbookierecoverydelay", cmd_lostbookierecoverydelay, "get or set the auditor's delay (s)")
+    p.add_argument("-s", "--set", type=int, help="new delay in seconds")
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    import logging
+
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        return int(args.shell_func(args))
+    except (ShellError, BKError, TimeoutError) as exc:
+        print(f"bkledger shell {args.verb}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

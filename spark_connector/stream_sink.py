@@ -1,0 +1,174 @@
+"""The Structured Streaming sink of the "bkledger" data source: exactly-once appends to a log.
+
+Mirrors the batch append (`spark_connector.batch_writer`: each task writes and closes its own ledger)
+plus the idempotent commit Spark asks of a streaming sink (`StreamingWrite`: "commit may be called
+multiple times for the same epoch"). The driver's `commit(messages, batchId)` calls
+`client.logs.append_ledgers` with `commit_marker=(sink id, batchId)`: ONE compare-and-swap of the log
+znode appends the batch's ledgers AND records the batch id. If that batch (or a later one) of this sink
+is already recorded, nothing is appended; the replay's freshly written ledgers (those not in the log)
+are deleted. So a batch replayed after a crash, or committed twice, lands in the log exactly once.
+`abort` deletes the batch's ledgers unless they are in the log already (a commit whose CAS landed but
+whose reply was lost must not lose its data).
+
+Sink identity (Spark gives the Python writer no query id): option `sinkId` if set, else the query id
+Spark keeps in `<checkpointLocation>/metadata` (readable when the checkpoint is on a local or mounted
+file system), else a hash of the checkpoint location. It is stable across restarts of the query, so
+the marker recorded in the log stays valid. Options: those of a batch append, plus `checkpointLocation`
+(or `sinkId`). `queryName` is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
+from spark_connector.batch_writer import JOB_KEY, BkLedgerBatchWriter, LedgerCommitMessage, ledger_ids, plan_layout
+from spark_connector.clients import planning_client
+from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
+
+log = logging.getLogger("bkledger.spark.stream")
+
+STREAM_WRITE = ("checkpointLocation", "queryName", "sinkId")
+
+
+def spark_query_id(checkpoint: str) -> str | None:
+    """The query id Spark wrote to `<checkpoint>/metadata`, if the checkpoint is on a local path."""
+    parsed = urlparse(checkpoint)
+    if parsed.scheme not in ("", "file"):
+        return None
+    path = Path(parsed.path if parsed.scheme == "file" else checkpoint) / "metadata"
+    try:
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        value = json.loads(first).get("id")
+    except (OSError, IndexError, ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def sink_identity(options: Mapping[str, str]) -> str:
+    """The stable name under which this sink's committed batch ids are recorded in the log."""
+    opts = _lowered(options)
+    sink_id = opts.get("sinkid", "").strip()
+    if sink_id:
+        return f"sink:{sink_id}"
+    checkpoint = opts.get("checkpointlocation", "").strip()
+    if not checkpoint:
+        raise BkLedgerOptionError("sinkId", "the exactly-once sink needs a stable identity: set "
+                                  "option checkpointLocation (or sinkId) on writeStream")
+    query_id = spark_query_id(checkpoint)
+    if query_id is not None:
+        return f"query:{query_id}"
+    if urlparse(checkpoint).scheme in ("", "file"):
+        checkpoint = str(Path(urlparse(checkpoint).path or checkpoint).resolve())
+    return "checkpoint:" + hashlib.sha256(checkpoint.encode("utf-8")).hexdigest()[:24]
+
+
+def delete_unlisted(bk: BookKeeper, log_name: str, ids: Sequence[int]) -> list[int]:
+    """Delete those of `ids` that the log does not list; returns them."""
+    try:
+        listed = set(bk.log_metadata(log_name).ledger_ids)
+    except LogNotFoundError:
+        listed = set()
+    gone = [i for i in ids if i not in listed]
+    for ledger_id in gone:
+        with contextlib.suppress(NoSuchLedgerError):
+            bk.delete_ledger(ledger_id)
+    return gone
+
+
+class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
+    """Tasks write ledgers with the batch writer; the driver commits each micro-batch exactly once."""
+
+    def __init__(self, opts: WriteOptions, tasks: BkLedgerBatchWriter, options: Mapping[str, str]) -> None:
+        self.opts = opts
+        self.tasks = tasks
+        self.options = dict(options)
+        self._identity: str | None = None
+
+    @property
+    def log_name(self) -> str:
+        assert self.opts.source.log is not None
+        return self.opts.source.log
+
+    @property
+    def identity(self) -> str:
+        """Computed at the first commit (driver), when Spark has written the checkpoint metadata."""
+        if self._identity is None:
+            self._identity = sink_identity(self.options)
+        return self._identity
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
+        """Runs in a task: one new ledger with the task's rows, CLOSED, not yet in the log."""
+        return self.tasks.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        ids = ledger_ids(messages)
+        src = self.opts.source
+        with planning_client(src.metadata_service_uri) as bk:
+            appended = append_ledgers(bk, self.log_name, ids, commit_marker=(self.identity, batchId),
+                                      password=src.password)
+            if appended:
+                log.info("log %r: batch %d of %s appended ledgers %s", self.log_name, batchId, self.identity, ids)
+            else:
+                gone = delete_unlisted(bk, self.log_name, ids)
+                log.warning("log %r: batch %d of %s was committed before; discarded its replayed ledgers %s",
+                            self.log_name, batchId, self.identity, gone)
+            self._sweep(bk, keep=set(ids))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        with planning_client(self.opts.source.metadata_service_uri) as bk:
+            gone = delete_unlisted(bk, self.log_name, ledger_ids(messages))
+            log.warning("log %r: batch %d of %s aborted; deleted its ledgers %s", self.log_name, batchId,
+                        self.identity, gone)
+            self._sweep(bk, keep=set())
+
+    def _sweep(self, bk: BookKeeper, keep: set[int]) -> None:
+        """Delete ledgers of this run's failed task attempts (tagged with the job id, not in the log),
+        then raise the floor: later batches only create ledgers above what exists now."""
+        try:
+            existing = bk.list_ledgers()
+            tag = self.tasks.job_id.encode()
+            candidates = [i for i in existing if i > self.tasks.floor and i not in keep]
+            if candidates:
+                listed = set(bk.log_metadata(self.log_name).ledger_ids)
+                for ledger_id in candidates:
+                    if ledger_id in listed:
+                        continue
+                    with contextlib.suppress(NoSuchLedgerError):
+                        if bk.ledger_metadata(ledger_id).custom_metadata.get(JOB_KEY) == tag:
+                            bk.delete_ledger(ledger_id)
+                            log.info("deleted ledger %d left by a failed task of %s", ledger_id, self.identity)
+            self.tasks.floor = max(existing, default=self.tasks.floor)
+        except Exception as exc:  # cleanup is best effort: the log is already right
+            log.warning("sweeping the ledgers of %s failed: %s", self.identity, exc)
+
+
+def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> BkLedgerStreamWriter:
+    """What `BkLedgerDataSource.streamWriter` returns. Output modes: append (and update/complete, whose
+    rows are appended as they come: a log has no upsert)."""
+    opts = parse_write_options(options, extra_known=STREAM_WRITE)
+    sink_identity_check(options)
+    layout = plan_layout(schema, opts.envelope)
+    with planning_client(opts.source.metadata_service_uri) as bk:
+        floor = max(bk.list_ledgers(), default=-1)
+    tasks = BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)
+    return BkLedgerStreamWriter(opts, tasks, options)
+
+
+def sink_identity_check(options: Mapping[str, str]) -> None:
+    """Fail at query start (not at the first commit) if no identity can be had."""
+    opts = _lowered(options)
+    if not opts.get("sinkid", "").strip() and not opts.get("checkpointlocation", "").strip():
+        raise BkLedgerOptionError("sinkId", "the exactly-once sink needs a stable identity: set option "
+                                  "checkpointLocation (or sinkId) on writeStream")
