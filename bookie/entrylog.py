@@ -13,6 +13,8 @@ import struct
 import threading
 from pathlib import Path
 
+from bookie.files import list_hex_ids
+
 MAGIC = b"BKLO"
 VERSION = 1
 _HEADER = struct.Struct("<4sI8x")
@@ -24,15 +26,7 @@ class StorageError(OSError):
 
 
 def list_log_ids(current: Path) -> list[int]:
-    ids = []
-    for name in os.listdir(current):
-        stem, dot, ext = name.partition(".")
-        if dot and ext == "log":
-            try:
-                ids.append(int(stem, 16))
-            except ValueError:
-                continue
-    return sorted(ids)
+    return list_hex_ids(current, "log")
 
 
 def fsync_dir(path: Path) -> None:

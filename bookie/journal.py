@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
+from bookie.files import list_hex_ids
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
 
@@ -97,15 +98,7 @@ def _file_name(file_id: int) -> str:
 
 
 def list_journal_ids(current: Path) -> list[int]:
-    ids = []
-    for name in os.listdir(current):
-        stem, dot, ext = name.partition(".")
-        if dot and ext == "txn":
-            try:
-                ids.append(int(stem, 16))
-            except ValueError:
-                continue
-    return sorted(ids)
+    return list_hex_ids(current, "txn")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -145,8 +145,8 @@ class BookieServer:
     async def _shutdown(self, monitor: asyncio.Task[None]) -> None:
         log.info("bookie %s shutting down", self.config.bookie_id)
         monitor.cancel()
-        try:
-            self.store.unregister_bookie(self.config.bookie_id)
+        try:  # bounded: with ZooKeeper gone the ephemeral node goes with the session anyway
+            await asyncio.wait_for(asyncio.to_thread(self.store.unregister_bookie, self.config.bookie_id), 5)
         except Exception as exc:  # noqa: BLE001 - the session may be gone; shutdown goes on
             log.warning("could not unregister: %s", exc)
         if self.server is not None:
@@ -154,7 +154,10 @@ class BookieServer:
         if self.gc is not None:
             await asyncio.to_thread(self.gc.stop)
         await asyncio.to_thread(self.bookie.close)
-        self.store.close()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.store.close), 5)
+        except TimeoutError:
+            log.warning("ZooKeeper session did not close in time")
         log.info("bookie %s stopped", self.config.bookie_id)
 
 

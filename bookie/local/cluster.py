@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bookie import config as bkconfig
-from bookie.local.zookeeper import ZooKeeperServer, stop_pid
+from bookie.local.zookeeper import ZooKeeperServer, free_port, pid_alive, stop_pid
 from client.meta.store import MetadataStore
 
 STATE_FILE = "cluster.json"
@@ -28,26 +28,6 @@ STATE_FILE = "cluster.json"
 
 class ClusterError(RuntimeError):
     """The local cluster could not be started, found or stopped; the message says why."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child still answers kill(0); reap it
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
 
 
 @dataclasses.dataclass

@@ -149,3 +149,21 @@ def test_bookie_stops_cleanly_on_sigterm(cluster_factory):
         assert bookie.bookie_id not in store.writable_bookies()
     assert (Path(bookie.ledger_dirs[0]) / "current" / "lastMark").exists()
     assert "stopped" in Path(bookie.log).read_text()
+
+
+def test_bookie_stops_on_sigterm_even_with_zookeeper_gone(tmp_path):
+    """A bookie whose ZooKeeper has gone away still stops promptly on SIGTERM (bounded shutdown)."""
+    from bookie.local.cluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path / "own-zk")
+    cluster.up(1, {"gcWaitTime": "0", "zkTimeout": "4000"}, autorecovery=False)
+    try:
+        from bookie.local.zookeeper import stop_pid
+
+        stop_pid(cluster.zk_pid)
+        start = time.monotonic()
+        cluster.stop_bookie(0, timeout=30)
+        assert time.monotonic() - start < 20
+        assert "stopped" in Path(cluster.bookies[0].log).read_text()
+    finally:
+        cluster.down()
