@@ -49,6 +49,8 @@ class LedgerReader:
         self.digest = digest
         self.ledger_id = md.ledger_id
         self.slow: set[str] = set()
+        self._entry_bytes = 1024.0          # average packaged entry size seen, to size range requests
+        self._ahead: tuple[int, int, int, asyncio.Task[ReadChunk]] | None = None
 
     # ---- LAC -----------------------------------------------------------------------------
     async def _lac_from(self, bookie_id: str, request: pb.ReadRequest, timeout: float) -> tuple[int, int]:
@@ -145,7 +147,24 @@ class LedgerReader:
             return StatusCode.DIGEST_MISMATCH, None
 
     async def read_chunk(self, first: int, last: int, max_bytes: int) -> ReadChunk:
-        """Entries from `first` on, in order, up to `last` or about max_bytes (at least one entry)."""
+        """Entries from `first` on, in order, up to `last` or about max_bytes (at least one entry).
+        The next chunk of a sequential read is fetched in the background while the caller works."""
+        ahead = self._ahead
+        self._ahead = None
+        if ahead is not None and ahead[:3] == (first, last, max_bytes):
+            chunk = await ahead[3]
+        else:
+            if ahead is not None:
+                ahead[3].cancel()
+            chunk = await self._fetch_chunk(first, last, max_bytes)
+        if chunk.entry_ids and chunk.entry_ids[-1] < last:
+            following = chunk.entry_ids[-1] + 1
+            task = asyncio.get_running_loop().create_task(self._fetch_chunk(following, last, max_bytes))
+            task.add_done_callback(_retrieve)     # an abandoned read-ahead must not log a lost error
+            self._ahead = (following, last, max_bytes, task)
+        return chunk
+
+    async def _fetch_chunk(self, first: int, last: int, max_bytes: int) -> ReadChunk:
         chunk = ReadChunk([], [])
         size = 0
         for lo, hi, fragment in fragment_ranges(self.md, first, last):
@@ -166,23 +185,26 @@ class LedgerReader:
         order = [b for b in read_order(self.md, lo, self.slow) if b in fragment.ensemble]
         position = lo
         for bookie_id in order:
-            got = await self._stream_from(bookie_id, position, hi, max_bytes)
+            got, short = await self._stream_from(bookie_id, position, hi, max_bytes)
             chunk.entry_ids += got.entry_ids
             chunk.payloads += got.payloads
             if got.entry_ids:
                 position = got.entry_ids[-1] + 1
-            if position > hi or sum(len(p) for p in chunk.payloads) >= max_bytes:
-                return chunk
+            if chunk.entry_ids and (not short or position > hi):
+                return chunk            # the caller asks for the rest; only a gap or an error moves on
         # no bookie streamed entry `position`: R13 per-entry fallback decides (and raises if none has it)
         chunk.entry_ids.append(position)
         chunk.payloads.append(await self.read_entry(position))
         return chunk
 
-    async def _stream_from(self, bookie_id: str, lo: int, hi: int, max_bytes: int) -> ReadChunk:
-        """The run of consecutive entries from `lo` that this bookie streams back, verified."""
+    async def _stream_from(self, bookie_id: str, lo: int, hi: int, max_bytes: int) -> tuple[ReadChunk, bool]:
+        """The run of consecutive entries from `lo` that this bookie streams back, verified, and
+        whether it stopped short of what was asked (a gap, an error, a bad digest)."""
         chunk = ReadChunk([], [])
+        short = True
         size = 0
         expected = lo
+        hi = min(hi, lo + max(16, int(max_bytes / self._entry_bytes)) - 1)   # ask only for what fits
         try:
             client = await self.ctx.pool.get(bookie_id)
             stream = client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4,
@@ -200,12 +222,18 @@ class LedgerReader:
                 chunk.payloads += [self._payload(p) for p in payloads]
                 expected += contiguous
                 size += len(batch.data)
-                if contiguous < len(ids) or size >= max_bytes:
+                self._entry_bytes = 0.8 * self._entry_bytes + 0.2 * (len(batch.data) / len(ids))
+                if contiguous < len(ids):
                     break
+                if size >= max_bytes:
+                    short = False
+                    break
+            else:
+                short = expected <= hi
         except (grpc.aio.AioRpcError, BKError, OSError) as exc:
             log.info("ledger %d: range read from %s stopped at %d: %s", self.ledger_id, bookie_id, expected, exc)
             self.slow.add(bookie_id)
-        return chunk
+        return chunk, short
 
     async def _read_piece_striped(self, lo: int, hi: int, fragment: Fragment) -> ReadChunk:
         """E > Qw: range-read from a covering set of bookies in parallel, then fill gaps entry by entry."""
@@ -240,6 +268,11 @@ class LedgerReader:
         except (grpc.aio.AioRpcError, BKError, OSError):
             self.slow.add(bookie_id)
         return out
+
+
+def _retrieve(task: asyncio.Task[ReadChunk]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _contiguous_prefix(ids: Sequence[int], expected: int) -> int:
