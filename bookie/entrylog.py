@@ -13,7 +13,7 @@ import struct
 import threading
 from pathlib import Path
 
-from bookie.files import list_hex_ids
+from bookie.files import fsync_dir, list_hex_ids
 
 MAGIC = b"BKLO"
 VERSION = 1
@@ -27,14 +27,6 @@ class StorageError(OSError):
 
 def list_log_ids(current: Path) -> list[int]:
     return list_hex_ids(current, "log")
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class EntryLogger:

@@ -1,4 +1,4 @@
-"""File naming shared by the journal and the entry logs: files named by a hexadecimal id."""
+"""File helpers shared by the journal and the entry logs: hex-id file names, directory fsync."""
 
 from __future__ import annotations
 
@@ -17,3 +17,12 @@ def list_hex_ids(directory: Path, extension: str) -> list[int]:
             except ValueError:
                 continue
     return sorted(ids)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bookie.core.records import crc32c
-from bookie.entrylog import StorageError, fsync_dir
+from bookie.entrylog import StorageError
+from bookie.files import fsync_dir
 
 SLOT_SIZE = 24  # three little-endian int64: log id, offset, size
 _META = struct.Struct("<4sIBq")  # magic, version, fenced, max_lac

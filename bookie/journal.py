@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
-from bookie.files import list_hex_ids
+from bookie.files import fsync_dir, list_hex_ids
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
 
@@ -57,14 +57,6 @@ class _Item:
 
 
 # ---- lastMark files ---------------------------------------------------------------------------
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_mark_file(path: Path) -> LogMark | None:

@@ -21,7 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bookie.core.records import add_batch_data_offset, encode_add_batch
-from bookie.entrylog import EntryLogger, StorageError, fsync_dir
+from bookie.entrylog import EntryLogger, StorageError
+from bookie.files import fsync_dir
 from bookie.index import LedgerIndex, load_index_dir, remove_ledger_files, write_meta, write_slots
 
 __all__ = ["LedgerStorage", "StorageError"]

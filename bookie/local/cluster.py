@@ -177,13 +177,7 @@ class LocalCluster:
         proc = self.bookies[index]
         if proc.autorecovery_pid and pid_alive(proc.autorecovery_pid):
             raise ClusterError(f"autorecovery of {proc.bookie_id} is already running (pid {proc.autorecovery_pid})")
-        with open(proc.autorecovery_log, "ab") as logf:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "bookie.cli", "autorecovery", "--conf", proc.conf],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        self._children[child.pid] = child
-        proc.autorecovery_pid = child.pid
+        proc.autorecovery_pid = self._spawn("autorecovery", proc.conf, proc.autorecovery_log)
         self.save()
         return proc
 
@@ -197,17 +191,21 @@ class LocalCluster:
         self.save()
         return code
 
+    def _spawn(self, command: str, conf: str, log: str) -> int:
+        """Run `bkledger <command> --conf <conf>` in its own session, output appended to `log`."""
+        with open(log, "ab") as logf:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bookie.cli", command, "--conf", conf],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self._children[child.pid] = child
+        return child.pid
+
     def start_bookie(self, index: int) -> BookieProcess:
         proc = self.bookies[index]
         if proc.pid and pid_alive(proc.pid):
             raise ClusterError(f"bookie {proc.bookie_id} is already running (pid {proc.pid})")
-        with open(proc.log, "ab") as logf:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "bookie.cli", "bookie", "--conf", proc.conf],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        self._children[child.pid] = child
-        proc.pid = child.pid
+        proc.pid = self._spawn("bookie", proc.conf, proc.log)
         self.save()
         return proc
 
