@@ -29,6 +29,7 @@ class Auditor:
         self.default_delay_s = default_delay_s
         self.periodic_check_s = periodic_check_s
         self._last_registered: set[str] | None = None
+        self._known: set[str] = set()          # every bookie seen registered: a departure is never missed
         self._pending: dict[str, float] = {}     # lost bookie -> monotonic time its audit is due
         self._audited: set[str] = set()
         self._next_full_check = 0.0
@@ -48,9 +49,9 @@ class Auditor:
         """One round: note lost and returned bookies, run the audits that are due."""
         now = time.monotonic()
         registered = self.admin.registered_bookies()
-        if self._last_registered is not None:
-            for bookie in sorted(self._last_registered - registered):
-                self._lose(bookie, now, "disappeared")
+        self._known |= registered
+        for bookie in sorted(self._known - registered):    # (_lose skips pending and audited ones)
+            self._lose(bookie, now, "disappeared")
         for bookie in sorted(set(self._pending) & registered):
             del self._pending[bookie]
             log.info("bookie %s came back within the delay: no audit", bookie)
