@@ -55,14 +55,20 @@ class BookieSession:
         return sorted(p for d in self.entry_log_dirs for p in d.glob("*.log"))
 
 
+def start_cluster(ctx: Context, dirname: str, bookies: int) -> LocalCluster:
+    """A local cluster for this run, stopped by the run's cleanup even if it only half starts."""
+    cluster = LocalCluster(ctx.data_dir / dirname)
+    ctx.stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
+    cluster.up(bookies, dict(CONF_OVERRIDES))
+    return cluster
+
+
 def bookie_session(ctx: Context) -> BookieSession:
     """The run's bookie, started now if this is the first benchmark that needs it."""
     found = ctx.shared.get(_KEY)
     if isinstance(found, BookieSession):
         return found
-    cluster = LocalCluster(ctx.data_dir / "cluster")
-    ctx.stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
-    cluster.up(1, dict(CONF_OVERRIDES))
+    cluster = start_cluster(ctx, "cluster", 1)
     conf = bkconfig.parse_properties(Path(cluster.bookies[0].conf).read_text())
     session = BookieSession(cluster, conf)
     ctx.shared[_KEY] = session

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bench.bookie_session import CONF_OVERRIDES
+from bench.bookie_session import start_cluster
 from bench.core import Context, KiB, MiB
 from bookie.local.cluster import LocalCluster
 
@@ -77,9 +77,6 @@ def cluster_session(ctx: Context) -> ClusterSession:
     found = ctx.shared.get(_KEY)
     if isinstance(found, ClusterSession):
         return found
-    cluster = LocalCluster(ctx.data_dir / "cluster3")
-    ctx.stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
-    cluster.up(3, dict(CONF_OVERRIDES))
-    session = ClusterSession(cluster)
+    session = ClusterSession(start_cluster(ctx, "cluster3", 3))
     ctx.shared[_KEY] = session
     return session

@@ -12,8 +12,12 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bookie.config import BookieConfig
 
 DEFAULT_LOCAL_DIR = "var/local-cluster"
 
@@ -37,30 +41,29 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def cmd_bookie(args: argparse.Namespace) -> int:
+def _run_with_conf(args: argparse.Namespace, command: str, run: Callable[[BookieConfig], int]) -> int:
+    """Load `--conf` (+ `--set` overrides) and run a daemon with it; a bad config is one line, exit 2."""
     from bookie.config import ConfigError, load
-    from bookie.service import run_bookie
 
     _setup_logging(args.verbose)
     try:
         config = load(Path(args.conf), **_overrides(args.set))
     except ConfigError as exc:
-        print(f"bkledger bookie: {exc}", file=sys.stderr)
+        print(f"bkledger {command}: {exc}", file=sys.stderr)
         return 2
-    return run_bookie(config)
+    return run(config)
+
+
+def cmd_bookie(args: argparse.Namespace) -> int:
+    from bookie.service import run_bookie
+
+    return _run_with_conf(args, "bookie", run_bookie)
 
 
 def cmd_autorecovery(args: argparse.Namespace) -> int:
     from bookie.autorecovery.daemon import run_autorecovery
-    from bookie.config import ConfigError, load
 
-    _setup_logging(args.verbose)
-    try:
-        config = load(Path(args.conf), **_overrides(args.set))
-    except ConfigError as exc:
-        print(f"bkledger autorecovery: {exc}", file=sys.stderr)
-        return 2
-    return run_autorecovery(config)
+    return _run_with_conf(args, "autorecovery", run_autorecovery)
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
