@@ -55,12 +55,18 @@ def _run_with_conf(args: argparse.Namespace, command: str, run: Callable[[Bookie
 
 
 def cmd_bookie(args: argparse.Namespace) -> int:
+    from bookie.stop_signals import block_stop_signals
+
+    block_stop_signals()  # before imports that start threads (numpy's BLAS pool): see bookie.stop_signals
     from bookie.service import run_bookie
 
     return _run_with_conf(args, "bookie", run_bookie)
 
 
 def cmd_autorecovery(args: argparse.Namespace) -> int:
+    from bookie.stop_signals import block_stop_signals
+
+    block_stop_signals()  # before imports that start threads (numpy's BLAS pool): see bookie.stop_signals
     from bookie.autorecovery.daemon import run_autorecovery
 
     return _run_with_conf(args, "autorecovery", run_autorecovery)

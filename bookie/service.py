@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import signal
 from pathlib import Path
 
 import grpc
@@ -25,6 +24,7 @@ from bookie.core import decisions
 from bookie.core.cookie import Cookie, CookieError, decide
 from bookie.gc import GarbageCollector
 from bookie.server import GRPC_OPTIONS, BookieService
+from bookie.stop_signals import block_stop_signals, watch_stop_signals
 from client.meta.store import MetadataStore
 from proto import bookie_pb2_grpc as pb_grpc
 
@@ -118,6 +118,7 @@ class BookieServer:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        watch_stop_signals(self._on_stop_signal)
         cfg = self.config
         self.store.start()
         self.store.init_cluster()
@@ -134,13 +135,16 @@ class BookieServer:
         await asyncio.to_thread(self._register)
         log.info("bookie %s serving on %s (journal %s, ledgers %s)", cfg.bookie_id, address,
                  cfg.journal_dir, ",".join(cfg.ledgerDirectories))
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._loop.add_signal_handler(sig, self._stop.set)
         assert self.bookie.storage is not None
         self.gc = GarbageCollector(self.bookie.storage, self.store, cfg, self.bookie.forget_ledger).start()
         monitor = asyncio.create_task(self._disk_monitor())
         await self._stop.wait()
         await self._shutdown(monitor)
+
+    def _on_stop_signal(self, what: str) -> None:
+        log.info("bookie %s got %s", self.config.bookie_id, what)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
 
     async def _shutdown(self, monitor: asyncio.Task[None]) -> None:
         log.info("bookie %s shutting down", self.config.bookie_id)
@@ -162,6 +166,7 @@ class BookieServer:
 
 
 def run_bookie(config: BookieConfig) -> int:
+    block_stop_signals()  # before any thread exists: the watcher thread takes them (see bookie.stop_signals)
     try:
         asyncio.run(BookieServer(config).run())
     except CookieError as exc:

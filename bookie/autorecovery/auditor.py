@@ -1,7 +1,9 @@
 """The auditor: watches bookie registrations and marks the ledgers of lost bookies under-replicated (R31).
 
 Mirrors BookKeeper's Auditor. Only the elected daemon runs it (see `daemon`). It compares the registered
-bookies (writable and read-only) between ticks; a bookie that disappears is audited after
+bookies (writable and read-only) with every bookie it knows of: the ones it has seen registered and the
+ones with a cookie (a bookie writes its cookie before it registers, so one that registers and goes again
+between two ticks is not missed). A known bookie that is not registered is audited after
 `lostBookieRecoveryDelay` seconds (the value in `underreplication/lostBookieRecoveryDelay` if set, else
 the configured one) unless it registers again meanwhile, in which case nothing happens. Auditing lists
 every ledger and marks each one that names the bookie in any fragment, with all of its unregistered
@@ -16,6 +18,7 @@ import contextlib
 import logging
 import time
 
+from bookie.core.lost_bookies import LostBookies
 from client.admin import Admin
 from client.errors import NoSuchLedgerError
 
@@ -28,46 +31,33 @@ class Auditor:
         self.ur = admin.underreplication
         self.default_delay_s = default_delay_s
         self.periodic_check_s = periodic_check_s
+        self.state = LostBookies()
         self._last_registered: set[str] | None = None
-        self._known: set[str] = set()          # every bookie seen registered: a departure is never missed
-        self._pending: dict[str, float] = {}     # lost bookie -> monotonic time its audit is due
-        self._audited: set[str] = set()
         self._next_full_check = 0.0
         self.audits = 0
 
     def _delay(self) -> float:
         return float(self.ur.lost_bookie_recovery_delay(self.default_delay_s))
 
-    def _lose(self, bookie: str, now: float, why: str) -> None:
-        if bookie in self._pending or bookie in self._audited:
-            return
-        delay = self._delay()
-        self._pending[bookie] = now + delay
-        log.info("bookie %s %s: auditing its ledgers in %.1fs unless it comes back", bookie, why, delay)
-
     def tick(self) -> None:
         """One round: note lost and returned bookies, run the audits that are due."""
         now = time.monotonic()
         registered = self.admin.registered_bookies()
-        self._known |= registered
-        for bookie in sorted(self._known - registered):    # (_lose skips pending and audited ones)
-            self._lose(bookie, now, "disappeared")
-        for bookie in sorted(set(self._pending) & registered):
-            del self._pending[bookie]
-            log.info("bookie %s came back within the delay: no audit", bookie)
-        self._audited -= registered
-        self._last_registered = registered
+        if registered != self._last_registered:
+            log.info("registered bookies: %s", ", ".join(sorted(registered)) or "none")
+            self._last_registered = registered
+        delay = self._delay()
+        events = self.state.observe(now, delay, registered, set(self.admin.store.cookie_bookies()))
         if now >= self._next_full_check:
             self._next_full_check = now + self.periodic_check_s
-            for bookie in sorted(self._bookies_in_metadata() - registered):
-                self._lose(bookie, now, "is named in ledger metadata but not registered")
+            events += self.state.named_but_unregistered(now, delay, self._bookies_in_metadata(), registered)
+        for event in events:
+            log.info("%s", event)
         if not self.ur.is_enabled():
             return
-        for bookie, due in sorted(self._pending.items()):
-            if now >= due:
-                self.audit(bookie)
-                del self._pending[bookie]
-                self._audited.add(bookie)
+        for bookie in self.state.due(now):
+            self.audit(bookie)
+            self.state.audited_now(bookie)
 
     def _bookies_in_metadata(self) -> set[str]:
         named: set[str] = set()

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 from collections.abc import Callable
 
 from bookie.autorecovery.auditor import Auditor
 from bookie.autorecovery.worker import ReplicationWorker
 from bookie.config import BookieConfig
+from bookie.stop_signals import block_stop_signals, watch_stop_signals
 from client import BookKeeper
 from client.admin import Admin
 from client.config import ClientConfig
@@ -100,17 +100,22 @@ class AutoRecovery:
 
 def run_autorecovery(config: BookieConfig) -> int:
     """Run until SIGTERM / SIGINT."""
+    block_stop_signals()  # before any thread exists (see bookie.stop_signals)
     try:
         daemon = AutoRecovery(config)
     except BKError as exc:
         log.error("autorecovery cannot start: %s", exc)
         return 1
+    stopped_by: list[str] = []
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+
+    def on_stop(what: str) -> None:
+        stopped_by.append(what)
+        stop.set()
+
+    watch_stop_signals(on_stop)
     daemon.start()
-    while not stop.wait(0.5):
-        pass
-    log.info("autorecovery for bookie %s stopping", config.bookie_id)
+    stop.wait()
+    log.info("autorecovery for bookie %s stopping (%s)", config.bookie_id, stopped_by[0])
     daemon.stop()
     return 0

@@ -409,6 +409,10 @@ class MetadataStore(ZkSession):
         return handle
 
     # ---- cookies (R24) ----------------------------------------------------------------------
+    def cookie_bookies(self) -> list[str]:
+        """Every bookie that has a cookie: each one that ever joined and was not decommissioned."""
+        return sorted(self.children(self.layout.cookies))
+
     def read_cookie(self, bookie_id: str) -> tuple[bytes, int] | None:
         """(cookie bytes, znode version) or None when the bookie has no cookie in ZooKeeper."""
         return self.get(self.layout.cookie(bookie_id))
