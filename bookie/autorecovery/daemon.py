@@ -9,6 +9,9 @@ ephemeral, so they vanish when the daemon dies) and runs two threads:
   (its session ended). A vote lost with an expired session is cast again;
 - worker: the replication worker for the local bookie.
 
+Each thread runs a round as soon as a ZooKeeper watch says something it cares about changed
+(registrations, cookies and votes for the election/auditor; marks and registrations for the worker),
+and at least every 0.5 s / 0.25 s anyway (due audits, retry backoffs, marks deeper in the tree).
 SIGTERM / SIGINT stop both, withdraw the vote and close the session.
 """
 
@@ -27,15 +30,16 @@ from client import BookKeeper
 from client.admin import Admin
 from client.config import ClientConfig
 from client.errors import BKError
-from client.meta.underreplication import UR_ELECTION
+from client.meta.store import Watch
+from client.meta.underreplication import UR_ELECTION, UR_LEDGERS
 
 log = logging.getLogger("bkledger.autorecovery")
 
 
 class AutoRecovery:
-    def __init__(self, config: BookieConfig, poll_interval: float = 0.25) -> None:
+    def __init__(self, config: BookieConfig) -> None:
         self.config = config
-        self.poll = poll_interval
+        self.poll = {"auditor": 0.5, "worker": 0.25}   # seconds between rounds unless a watch wakes it
         self.stop_event = threading.Event()
         self.bk = BookKeeper(config.metadataServiceUri,
                              config=ClientConfig(zkTimeout=config.zkTimeout / 1000.0))
@@ -44,6 +48,8 @@ class AutoRecovery:
         self.local = config.bookie_id
         self.vote: str | None = None
         self.auditor: Auditor | None = None
+        self._wake = {"auditor": threading.Event(), "worker": threading.Event()}
+        self._watches: list[Watch] = []
         self.worker = ReplicationWorker(self.admin, self.local, config.openLedgerRereplicationGracePeriod,
                                         config.rwRereplicateBackoffMs)
         self._threads: list[threading.Thread] = []
@@ -69,16 +75,29 @@ class AutoRecovery:
             self.auditor = None
 
     def _loop(self, name: str, step: Callable[[], object]) -> None:
+        wake = self._wake[name]
         while not self.stop_event.is_set():
+            wake.clear()
             try:
                 step()
             except (BKError, OSError, TimeoutError) as exc:
                 log.warning("%s round failed: %s", name, exc)
             except Exception:  # noqa: BLE001 - a daemon thread must survive a surprise and say what it was
                 log.exception("%s round failed unexpectedly", name)
-            self.stop_event.wait(self.poll)
+            wake.wait(self.poll[name])
+
+    def _watch(self) -> None:
+        """Wake the auditor on registrations, cookies and votes, the worker on new marks (polling stays as
+        the safety net: marks live in a tree whose deeper levels are not watched)."""
+        store = self.admin.store
+        layout = store.layout
+        for path, name in ((layout.available, "auditor"), (layout.readonly, "auditor"),
+                           (layout.cookies, "auditor"), (UR_ELECTION, "auditor"), (UR_LEDGERS, "worker"),
+                           (layout.available, "worker")):
+            self._watches.append(store.watch_children(path, self._wake[name].set))
 
     def start(self) -> AutoRecovery:
+        self._watch()
         for name, step in (("auditor", self.election_round), ("worker", self.worker.tick)):
             thread = threading.Thread(target=self._loop, args=(name, step), name=f"autorecovery-{name}",
                                       daemon=True)
@@ -90,6 +109,10 @@ class AutoRecovery:
 
     def stop(self) -> None:
         self.stop_event.set()
+        for watch in self._watches:
+            watch.cancel()
+        for wake in self._wake.values():
+            wake.set()
         for thread in self._threads:
             thread.join(timeout=30)
         if self.vote is not None:

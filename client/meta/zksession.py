@@ -261,6 +261,25 @@ class ZkSession:
         except NoNodeError:
             return []
 
+    def watch_children(self, path: str, on_change: Callable[[], None]) -> Watch:
+        """Call `on_change()` now and whenever the znode's children change (the znode is created if missing).
+
+        Called on kazoo's event thread: keep it short (set an event). Survives connection loss; a session
+        expiry re-arms it on the new session (kazoo's ChildrenWatch).
+        """
+        handle = Watch()
+        full = self._abs(path)
+        self._ensure(full)
+
+        def on_children(_names: list[str]) -> bool:
+            if handle.cancelled:
+                return False
+            on_change()
+            return True
+
+        self._zk.ChildrenWatch(full, on_children)
+        return handle
+
     def exists(self, path: str) -> bool:
         full = self._abs(path)
         return self._call(f"stat {full}", self._zk.exists, full) is not None

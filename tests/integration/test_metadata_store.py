@@ -244,6 +244,21 @@ def test_bookie_registry_readonly_switch(store: MetadataStore, metadata_uri: str
     assert store.bookie_info(BOOKIE) is None
 
 
+def test_watch_children_fires_on_every_change_until_cancelled(store: MetadataStore) -> None:
+    """The autorecovery daemon wakes on these (registrations, cookies, votes, marks)."""
+    fired = threading.Semaphore(0)
+    handle = store.watch_children("watched/dir", fired.release)
+    assert fired.acquire(timeout=10)                          # once at once (the znode was created)
+    store.create("watched/dir/a")
+    assert fired.acquire(timeout=10)
+    store.delete("watched/dir/a")
+    assert fired.acquire(timeout=10)
+    handle.cancel()
+    store.create("watched/dir/b")                             # the event that drops the cancelled watch
+    store.create("watched/dir/c")
+    assert not fired.acquire(timeout=0.5)
+
+
 def test_registration_is_ephemeral(metadata_uri: str) -> None:
     with MetadataStore(metadata_uri, session_timeout=5.0) as watcher:
         watcher.init_cluster()
