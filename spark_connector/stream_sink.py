@@ -8,7 +8,9 @@ znode appends the batch's ledgers AND records the batch id. If that batch (or a 
 is already recorded, nothing is appended; the replay's freshly written ledgers (those not in the log)
 are deleted. So a batch replayed after a crash, or committed twice, lands in the log exactly once.
 `abort` deletes the batch's ledgers unless they are in the log already (a commit whose CAS landed but
-whose reply was lost must not lose its data).
+whose reply was lost must not lose its data). A driver that dies between its tasks and the commit
+calls nothing: its tasks' ledgers are tagged `<sink tag>#<run>`, and the first commit of the next run
+of the same sink deletes the ones the log does not list (`sweep_dead_runs`).
 
 Sink identity (Spark gives the Python writer no query id): option `sinkId` if set, else the query id
 Spark keeps in `<checkpointLocation>/metadata` (readable when the checkpoint is on a local or mounted
@@ -33,7 +35,14 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
-from spark_connector.batch_writer import JOB_KEY, BkLedgerBatchWriter, LedgerCommitMessage, ledger_ids, plan_layout
+from spark_connector.batch_writer import (
+    JOB_KEY,
+    LOG_KEY,
+    BkLedgerBatchWriter,
+    LedgerCommitMessage,
+    ledger_ids,
+    plan_layout,
+)
 from spark_connector.clients import planning_client
 from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
 
@@ -69,9 +78,48 @@ def sink_identity(options: Mapping[str, str]) -> str:
     query_id = spark_query_id(checkpoint)
     if query_id is not None:
         return f"query:{query_id}"
+    return _checkpoint_name(checkpoint)
+
+
+def _checkpoint_name(checkpoint: str) -> str:
     if urlparse(checkpoint).scheme in ("", "file"):
         checkpoint = str(Path(urlparse(checkpoint).path or checkpoint).resolve())
     return "checkpoint:" + hashlib.sha256(checkpoint.encode("utf-8")).hexdigest()[:24]
+
+
+def sink_tag(options: Mapping[str, str]) -> str:
+    """A name for this sink known when the query starts and stable across its restarts: the prefix of
+    its tasks' job ids (`<tag>#<run>`), so a restarted query finds what a dead run left behind."""
+    opts = _lowered(options)
+    sink_id = opts.get("sinkid", "").strip()
+    return f"sink:{sink_id}" if sink_id else _checkpoint_name(opts.get("checkpointlocation", "").strip())
+
+
+def sweep_dead_runs(bk: BookKeeper, log_name: str, tag: str, keep: set[int]) -> list[int]:
+    """Delete ledgers this sink's tasks wrote that the log does not list and `keep` does not name.
+
+    Called by the driver right after a commit (or abort) has settled its batch: micro-batches run one at
+    a time, so no task of this sink is writing a ledger that may still be committed; what remains is
+    what a dead run left (its driver died between the tasks and the commit; Spark replays that batch)
+    or a failed task attempt. A ledger the log lists is never touched."""
+    try:
+        listed = set(bk.log_metadata(log_name).ledger_ids)
+    except LogNotFoundError:
+        listed = set()
+    prefix = f"{tag}#".encode()
+    gone = []
+    for ledger_id in bk.list_ledgers():
+        if ledger_id in listed:
+            continue
+        with contextlib.suppress(NoSuchLedgerError):
+            md = bk.ledger_metadata(ledger_id)
+            ours = md.custom_metadata.get(JOB_KEY, b"").startswith(prefix)
+            if ours and md.custom_metadata.get(LOG_KEY) == log_name.encode() and ledger_id not in keep:
+                bk.delete_ledger(ledger_id)
+                gone.append(ledger_id)
+    if gone:
+        log.info("log %r: deleted ledgers %s that %s wrote but never committed", log_name, gone, tag)
+    return gone
 
 
 def delete_unlisted(bk: BookKeeper, log_name: str, ids: Sequence[int]) -> list[int]:
@@ -95,6 +143,7 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
         self.tasks = tasks
         self.options = dict(options)
         self._identity: str | None = None
+        self._swept_dead_runs = False
 
     @property
     def log_name(self) -> str:
@@ -135,7 +184,14 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
 
     def _sweep(self, bk: BookKeeper, keep: set[int]) -> None:
         """Delete ledgers of this run's failed task attempts (tagged with the job id, not in the log),
-        then raise the floor: later batches only create ledgers above what exists now."""
+        then raise the floor: later batches only create ledgers above what exists now. The first time,
+        also those of earlier runs of this sink (`sweep_dead_runs`)."""
+        if not self._swept_dead_runs:
+            try:
+                sweep_dead_runs(bk, self.log_name, self.tasks.job_id.split("#", 1)[0], keep)
+                self._swept_dead_runs = True
+            except Exception as exc:  # cleanup is best effort: the log is already right
+                log.warning("sweeping what earlier runs of %s left failed: %s", self.identity, exc)
         try:
             existing = bk.list_ledgers()
             tag = self.tasks.job_id.encode()
@@ -162,7 +218,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     layout = plan_layout(schema, opts.envelope)
     with planning_client(opts.source.metadata_service_uri) as bk:
         floor = max(bk.list_ledgers(), default=-1)
-    tasks = BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)
+    tasks = BkLedgerBatchWriter(opts, layout, f"{sink_tag(options)}#{uuid.uuid4().hex}", floor)
     return BkLedgerStreamWriter(opts, tasks, options)
 
 

@@ -181,10 +181,10 @@ def test_latest_start_skips_existing_records(spark, cluster, bk, tmp_path: Path)
 
 # ---- sink: exactly once across a failure between writing the ledgers and the commit -----------------
 def crashing_source(crash_batch: int, when: str) -> type:
-    """A data source that behaves like bkledger, except that its sink's commit of `crash_batch` fails:
-    before its CAS ("before": the ledgers are written, the log does not list them) or after it
-    ("after": the CAS landed, the reply is lost). Defined inside a function, so Spark pickles it by
-    value into its Python workers."""
+    """A data source that behaves like bkledger, except that its sink's commit of `crash_batch` fails
+    as if the driver died there (no abort runs): before its CAS ("before": the ledgers are written,
+    the log does not list them) or after it ("after": the CAS landed, the reply is lost). Defined
+    inside a function, so Spark pickles it by value into its Python workers."""
     from spark_connector.datasource import BkLedgerDataSource
     from spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
 
@@ -195,6 +195,10 @@ def crashing_source(crash_batch: int, when: str) -> type:
             if batchId == crash_batch:
                 raise RuntimeError(f"injected crash in the commit of batch {batchId} ({when} the CAS)")
             super().commit(messages, batchId)
+
+        def abort(self, messages, batchId) -> None:
+            if batchId != crash_batch:            # a driver that died in the commit runs no abort either
+                super().abort(messages, batchId)
 
     class CrashingSource(BkLedgerDataSource):
         @classmethod
@@ -207,6 +211,15 @@ def crashing_source(crash_batch: int, when: str) -> type:
             return writer
 
     return CrashingSource
+
+
+def sink_ledgers_not_listed(bk, log_name: str) -> list[int]:
+    """Ledgers written for this log by a sink's tasks (tagged with the job id) that the log does not list."""
+    from spark_connector.batch_writer import JOB_KEY, LOG_KEY
+
+    listed = set(bk.log_metadata(log_name).ledger_ids)
+    tags = {i: bk.ledger_metadata(i).custom_metadata for i in bk.list_ledgers() if i not in listed}
+    return [i for i, tag in tags.items() if tag.get(LOG_KEY) == log_name.encode() and b"#" in tag.get(JOB_KEY, b"")]
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -228,6 +241,8 @@ def test_sink_exactly_once_across_a_failed_commit(spark, cluster, bk, tmp_path: 
     listed = bk.log_metadata(dst)
     assert len(read_log_values(bk, dst)) == (50 if when == "before" else 100)   # batch 0 (+ batch 1 if after)
     ledgers_before = set(bk.list_ledgers())
+    orphans = sink_ledgers_not_listed(bk, dst)              # what a driver dead before its CAS leaves behind
+    assert bool(orphans) == (when == "before"), orphans
 
     q = start("bkledger")                                          # restart from the same checkpoint
     assert q.awaitTermination(90)
@@ -239,6 +254,7 @@ def test_sink_exactly_once_across_a_failed_commit(spark, cluster, bk, tmp_path: 
     assert sink_id.startswith("query:") and last_batch == 3
     leftovers = set(bk.list_ledgers()) - ledgers_before - set(meta.ledger_ids)
     assert not leftovers, f"replayed ledgers not deleted: {leftovers}"
+    assert not sink_ledgers_not_listed(bk, dst), "the dead run's uncommitted ledgers were not swept at restart"
     assert set(listed.ledger_ids) <= set(meta.ledger_ids)
     print(f"exactly-once ({when}): {time.monotonic() - started:.1f} s")
 
