@@ -245,8 +245,15 @@ class BookieService(pb_grpc.BookieServicer):
         storage = self.bookie.storage
         assert storage is not None
         ledger_id = request.ledger_id
+        if request.fence:
+            status = await self._fence(ledger_id, request.master_key)
+            if status != pb.EOK:
+                yield pb.ReadRangeBatch(status=status, ledger_id=ledger_id)  # type: ignore[arg-type]
+                return
         if not storage.has_ledger(ledger_id):
-            yield pb.ReadRangeBatch(status=pb.ENOLEDGER, ledger_id=ledger_id)
+            # known (fenced, or adds still in the journal) but holding nothing: an empty range
+            if self.bookie.view(ledger_id) is None:
+                yield pb.ReadRangeBatch(status=pb.ENOLEDGER, ledger_id=ledger_id)
             return
         max_bytes = request.max_batch_bytes or (1 << 20)
         max_entries = request.max_batch_entries or 10000

@@ -156,10 +156,13 @@ class BookieClient:
             raise
 
     async def read_range(
-        self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20
+        self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20,
+        fence: bool = False, master_key: bytes = b"",
     ) -> AsyncIterator[pb.ReadRangeBatch]:
+        """The entries held in [first, last]; with `fence`, the bookie fences the ledger first (R18)."""
         request = pb.ReadRangeRequest(
-            ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes
+            ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes,
+            fence=fence, master_key=master_key,
         )
         try:
             async for batch in self.stub.ReadRange(request, timeout=timeout):

@@ -108,7 +108,10 @@ class RecoveryRun:
                 raise LedgerRecoveryError(
                     f"ledger {self.ledger_id}: recovery heard nothing from bookies for {stall:.0f}s; "
                     "the ledger stays in recovery: retry once bookies answer") from None
-            actions = self._dispatch(machine, kind, args)
+            actions = list(self._dispatch(machine, kind, args))
+            while not self.events.empty():      # a range read answers many entries at once: take them all
+                kind, args = self.events.get_nowait()
+                actions += self._dispatch(machine, kind, args)
             for action in actions:
                 if isinstance(action, CloseLedger):
                     return action
@@ -147,14 +150,17 @@ class RecoveryRun:
         raise AssertionError(kind)
 
     def _execute(self, actions: Sequence[object]) -> None:
+        reads: dict[tuple[str, bool], dict[int, int]] = {}
         for action in actions:
             if isinstance(action, SendFenceRead):
                 self._spawn(self._fence(action))
             elif isinstance(action, SendRecoveryRead):
-                self._spawn(self._read(action))
+                reads.setdefault((action.bookie_id, action.fence), {})[action.entry_id] = action.index
             elif isinstance(action, WriteBack):
                 self.recovered += 1
                 self._spawn(self._write_back(action))
+        for (bookie_id, fence), wanted in reads.items():   # one range read per bookie, not one RPC per entry
+            self._spawn(self._read_range(bookie_id, fence, wanted))
 
     async def _execute_async(self, machine: LedgerRecovery, actions: Sequence[object]) -> None:
         self._execute(actions)
@@ -189,15 +195,38 @@ class RecoveryRun:
         lac = response.max_lac
         self.events.put_nowait(("fence", (action.index, response.status, lac)))
 
-    async def _read(self, action: SendRecoveryRead) -> None:
-        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=action.entry_id, fence=action.fence,
-                                 master_key=self.master_key, high_priority=True)
-        response = await self._call_read(action.bookie_id, request)
-        if response is None:
-            self.events.put_nowait(("read", (action.entry_id, action.index, StatusCode.TIMEOUT, None)))
-            return
-        body = response.body if response.status == pb.EOK else None
-        self.events.put_nowait(("read", (action.entry_id, action.index, response.status, body)))
+    async def _read_range(self, bookie_id: str, fence: bool, wanted: dict[int, int]) -> None:
+        """Recovery reads of the entries `wanted` (entry id -> index in its write set) from one bookie.
+
+        A stream that ends normally holds every entry of the range the bookie has, so a wanted entry
+        missing from it is NoSuchEntry there; an error status applies to every entry not yet answered;
+        a broken stream leaves them unknown (TIMEOUT), never negative."""
+        rest = dict(wanted)
+        status: int = pb.ENOENTRY
+        try:
+            client = await self.ctx.pool.get(bookie_id)
+            stream = client.read_range(self.ledger_id, min(wanted), max(wanted), self.ctx.config.fenceTimeout,
+                                       max_batch_bytes=4 << 20, fence=fence, master_key=self.master_key)
+            async for batch in stream:
+                if batch.status != pb.EOK:
+                    status = batch.status
+                    break
+                offset = 0
+                for entry_id, size in zip(batch.entry_ids, batch.sizes, strict=True):
+                    index = rest.pop(entry_id, None)
+                    if index is not None:
+                        body = batch.data[offset:offset + size]
+                        self.events.put_nowait(("read", (entry_id, index, pb.EOK, body)))
+                    offset += size
+        except grpc.aio.AioRpcError as exc:
+            log.info("ledger %d: recovery read to %s failed: %s %s", self.ledger_id, bookie_id, exc.code().name,
+                     exc.details())
+            status = StatusCode.TIMEOUT
+        except (BKError, OSError) as exc:
+            log.info("ledger %d: recovery read to %s failed: %s", self.ledger_id, bookie_id, exc)
+            status = StatusCode.TIMEOUT
+        for entry_id, index in rest.items():
+            self.events.put_nowait(("read", (entry_id, index, status, None)))
 
     async def _write_back(self, action: WriteBack) -> None:
         for bookie_id in action.bookie_ids:

@@ -107,5 +107,22 @@ def read_range(address: str, ledger_id: int, first: int, last: int) -> list[int]
     return asyncio.run(go())
 
 
+def fenced_range(address: str, ledger_id: int, first: int, last: int, key: bytes = KEY) -> tuple[int, list[int]]:
+    """A recovery range read (fence flag): (status of the first non-EOK batch or EOK, entry ids streamed)."""
+    async def go() -> tuple[int, list[int]]:
+        client = BookieClient(address, address)
+        ids: list[int] = []
+        try:
+            async for batch in client.read_range(ledger_id, first, last, timeout=30, fence=True, master_key=key):
+                if batch.status != pb.EOK:
+                    return batch.status, ids
+                ids += batch.entry_ids
+            return pb.EOK, ids
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
 def expected_payload(entry_id: int, payload: bytes = b"x" * 100) -> bytes:
     return payload + str(entry_id).encode()

@@ -12,7 +12,7 @@ import pytest
 from client.bookie_client import BookieClient
 from client.meta.store import MetadataStore
 from proto import bookie_pb2 as pb
-from tests.integration.bookie_util import add, package, read, read_range
+from tests.integration.bookie_util import add, fenced_range, package, read, read_range
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +26,20 @@ def test_wrong_master_key_gets_eua(cluster_factory):
     assert add(address, 1, [1], key=wrong).statuses == {1: pb.EUA}
     assert read(address, 1, -1, fence=True, key=wrong).status == pb.EUA
     assert add(address, 1, [1]).ok() == [1]                   # not fenced by the refused fence
+
+
+def test_recovery_range_read_fences_like_a_fencing_read(cluster_factory):
+    """R18/R15: a range read with the fence flag checks the master key, fences, then streams what is held;
+    adds after it get EFENCED. A ledger the bookie never saw is fenced and answers an empty range."""
+    cluster = cluster_factory(1)
+    address = cluster.bookies[0].address
+    assert add(address, 7, [0, 1, 2]).ok() == [0, 1, 2]
+    assert fenced_range(address, 7, 0, 9, key=bytes(20)) == (pb.EUA, [])
+    assert add(address, 7, [3]).ok() == [3]                   # the refused fence fenced nothing
+    assert fenced_range(address, 7, 0, 9) == (pb.EOK, [0, 1, 2, 3])
+    assert add(address, 7, [4]).statuses == {4: pb.EFENCED}
+    assert fenced_range(address, 8, 0, 9) == (pb.EOK, [])
+    assert add(address, 8, [0]).statuses == {0: pb.EFENCED}
 
 
 def test_malformed_and_oversized_requests_get_ebadreq(cluster_factory):
