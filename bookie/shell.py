@@ -338,6 +338,19 @@ def cmd_lostbookierecoverydelay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweepjobs(args: argparse.Namespace) -> int:
+    from client.logs import delete_uncommitted, uncommitted_job_ledgers
+
+    with connect(args) as bk:
+        found = uncommitted_job_ledgers(bk, args.older_than, args.log)
+        gone = set(delete_uncommitted(bk, found)) if args.delete else set()
+    data = [{"ledger_id": f.ledger_id, "log": f.log, "job": f.job, "age_s": round(f.age_s, 1),
+             "deleted": f.ledger_id in gone} for f in found]
+    emit(args, data, ("ledger", "log", "job", "age", "deleted"),
+         [(f.ledger_id, f.log, f.job, f"{f.age_s:.0f}s", "yes" if f.ledger_id in gone else "no") for f in found])
+    return 0
+
+
 # ---- parser -----------------------------------------------------------------------------------
 
 
@@ -394,6 +407,11 @@ def add_shell_parser(sub: Any) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--enable", action="store_true")
     g.add_argument("--disable", action="store_true")
+    p = verb("sweepjobs", cmd_sweepjobs, "ledgers a job wrote for a log but never committed (its driver died)")
+    p.add_argument("--log", help="only ledgers written for this log")
+    p.add_argument("--older-than", type=float, default=86400.0,
+                   help="only ledgers created this many seconds ago or earlier (default 86400: longer than any job)")
+    p.add_argument("--delete", action="store_true", help="delete them (default: only list them)")
     p = verb("lostbookierecoverydelay", cmd_lostbookierecoverydelay, "get or set the auditor's delay (s)")
     p.add_argument("-s", "--set", type=int, help="new delay in seconds")
 

@@ -129,6 +129,63 @@ def delete_ledgers(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
             bk.delete_ledger(ledger_id)
 
 
+# ---- ledgers a job wrote for a log and never committed --------------------------------------------
+JOB_KEY = "bkledger.job"    # custom metadata of a ledger: the job (a Spark write, a sink's run) that wrote it
+LOG_KEY = "bkledger.log"    # custom metadata of a ledger: the log it was written for
+
+
+@dataclasses.dataclass(frozen=True)
+class UncommittedLedger:
+    ledger_id: int
+    log: str
+    job: str
+    age_s: float
+
+
+def uncommitted_job_ledgers(bk: BookKeeper, older_than_s: float, log_name: str | None = None
+                            ) -> list[UncommittedLedger]:
+    """Ledgers a job wrote for a log that the log does not list, created over `older_than_s` ago: what a
+    job whose driver died between its tasks and its commit left behind. A job still running owns such
+    ledgers too, so the age must exceed the longest job."""
+    listed: dict[str, set[int]] = {}
+    now = now_ms()
+    out = []
+    for ledger_id in bk.list_ledgers():
+        try:
+            md = bk.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        job, target = md.custom_metadata.get(JOB_KEY), md.custom_metadata.get(LOG_KEY)
+        age = (now - md.ctime_ms) / 1000.0
+        if job is None or target is None or age < older_than_s:
+            continue
+        name = target.decode(errors="replace")
+        if log_name is not None and name != log_name:
+            continue
+        if name not in listed:
+            try:
+                got = read_log(bk.store, name)
+            except InvalidOptionError:    # not a log name: not ours to judge
+                continue
+            listed[name] = set(got[0].ledger_ids) if got is not None else set()
+        if ledger_id not in listed[name]:
+            out.append(UncommittedLedger(ledger_id, name, job.decode(errors="replace"), age))
+    return out
+
+
+def delete_uncommitted(bk: BookKeeper, found: Iterable[UncommittedLedger]) -> list[int]:
+    """Delete them, each after checking again that its log still does not list it; the ids deleted."""
+    gone = []
+    for led in found:
+        got = read_log(bk.store, led.log)
+        if got is not None and led.ledger_id in got[0].ledger_ids:
+            continue
+        with contextlib.suppress(NoSuchLedgerError):
+            bk.delete_ledger(led.ledger_id)
+            gone.append(led.ledger_id)
+    return gone
+
+
 def describe_log(meta: LogMetadata) -> list[str]:
     """Human-readable lines about a log (`bkledger log describe`)."""
     def show(value: int | None) -> str:

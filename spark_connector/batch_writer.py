@@ -27,6 +27,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
 from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
 from client.ledger_handle import LedgerHandle
+from client.logs import JOB_KEY, LOG_KEY
 from spark_connector import envelope as env
 from spark_connector.arrow_io import byte_parts, timestamp_parts
 from spark_connector.clients import planning_client, shared_client
@@ -35,8 +36,6 @@ from spark_connector.options import BkLedgerOptionError, WriteOptions
 
 log = logging.getLogger("bkledger.spark")
 
-JOB_KEY = "bkledger.job"
-LOG_KEY = "bkledger.log"
 IGNORED_COLUMNS = ("log", "ledger_id", "entry_id")     # a read DataFrame can be appended as it is
 ADD_TIMEOUT_S = 120.0
 

@@ -257,3 +257,34 @@ def test_shell_verbs_and_decommission(cluster_factory, bk_factory):
     assert bk.store.read_cookie(victim) is None
     h.close()                                           # fenced and closed by decommission if it was on the victim
     assert_fully_replicated(bk, ledgers, victim)
+
+
+def test_shell_sweepjobs_lists_then_deletes_only_uncommitted_job_ledgers(cluster_factory, bk_factory):
+    """A job (Spark write, sink run) whose driver died before its commit leaves tagged ledgers outside
+    the log: `sweepjobs` lists them, `--delete` deletes them; listed, untagged and young ones stay."""
+    from client.logs import JOB_KEY, LOG_KEY
+
+    cluster = cluster_factory(3)
+    uri = cluster.metadata_service_uri
+    bk = bk_factory(uri)
+
+    def ledger(tags: dict[str, bytes]) -> int:
+        handle = bk.create_ledger(3, 2, 2, custom_metadata=tags)
+        handle.add_entry(b"row")
+        handle.close()
+        return handle.ledger_id
+
+    tagged = {JOB_KEY: b"job-1", LOG_KEY: b"orders"}
+    committed = ledger(tagged)
+    bk.append_ledgers("orders", [committed])
+    orphan, plain = ledger(tagged), ledger({})
+    other_log = ledger({JOB_KEY: b"job-2", LOG_KEY: b"audit"})    # its log was never created
+
+    listed = json.loads(shell(uri, "sweepjobs", "--older-than", "0", "--json").stdout)
+    assert {(r["ledger_id"], r["log"], r["deleted"]) for r in listed} == {(orphan, "orders", False),
+                                                                          (other_log, "audit", False)}
+    assert json.loads(shell(uri, "sweepjobs", "--json").stdout) == []          # younger than a day
+    assert "yes" in shell(uri, "sweepjobs", "--older-than", "0", "--log", "orders", "--delete").stdout
+    remaining = set(bk.list_ledgers())
+    assert orphan not in remaining and {committed, plain, other_log} <= remaining
+    assert bk.log_metadata("orders").ledger_ids == [committed]
