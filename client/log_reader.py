@@ -4,6 +4,9 @@ Mirrors DistributedLog's BKLogReadHandler / a Pulsar non-durable cursor. Ledgers
 recovery, so a reader never fences the writer. In an open ledger it reads up to the LAC, never beyond,
 and waits for more with LAC long polls; it moves on once the ledger is CLOSED (a metadata refresh tells)
 and read to its last entry, taking the next ledger from the log's list (re-read from ZooKeeper).
+ZooKeeper watches on the ledger's and the log's znodes say when a re-read is worth it, so an idle
+reader does not poll ZooKeeper (it re-reads anyway every `REFRESH_FALLBACK_S`, in case a watch event
+was missed).
 
 `position` is where the next record will come from; give it back as `start` to resume. Data loss: when
 ledgers the reader still needed were truncated (or removed by retention), it raises DataLossError, or,
@@ -15,21 +18,24 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
-from client.logs import require_log
+from client.logs import log_path, require_log
 from client.protocol import log_meta as lm
 from client.protocol.log_meta import LogMetadata, Position
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
     from client.ledger_handle import LedgerHandle
+    from client.meta.zksession import Watch
 
 log = logging.getLogger("bkledger.logs")
 StartSpec = Literal["earliest", "latest"] | Position
+REFRESH_FALLBACK_S = 2.0
 T = TypeVar("T")
 
 
@@ -65,6 +71,11 @@ class LogReader:
         self._position: Position | None = None
         self._first_offset: int | None = None        # log-wide offset of the current ledger's entry 0
         self._closed = False
+        self._log_changed = threading.Event()
+        self._log_watch = bk.store.watch_data(log_path(bk.store, name), self._log_changed.set)
+        self._ledger_changed = threading.Event()
+        self._ledger_watch: tuple[int, Watch] | None = None
+        self._last_refresh = 0.0
         self._seek(start)
 
     # ---- start --------------------------------------------------------------------------------
@@ -159,6 +170,9 @@ class LogReader:
         self._closed = True
         self._buffer.clear()
         self._rh = None
+        self._log_watch.cancel()
+        if self._ledger_watch is not None:
+            self._ledger_watch[1].cancel()
 
     def __enter__(self) -> LogReader:
         return self
@@ -199,8 +213,23 @@ class LogReader:
             else:
                 wait = self._poll if remaining is None else min(remaining, self._poll)
                 rh.wait_for_lac(self._next - 1, wait)
-            if rh.last_add_confirmed < self._next:
+            if rh.last_add_confirmed < self._next and self._refresh_due(rh.ledger_id):
                 self._guard(rh.refresh)       # learn that the writer closed it (R12: never fences)
+
+    def _refresh_due(self, ledger_id: int) -> bool:
+        """Whether the ledger's metadata may have changed: its watch fired, or the fallback time passed."""
+        if self._ledger_watch is None or self._ledger_watch[0] != ledger_id:
+            if self._ledger_watch is not None:
+                self._ledger_watch[1].cancel()
+            self._ledger_changed.set()
+            self._ledger_watch = (ledger_id, self._bk.store.watch_ledger(
+                ledger_id, lambda _md, _version: self._ledger_changed.set()))
+        now = time.monotonic()
+        if self._ledger_changed.is_set() or now - self._last_refresh >= REFRESH_FALLBACK_S:
+            self._ledger_changed.clear()
+            self._last_refresh = now
+            return True
+        return False
 
     def _finished(self, rh: LedgerHandle) -> bool:
         return rh.is_closed and self._next > rh.last_entry_id
@@ -238,6 +267,7 @@ class LogReader:
         """Move to the ledger after the current one (fully read) once the log lists it."""
         while True:
             old = self._meta
+            self._log_changed.clear()           # a change after this read wakes the wait below
             self._meta, _ = require_log(self._bk.store, self.name)
             current = self._ledger_id
             if current is not None:
@@ -255,7 +285,7 @@ class LogReader:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            time.sleep(self._poll if remaining is None else min(self._poll, remaining))
+            self._log_changed.wait(REFRESH_FALLBACK_S if remaining is None else min(REFRESH_FALLBACK_S, remaining))
 
     def _note_first_offset(self, *metas: LogMetadata) -> None:
         """Remember the log-wide offset of the current ledger's first entry, once some snapshot knows it."""

@@ -280,6 +280,20 @@ class ZkSession:
         self._zk.ChildrenWatch(full, on_children)
         return handle
 
+    def watch_data(self, path: str, on_change: Callable[[], None]) -> Watch:
+        """Call `on_change()` now and whenever the znode is created, changed or deleted (kazoo's DataWatch;
+        called on kazoo's event thread: keep it short)."""
+        handle = Watch()
+
+        def on_data(_data: bytes | None, _stat: ZnodeStat | None) -> bool:
+            if handle.cancelled:
+                return False
+            on_change()
+            return True
+
+        self._zk.DataWatch(self._abs(path), on_data)
+        return handle
+
     def exists(self, path: str) -> bool:
         full = self._abs(path)
         return self._call(f"stat {full}", self._zk.exists, full) is not None

@@ -232,6 +232,33 @@ def test_reader_tails_while_writer_rolls(bk: BookKeeper, name: str):
     w.close()
 
 
+def test_idle_tailing_reader_waits_on_watches_not_zookeeper_polls(bk: BookKeeper, name: str, monkeypatch):
+    """An idle reader at the tail re-reads metadata only when a watch fires (or every few seconds as a
+    fallback), yet still follows the writer's close and roll at once."""
+    w = bk.open_log_writer(name, roll_entries=1000)
+    w.append(b"first")
+    reader = bk.open_log_reader(name, start="earliest", poll_interval_s=0.05)
+    assert _must(reader.read_next(timeout=5)).payload == b"first"
+    reads: list[str] = []
+    def counting(method: str):
+        original = getattr(bk.store, method)
+
+        def call(*args, **kwargs):
+            reads.append(method)
+            return original(*args, **kwargs)
+        return call
+
+    for method in ("read_ledger", "get"):
+        monkeypatch.setattr(bk.store, method, counting(method))
+    assert reader.read_next(timeout=1.5) is None            # ~30 long polls of 0.05 s
+    assert len(reads) <= 2, reads                          # polling would re-read the metadata each time
+    w.roll()
+    w.append(b"second")
+    assert _must(reader.read_next(timeout=5)).payload == b"second"
+    w.close()
+    reader.close()
+
+
 def test_truncation_behind_reader_data_loss_or_skip(bk: BookKeeper, name: str):
     """R30: truncation drops whole ledgers (CAS, then delete); a reader that still needed them gets
     DataLossError, or skips to the earliest record with fail_on_data_loss=False."""
