@@ -42,6 +42,7 @@ class BookieConfig:
     zkTimeout: int = 10000                 # ms, ZooKeeper session timeout
     gcWaitTime: int = 1000                 # ms between garbage-collection rounds (<= 0: no GC thread)
     verifyMetadataOnGc: bool = True        # re-read a ledger's metadata right before deleting it locally
+    gcOverreplicatedLedgerWaitTime: int = 86400000   # ms between checks for ledgers moved off this bookie
     minorCompactionThreshold: float = 0.2  # compact entry logs whose live-byte ratio is below this ...
     minorCompactionInterval: int = 3600    # ... every this many seconds (<= 0: off)
     majorCompactionThreshold: float = 0.8

@@ -8,7 +8,12 @@ Mirrors BookKeeper's GarbageCollectorThread with the ScanAndCompareGarbageCollec
    then dropped from storage. Listing local ledgers first means a ledger created after the metadata
    listing cannot be collected: a bookie only holds a ledger whose metadata already existed. If the
    metadata listing fails, nothing is deleted this round.
-2. Entry-log GC: per entry log (never the active one) the live bytes are the sizes of the index slots
+2. Over-replicated ledgers (every `gcOverreplicatedLedgerWaitTime` ms, as BookKeeper's
+   `gcOverReplicatedLedgers`): a CLOSED ledger held here that no fragment names this bookie any more
+   (its data was re-replicated elsewhere while this bookie was presumed lost) is dropped once two checks,
+   one interval apart, saw it so at the same metadata version, under the ledger's under-replication lock
+   (so no replication worker copies it here meanwhile) and after a last re-read in that lock.
+3. Entry-log GC: per entry log (never the active one) the live bytes are the sizes of the index slots
    pointing into it. A log with no live byte is deleted. A log whose live ratio is below
    `minorCompactionThreshold` (every `minorCompactionInterval` s) or `majorCompactionThreshold` (every
    `majorCompactionInterval` s) is compacted: live entries are copied to the active log, the index is
@@ -17,6 +22,7 @@ Mirrors BookKeeper's GarbageCollectorThread with the ScanAndCompareGarbageCollec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -27,6 +33,7 @@ from bookie.config import BookieConfig
 from bookie.storage import LedgerStorage
 from client.errors import BKError, NoSuchLedgerError
 from client.meta.store import MetadataStore
+from client.meta.underreplication import UnderReplicationManager
 
 log = logging.getLogger("bkledger.gc")
 
@@ -54,6 +61,8 @@ class GarbageCollector:
         self._last_major = now
         self.rounds = 0
         self.total = GcRound()
+        self._last_overreplicated = now
+        self._overreplicated_seen: dict[int, int] = {}    # ledger -> metadata version at the last check
 
     # ---- one round -----------------------------------------------------------------------
     def collect_ledgers(self) -> list[int]:
@@ -78,14 +87,66 @@ class GarbageCollector:
                 except BKError as exc:
                     log.warning("cannot verify ledger %d, kept: %s", ledger_id, exc)
                     continue
-            if self.on_ledger_deleted is not None:
-                self.on_ledger_deleted(ledger_id)
-            else:
-                self.storage.delete_ledger(ledger_id)
+            self._delete_local(ledger_id)
             deleted.append(ledger_id)
         if deleted:
             log.info("garbage-collected %d deleted ledger(s): %s", len(deleted), deleted[:20])
         return deleted
+
+    def collect_overreplicated(self) -> list[int]:
+        """Step 2 of the module docstring; the ledgers dropped."""
+        now = time.monotonic()
+        wait = self.config.gcOverreplicatedLedgerWaitTime / 1000.0
+        if wait <= 0 or now - self._last_overreplicated < wait:
+            return []
+        self._last_overreplicated = now
+        seen, self._overreplicated_seen = self._overreplicated_seen, {}
+        dropped = []
+        for ledger_id in self.storage.ledgers():
+            version = self._moved_away(ledger_id)
+            if version is None:
+                continue
+            if seen.get(ledger_id) != version:
+                self._overreplicated_seen[ledger_id] = version      # first sighting: drop it next time
+            elif self._drop_locked(ledger_id, version):
+                dropped.append(ledger_id)
+        if dropped:
+            log.info("dropped %d over-replicated ledger(s) no fragment places here: %s", len(dropped), dropped[:20])
+        return dropped
+
+    def _moved_away(self, ledger_id: int) -> int | None:
+        """The metadata version if the ledger is CLOSED and names this bookie in no fragment, else None."""
+        try:
+            md, version = self.store.read_ledger(ledger_id)
+        except BKError:                 # deleted (the ledger GC's business) or unreadable: keep it
+            return None
+        me = self.config.bookie_id
+        if not md.is_closed or any(me in fragment.ensemble for fragment in md.fragments):
+            return None
+        return version
+
+    def _drop_locked(self, ledger_id: int, version: int) -> bool:
+        ur = UnderReplicationManager(self.store)
+        try:
+            if not ur.try_lock(ledger_id, self.config.bookie_id):
+                return False                                        # a replication worker has it
+        except BKError as exc:
+            log.warning("cannot lock over-replicated ledger %d, kept: %s", ledger_id, exc)
+            return False
+        try:
+            if self._moved_away(ledger_id) != version:
+                return False
+            self._delete_local(ledger_id)
+            return True
+        finally:
+            with contextlib.suppress(BKError):
+                ur.release_lock(ledger_id)
+
+    def _delete_local(self, ledger_id: int) -> None:
+        if self.on_ledger_deleted is not None:
+            self.on_ledger_deleted(ledger_id)
+        else:
+            self.storage.delete_ledger(ledger_id)
 
     def collect_entry_logs(self, force_major: bool = False) -> GcRound:
         out = GcRound()
@@ -118,6 +179,7 @@ class GarbageCollector:
 
     def run_once(self, force_major: bool = False) -> GcRound:
         deleted = self.collect_ledgers()
+        deleted += self.collect_overreplicated()
         result = self.collect_entry_logs(force_major)
         result.ledgers_deleted = deleted
         self.rounds += 1

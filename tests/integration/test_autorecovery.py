@@ -288,3 +288,33 @@ def test_shell_sweepjobs_lists_then_deletes_only_uncommitted_job_ledgers(cluster
     remaining = set(bk.list_ledgers())
     assert orphan not in remaining and {committed, plain, other_log} <= remaining
     assert bk.log_metadata("orders").ledger_ids == [committed]
+
+
+def test_gc_drops_ledgers_moved_off_a_live_bookie(cluster_factory, bk_factory):
+    """Over-replicated ledgers (BookKeeper's gcOverreplicatedLedgerWaitTime): once a recovery moved a
+    closed ledger's fragments off a bookie that is in fact alive, that bookie drops its copy; a ledger
+    that still names it is kept, and the moved ledger stays complete on its new bookies."""
+    conf = {"gcWaitTime": "200", "gcOverreplicatedLedgerWaitTime": "400"}
+    cluster = cluster_factory(4, conf=conf)
+    uri = cluster.metadata_service_uri
+    bk = bk_factory(uri)
+    moved = bk.create_ledger(3, 3, 2)
+    for i in range(50):
+        moved.add_entry(b"m%d" % i)
+    moved.close()
+    victim = moved.metadata.fragments[0].ensemble[0]
+    assert held_entries(victim, moved.ledger_id) == set(range(50))
+    shell(uri, "recover", victim, "--force")                # as if it had been presumed lost
+    assert victim not in bk.ledger_metadata(moved.ledger_id).fragments[0].ensemble
+    kept = bk.create_ledger(4, 2, 2)                       # E = 4 of 4: names the victim
+    for i in range(20):
+        kept.add_entry(b"k%d" % i)
+    kept.close()
+    on_victim = held_entries(victim, kept.ledger_id)
+    assert on_victim
+    wait_for(lambda: not held_entries(victim, moved.ledger_id), 30, "the bookie to drop the moved ledger")
+    assert held_entries(victim, kept.ledger_id) == on_victim
+    assert_fully_replicated(bk, [moved.ledger_id], victim)
+    reader = bk_factory(uri)
+    got = [e.payload for e in reader.open_ledger(moved.ledger_id, recovery=False).read_entries(0, 49)]
+    assert got == [b"m%d" % i for i in range(50)]
