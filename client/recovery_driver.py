@@ -38,6 +38,8 @@ from proto import bookie_pb2 as pb
 if TYPE_CHECKING:
     from client.bookkeeper import ClientContext
 
+RANGE_ENTRIES = 16     # entries per recovery range read: 16 x 5 MiB (the largest entry) fit in fenceTimeout
+
 log = logging.getLogger("bkledger.client.recovery")
 
 
@@ -159,8 +161,11 @@ class RecoveryRun:
             elif isinstance(action, WriteBack):
                 self.recovered += 1
                 self._spawn(self._write_back(action))
-        for (bookie_id, fence), wanted in reads.items():   # one range read per bookie, not one RPC per entry
-            self._spawn(self._read_range(bookie_id, fence, wanted))
+        for (bookie_id, fence), wanted in reads.items():   # range reads per bookie, not one RPC per entry
+            ids = sorted(wanted)
+            for start in range(0, len(ids), RANGE_ENTRIES):   # each within fenceTimeout even for big entries
+                chunk = ids[start:start + RANGE_ENTRIES]
+                self._spawn(self._read_range(bookie_id, fence, {e: wanted[e] for e in chunk}))
 
     async def _execute_async(self, machine: LedgerRecovery, actions: Sequence[object]) -> None:
         self._execute(actions)
