@@ -52,6 +52,7 @@ class Bookie:
             buffered_writes_threshold=cfg.journalBufferedWritesThreshold,
             flush_when_queue_empty=cfg.journalFlushWhenQueueEmpty,
             sync_data=cfg.journalSyncData,
+            page_cache_flush_interval_ms=cfg.journalPageCacheFlushIntervalMSec,
             max_size_mb=cfg.journalMaxSizeMB,
             max_backups=cfg.journalMaxBackups,
             on_fatal=self._journal_failed,

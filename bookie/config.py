@@ -26,6 +26,7 @@ class BookieConfig:
     journalDirectories: tuple[str, ...] = ("/tmp/bk-txn",)
     ledgerDirectories: tuple[str, ...] = ("/tmp/bk-data",)
     journalSyncData: bool = True
+    journalPageCacheFlushIntervalMSec: int = 1000   # ms: fdatasync data acked unsynced (journalSyncData=false)
     journalMaxGroupWaitMSec: float = 2.0
     journalBufferedWritesThreshold: int = 512 * 1024
     journalFlushWhenQueueEmpty: bool = True

@@ -141,6 +141,7 @@ class Journal:
         buffered_writes_threshold: int = 512 * 1024,
         flush_when_queue_empty: bool = True,
         sync_data: bool = True,
+        page_cache_flush_interval_ms: float = 1000.0,
         max_size_mb: int = 2048,
         max_backups: int = 5,
         on_fatal: Callable[[BaseException], None] | None = None,
@@ -151,6 +152,9 @@ class Journal:
         self.buffered_writes_threshold = buffered_writes_threshold
         self.flush_when_queue_empty = flush_when_queue_empty or max_group_wait_ms <= 0
         self.sync_data = sync_data
+        self.flush_interval = page_cache_flush_interval_ms / 1000.0   # <= 0: unsynced data waits for a sync
+        self._unsynced = False                  # written without fdatasync (journalSyncData=false, deferred)
+        self._last_sync = time.monotonic()
         self.max_size = max_size_mb * 1024 * 1024
         self.max_backups = max_backups
         self.on_fatal = on_fatal
@@ -298,6 +302,8 @@ class Journal:
             group, checkpoints, stop = self._next_work()
             if group:
                 self._commit(group)
+            elif self._flush_due():
+                self._flush_page_cache()
             for fn in checkpoints:
                 self._run_checkpoint(fn)
             if stop:
@@ -307,7 +313,11 @@ class Journal:
     def _next_work(self) -> tuple[list[_Item], list[Callable[[LogMark], None]], bool]:
         with self._cond:
             while not self._queue and not self._checkpoints and not self._closing:
-                self._cond.wait()
+                if not self._unsynced or self.flush_interval <= 0:
+                    self._cond.wait()
+                elif self._flush_due() or not self._cond.wait(self._last_sync + self.flush_interval
+                                                              - time.monotonic()):
+                    return [], [], False            # idle with unsynced data: time to flush it
             group = self._drain_locked()
             checkpoints, self._checkpoints = self._checkpoints, []
             return group, checkpoints, self._closing and not self._queue
@@ -342,6 +352,26 @@ class Journal:
         if need_sync:
             os.fdatasync(self._fd)
             self.stats.fsyncs += 1
+            self._unsynced, self._last_sync = False, time.monotonic()
+        elif data:
+            self._unsynced = True
+
+    def _flush_due(self) -> bool:
+        return self._unsynced and self.flush_interval > 0 and \
+            time.monotonic() - self._last_sync >= self.flush_interval
+
+    def _flush_page_cache(self) -> None:
+        """journalPageCacheFlushIntervalMSec: data acknowledged without fdatasync reaches the disk within
+        an interval (bounds what a machine crash can lose when journalSyncData=false or deferred sync)."""
+        if self.error is not None or self._fd < 0:
+            return
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            self._fail(exc, [])
+            return
+        self.stats.fsyncs += 1
+        self._unsynced, self._last_sync = False, time.monotonic()
 
     def _commit(self, group: list[_Item]) -> None:
         """Write one group with one write and at most one fdatasync, then run its callbacks."""
@@ -350,7 +380,7 @@ class Journal:
                 _call(item.callback, self.error)
             return
         data = b"".join([p for item in group for p in item.payloads])
-        need_sync = self.sync_data and any(item.sync for item in group)
+        need_sync = (self.sync_data and any(item.sync for item in group)) or self._flush_due()
         try:
             self._write_group(data, need_sync)
         except OSError as exc:

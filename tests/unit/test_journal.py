@@ -94,6 +94,43 @@ def test_deferred_sync_skips_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     j.close()
 
 
+@pytest.mark.parametrize("sync_data", [False, True])
+def test_unsynced_data_is_flushed_within_the_page_cache_flush_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_data: bool) -> None:
+    """journalPageCacheFlushIntervalMSec: with journalSyncData=false (or a deferred-sync add) the ack
+    comes before any fdatasync, and an idle journal still syncs that data within the interval."""
+    synced = threading.Event()
+    calls: list[int] = []
+
+    def fdatasync(fd: int) -> None:
+        calls.append(fd)
+        synced.set()
+
+    monkeypatch.setattr(jmod.os, "fdatasync", fdatasync)
+    j = Journal(tmp_path, sync_data=sync_data, page_cache_flush_interval_ms=50)
+    j.start()
+    w = Waiter()
+    j.append([_fence(1)], w, sync=False)
+    assert w.wait(1) == [None]
+    assert synced.wait(5), "unsynced journal data was never flushed"
+    assert len(calls) == 1
+    j.close()
+
+
+def test_no_page_cache_flush_when_the_interval_is_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(jmod.os, "fdatasync", lambda fd: calls.append(fd))
+    j = Journal(tmp_path, sync_data=False, page_cache_flush_interval_ms=0)
+    j.start()
+    w = Waiter()
+    j.append([_fence(1)], w)
+    assert w.wait(1) == [None]
+    j.append([], w)                       # one more round trip through the journal thread
+    assert w.wait(2) == [None, None]
+    assert calls == []
+    j.close()
+
+
 def test_group_commit_from_many_threads(tmp_path: Path) -> None:
     j = Journal(tmp_path, max_group_wait_ms=5)
     j.start()
