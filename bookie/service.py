@@ -24,7 +24,7 @@ from bookie.core import decisions
 from bookie.core.cookie import Cookie, CookieError, decide
 from bookie.gc import GarbageCollector
 from bookie.server import GRPC_OPTIONS, BookieService
-from bookie.stop_signals import block_stop_signals, watch_stop_signals
+from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
 from client.meta.store import MetadataStore
 from proto import bookie_pb2_grpc as pb_grpc
 
@@ -119,6 +119,8 @@ class BookieServer:
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         watch_stop_signals(self._on_stop_signal)
+        for sig in STOP_SIGNALS:    # the fallback (see bookie.stop_signals): wakes the loop itself
+            self._loop.add_signal_handler(sig, self._on_stop_signal, FALLBACK.format(sig.name))
         cfg = self.config
         self.store.start()
         self.store.init_cluster()

@@ -4,6 +4,10 @@
 mask); afterwards `watch_stop_signals(on_stop)` starts a daemon thread that waits for the signals with
 `sigwaitinfo` and calls `on_stop(description)`, e.g. "SIGTERM from pid 123 (python -m pytest)". A signal
 that arrives before the watcher starts stays pending and is taken when it does.
+
+A thread started before the mask was set (an import that starts a thread pool, say) would still take
+such a signal, and its default action kills the process on the spot. So the daemons also install an
+ordinary handler (`FALLBACK`: "SIGTERM (sender unknown)"): a stop then stays graceful, only anonymous.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+FALLBACK = "{} (sender unknown)"
 
 
 def block_stop_signals() -> None:
@@ -41,3 +46,9 @@ def watch_stop_signals(on_stop: Callable[[str], None]) -> threading.Thread:
     thread = threading.Thread(target=run, name="stop-signals", daemon=True)
     thread.start()
     return thread
+
+
+def install_fallback_handlers(on_stop: Callable[[str], None]) -> None:
+    """Ordinary handlers (run in the main thread) for a stop signal that bypassed the watcher."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signo, _frame: on_stop(FALLBACK.format(signal.Signals(signo).name)))

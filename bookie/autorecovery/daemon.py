@@ -25,7 +25,7 @@ from collections.abc import Callable
 from bookie.autorecovery.auditor import Auditor
 from bookie.autorecovery.worker import ReplicationWorker
 from bookie.config import BookieConfig
-from bookie.stop_signals import block_stop_signals, watch_stop_signals
+from bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
 from client import BookKeeper
 from client.admin import Admin
 from client.config import ClientConfig
@@ -137,8 +137,10 @@ def run_autorecovery(config: BookieConfig) -> int:
         stop.set()
 
     watch_stop_signals(on_stop)
+    install_fallback_handlers(on_stop)
     daemon.start()
-    stop.wait()
+    while not stop.wait(0.5):        # wakes up so that a fallback handler gets to run in this thread
+        pass
     log.info("autorecovery for bookie %s stopping (%s)", config.bookie_id, stopped_by[0])
     daemon.stop()
     return 0
