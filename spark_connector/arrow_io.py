@@ -48,9 +48,13 @@ def timestamp_array(micros: I64, valid: Bools | None = None) -> pa.Array:
 
 
 def repeated_string(value: str | None, n: int) -> pa.Array:
+    """`value` n times, built from its buffers (offsets step by its length): `take` on a one-element
+    array cost ~0.5 us per row, more than the rest of a chunk's conversion together."""
     if value is None:
         return pa.nulls(n, pa.string())
-    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
+    raw = value.encode()
+    offsets = np.arange(0, (n + 1) * len(raw), len(raw), dtype=np.int32) if raw else np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
 def entry_id_array(entry_ids: Sequence[int]) -> pa.Array:

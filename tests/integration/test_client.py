@@ -232,3 +232,21 @@ def test_tailing_reader_across_a_bookie_restart(cluster_factory, bk_factory):
             assert all(en.payload == payload(en.entry_id) for en in got)
             seen = lac + 1
     lh.close()
+
+
+@pytest.mark.parametrize("stopped", [0, 1, 2])
+def test_striped_read_with_a_covering_bookie_down(cluster_factory, bk_factory, stopped):
+    """E > Qw: each entry is verified from one covering bookie; with any one bookie of the ensemble
+    killed, the copies the others sent along (or per-entry reads) still give every entry, in order."""
+    cluster = cluster_factory(3)
+    bk = bk_factory(cluster.metadata_service_uri)
+    lh = bk.create_ledger(3, 2, 2)
+    for future in [lh.add_entry_async(payload(i)) for i in range(5000)]:
+        future.result(30)
+    lh.close()
+    rh = bk.open_ledger(lh.ledger_id, recovery=False)
+    assert [en.payload for en in rh.read_entries(0, 4999)] == [payload(i) for i in range(5000)]
+    victim = lh.metadata.last_fragment.ensemble[stopped]
+    cluster.kill_bookie(next(b.index for b in cluster.bookies if b.bookie_id == victim))
+    rh = bk.open_ledger(lh.ledger_id, recovery=False)
+    assert [en.payload for en in rh.read_entries(0, 4999)] == [payload(i) for i in range(5000)]

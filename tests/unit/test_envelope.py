@@ -70,3 +70,13 @@ def test_truncated_entries_are_rejected() -> None:
     bad = env.encode(b"key", None, b"")[:-1]
     with pytest.raises(env.EnvelopeError, match="runs past"):
         env.decode_bulk(np.frombuffer(bad, np.uint8), np.array([0, len(bad)], np.int64))
+
+
+@pytest.mark.parametrize("value", ["orders", "", "ünïcode", None])
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_repeated_string_column(value, n) -> None:
+    from spark_connector.arrow_io import repeated_string
+
+    column = repeated_string(value, n)
+    column.validate(full=True)
+    assert column.type == pa.string() and column.to_pylist() == [value] * n
