@@ -20,7 +20,28 @@ from collections.abc import Sequence
 
 from client.errors import BadPasswordError, BKError, LedgerFencedError
 from client.protocol.status import StatusCode
-from client.protocol.write_set import write_set
+from client.protocol.write_set import all_write_sets, write_set
+
+
+@dataclasses.dataclass(frozen=True)
+class SendAdds:
+    """Send entries first_entry_id .. first_entry_id + count - 1, each to its write set minus the
+    ensemble indices in `skip` (bookies known to have failed; usually none)."""
+
+    first_entry_id: int
+    count: int
+    skip: frozenset[int]
+    recovery: bool = False
+
+    @property
+    def entry_ids(self) -> range:
+        return range(self.first_entry_id, self.first_entry_id + self.count)
+
+    def targets(self, ensemble_size: int, write_quorum: int) -> list[tuple[int, tuple[int, ...]]]:
+        """(entry id, ensemble indices to send it to) for each entry."""
+        skip = self.skip
+        return [(e, tuple(i for i in write_set(e, ensemble_size, write_quorum) if i not in skip))
+                for e in self.entry_ids]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +115,7 @@ class PendingAdds:
         self._index = {b: i for i, b in enumerate(self._ensemble)}
         self._e = len(ensemble)
         self._qw = write_quorum
+        self._write_sets = all_write_sets(self._e, write_quorum)   # by entry_id mod E
         self._qa = ack_quorum
         self._lac = last_add_confirmed
         self._next = last_add_confirmed + 1
@@ -147,11 +169,24 @@ class PendingAdds:
             raise self._error
         entry_id = self._next
         self._next += 1
-        members = write_set(entry_id, self._e, self._qw)
+        members = self._write_sets[entry_id % self._e]
         self._pending[entry_id] = _Pending(members)
         failed = self._failed
         indices = tuple(i for i in members if i not in failed) if failed else members
         return SendAdd(entry_id, indices, self._recovery)
+
+    def on_adds(self, count: int) -> SendAdds:
+        """`count` new adds at once: the same as `count` calls of on_add, as one action."""
+        if self._error is not None:
+            raise self._error
+        if count < 1:
+            raise ValueError(f"on_adds needs at least one add, got {count}")
+        first = self._next
+        self._next = first + count
+        pending, sets, e = self._pending, self._write_sets, self._e
+        for entry_id in range(first, first + count):
+            pending[entry_id] = _Pending(sets[entry_id % e])
+        return SendAdds(first, count, frozenset(self._failed), self._recovery)
 
     def on_ack(self, entry_id: int, index: int) -> list[AddAction]:
         """Bookie `index` acknowledged entry_id (R6). Late or foreign acks are ignored."""
