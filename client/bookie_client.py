@@ -60,12 +60,8 @@ class _Batch:
         self.sizes: list[int] = []
         self.chunks: list[bytes] = []
 
-    def to_proto(self, key: _BatchKey) -> pb.AddBatch:
-        ledger_id, master_key, recovery_add, high_priority, write_flags = key
-        data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-        return pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
-                           high_priority=high_priority, write_flags=write_flags, entry_ids=self.entry_ids,
-                           sizes=self.sizes, data=data)
+    def data(self) -> bytes:
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
 
 
 class _Queued:
@@ -78,7 +74,12 @@ class _Queued:
         self.nbytes = 0
 
     def to_proto(self) -> pb.AddRequest:
-        return pb.AddRequest(batches=[batch.to_proto(key) for key, batch in self.batches.items()])
+        request = pb.AddRequest()
+        add = request.batches.add                   # built in place: each payload is copied once more
+        for (ledger_id, master_key, recovery_add, high_priority, write_flags), batch in self.batches.items():
+            add(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add, high_priority=high_priority,
+                write_flags=write_flags, entry_ids=batch.entry_ids, sizes=batch.sizes, data=batch.data())
+        return request
 
 
 class BookieClient:
