@@ -74,12 +74,36 @@ class _Queued:
         self.nbytes = 0
 
     def to_proto(self) -> pb.AddRequest:
-        request = pb.AddRequest()
-        add = request.batches.add                   # built in place: each payload is copied once more
+        return pb.AddRequest.FromString(self.encode())
+
+    def encode(self) -> bytes:
+        """The serialized AddRequest. Protobuf would copy each payload twice (into the message, then
+        out of it); here each AddBatch is its small fields serialized by protobuf, followed by the
+        data field written by hand, and every payload is copied once, by the final join."""
+        parts: list[bytes] = []
         for (ledger_id, master_key, recovery_add, high_priority, write_flags), batch in self.batches.items():
-            add(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add, high_priority=high_priority,
-                write_flags=write_flags, entry_ids=batch.entry_ids, sizes=batch.sizes, data=batch.data())
-        return request
+            head = pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
+                               high_priority=high_priority, write_flags=write_flags, entry_ids=batch.entry_ids,
+                               sizes=batch.sizes).SerializeToString()
+            size = sum(map(len, batch.chunks))
+            data_len = _varint(size)
+            parts += [_BATCHES_TAG, _varint(len(head) + 1 + len(data_len) + size), head, _DATA_TAG, data_len]
+            parts += batch.chunks
+        return b"".join(parts)
+
+
+_BATCHES_TAG = b"\x12"      # AddRequest.batches: field 2, length-delimited
+_DATA_TAG = b"\x42"         # AddBatch.data: field 8, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    """A protobuf base-128 varint (value >= 0)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 class BookieClient:
@@ -89,6 +113,9 @@ class BookieClient:
         self.address = address
         self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.BookieStub(self.channel)
+        self.add_stream = self.channel.stream_stream(   # AddStream taking requests already serialized
+            "/bkledger.v1.Bookie/AddStream", request_serializer=None,
+            response_deserializer=pb.AddResponse.FromString)
         self._handlers: dict[int, AckHandler] = {}
         self._queued: collections.deque[_Queued] = collections.deque()
         self._limit = max_requests_in_flight
@@ -143,16 +170,16 @@ class BookieClient:
         return not self._limit or len(self._in_flight) < self._limit
 
     async def _run_stream(self) -> None:
-        call = self.stub.AddStream()
+        call = self.add_stream()
         reader = asyncio.get_running_loop().create_task(self._read_acks(call))
         try:
             while not self._closed:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._queued and (self._closed or self._may_write()):
-                    request = self._queued.popleft().to_proto()
-                    self._in_flight.append(len(request.batches))
-                    await call.write(request)
+                    queued = self._queued.popleft()
+                    self._in_flight.append(len(queued.batches))
+                    await call.write(queued.encode())
                 if reader.done():
                     break
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:

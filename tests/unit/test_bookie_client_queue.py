@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from client.bookie_client import BookieClient
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client.bookie_client import BookieClient, _Batch, _Queued
 from proto import bookie_pb2 as pb
 
 KEY = b"k" * 20
@@ -20,8 +23,8 @@ class FakeCall:
         self.responses: asyncio.Queue[pb.AddResponse | None] = asyncio.Queue()
         self.wrote = asyncio.Event()
 
-    async def write(self, request: pb.AddRequest) -> None:
-        self.written.append(request)
+    async def write(self, request: bytes) -> None:
+        self.written.append(pb.AddRequest.FromString(request))
         self.wrote.set()
 
     async def done_writing(self) -> None:
@@ -39,14 +42,6 @@ class FakeCall:
             yield response
 
 
-class FakeStub:
-    def __init__(self, call: FakeCall) -> None:
-        self.call = call
-
-    def AddStream(self) -> FakeCall:  # noqa: N802 - the gRPC method name
-        return self.call
-
-
 class Acks:
     def __init__(self) -> None:
         self.entries: dict[int, list[int]] = {}
@@ -62,7 +57,7 @@ class Acks:
 def _client(limit: int) -> tuple[BookieClient, FakeCall, Acks]:
     client = BookieClient("b1", "127.0.0.1:1", max_requests_in_flight=limit)
     call = FakeCall()
-    client.stub = FakeStub(call)  # type: ignore[assignment]
+    client.add_stream = lambda: call
     acks = Acks()
     for ledger_id in (1, 2):
         client.register(ledger_id, acks)
@@ -157,3 +152,25 @@ def test_answers_out_of_order_still_free_the_slots() -> None:
         await client.close()
 
     asyncio.run(scenario())
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**40), st.binary(max_size=20), st.booleans(), st.booleans(),
+                          st.integers(0, 7), st.lists(st.binary(max_size=300), min_size=1, max_size=5)),
+                min_size=1, max_size=4))
+def test_hand_serialized_request_parses_as_the_protobuf_one(batches) -> None:
+    """The AddRequest written on the stream is byte-for-byte a valid protobuf of the queued batches."""
+    queued = _Queued()
+    for ledger_id, key, recovery, priority, flags, chunks in batches:
+        batch = queued.batches.setdefault((ledger_id, key, recovery, priority, flags), _Batch())
+        for chunk in chunks:
+            batch.entry_ids.append(len(batch.entry_ids) * 2**33)
+            batch.sizes.append(len(chunk))
+            batch.chunks.append(chunk)
+    parsed = pb.AddRequest.FromString(queued.encode())
+    assert len(parsed.batches) == len(queued.batches)
+    for got, ((ledger_id, key, recovery, priority, flags), batch) in zip(parsed.batches, queued.batches.items(),
+                                                                         strict=True):
+        assert (got.ledger_id, got.master_key, got.recovery_add, got.high_priority, got.write_flags) == (
+            ledger_id, key, recovery, priority, flags)
+        assert list(got.entry_ids) == batch.entry_ids and list(got.sizes) == batch.sizes
+        assert got.data == b"".join(batch.chunks)
