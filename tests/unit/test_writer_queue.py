@@ -10,6 +10,7 @@ from typing import Any
 from client.add_future import AddFuture
 from client.config import ClientConfig
 from client.protocol.digest import make_digest, unpack_entry
+from client.protocol.pending_adds import Resend
 from client.protocol.transforms import new_ledger_metadata
 from client.writer import LedgerWriter
 from proto import bookie_pb2 as pb
@@ -99,5 +100,28 @@ def test_a_blocked_add_proceeds_once_an_add_completes() -> None:
         _ack(writer, "b1", 2)
         _ack(writer, "b0", 2)
         assert third.result(0) == 2 and writer.lac_length == 3
+
+    asyncio.run(scenario())
+
+
+def test_resends_carry_the_packaged_entries_of_any_drain() -> None:
+    """After an ensemble change each pending entry is resent as first packaged, whichever drain it was in."""
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 3, 2, window=100)
+        for drain in range(5):
+            for i in range(drain + 1):
+                _submit(writer, b"d%d-%d" % (drain, i))
+            await asyncio.sleep(0)
+        originals = {}
+        for ids, sizes, data in bookies["b1"].sent:
+            offset = 0
+            for entry_id, size in zip(ids, sizes, strict=True):
+                originals[entry_id] = data[offset : offset + size]
+                offset += size
+        assert sorted(originals) == list(range(15))
+        bookies["b1"].sent.clear()
+        writer._execute([Resend(e, (1,)) for e in (14, 0, 7, 3)])
+        resent = {ids[0]: data for ids, _, data in bookies["b1"].sent}
+        assert resent == {e: originals[e] for e in (14, 0, 7, 3)}
 
     asyncio.run(scenario())
