@@ -116,7 +116,7 @@ class BookieService(pb_grpc.BookieServicer):
         def answer(status: int, why: str = "") -> None:
             if status != pb.EOK:
                 log.debug("add to ledger %d refused with %s: %s", ledger_id, pb.StatusCode.Name(status), why)
-            reply(pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=entry_ids))  # type: ignore[arg-type]
+            reply(pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=batch.entry_ids))  # type: ignore[arg-type]
 
         why = decisions.check_batch_shape(ledger_id, entry_ids, sizes, len(data), self.max_entry_size)
         if not why:

@@ -1,15 +1,21 @@
 """One client connection to one bookie: a long-lived add stream plus unary and streaming reads.
 
 Mirrors BookKeeper's PerChannelBookieClient. Adds queued on the event loop are coalesced into one
-AddRequest per write (many ledgers, many entries per message); acknowledgements come back batched
-and are handed to the handler registered for their ledger. When the stream breaks, every
-registered handler hears `on_bookie_failed`, so the ledgers can treat what they had in flight on
-this bookie as failed (R9). Runs on the client's event loop; not thread-safe by itself.
+AddRequest per write (many ledgers, many entries per message; the batches of one ledger merged into
+one); acknowledgements come back batched and are handed to the handler registered for their ledger.
+With `max_requests_in_flight` set, at most that many AddRequests are unanswered on the stream: adds
+queued meanwhile wait and leave together once an answer frees a slot (Nagle's rule, like a Netty
+channel's write-buffer watermarks). A bookie busy with an fsync would group them anyway; this way
+they cost one message instead of one each, which is what keeps latency low when adds trickle in.
+When the stream breaks, every registered handler hears `on_bookie_failed`, so the ledgers can treat
+what they had in flight on this bookie as failed (R9). Runs on the client's event loop; not
+thread-safe by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -41,15 +47,80 @@ class AckHandler(Protocol):
     def on_bookie_failed(self, bookie_id: str) -> None: ...
 
 
+_BatchKey = tuple[int, bytes, bool, bool, int]   # ledger id, master key, recovery add, high priority, flags
+
+
+class _Batch:
+    """One ledger's adds queued for the next AddRequest: merged until the request is written."""
+
+    __slots__ = ("entry_ids", "sizes", "chunks")
+
+    def __init__(self) -> None:
+        self.entry_ids: list[int] = []
+        self.sizes: list[int] = []
+        self.chunks: list[bytes] = []
+
+    def data(self) -> bytes:
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+
+
+class _Queued:
+    """An AddRequest being gathered: its batches by ledger (and flags), and its payload bytes."""
+
+    __slots__ = ("batches", "nbytes")
+
+    def __init__(self) -> None:
+        self.batches: dict[_BatchKey, _Batch] = {}
+        self.nbytes = 0
+
+    def to_proto(self) -> pb.AddRequest:
+        return pb.AddRequest.FromString(self.encode())
+
+    def encode(self) -> bytes:
+        """The serialized AddRequest. Protobuf would copy each payload twice (into the message, then
+        out of it); here each AddBatch is its small fields serialized by protobuf, followed by the
+        data field written by hand, and every payload is copied once, by the final join."""
+        parts: list[bytes] = []
+        for (ledger_id, master_key, recovery_add, high_priority, write_flags), batch in self.batches.items():
+            head = pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
+                               high_priority=high_priority, write_flags=write_flags, entry_ids=batch.entry_ids,
+                               sizes=batch.sizes).SerializeToString()
+            size = sum(map(len, batch.chunks))
+            data_len = _varint(size)
+            parts += [_BATCHES_TAG, _varint(len(head) + 1 + len(data_len) + size), head, _DATA_TAG, data_len]
+            parts += batch.chunks
+        return b"".join(parts)
+
+
+_BATCHES_TAG = b"\x12"      # AddRequest.batches: field 2, length-delimited
+_DATA_TAG = b"\x42"         # AddBatch.data: field 8, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    """A protobuf base-128 varint (value >= 0)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 class BookieClient:
-    def __init__(self, bookie_id: str, address: str):
+    def __init__(self, bookie_id: str, address: str, max_requests_in_flight: int = 0):
+        """`max_requests_in_flight`: AddRequests unanswered on the stream before adds wait (0: no bound)."""
         self.bookie_id = bookie_id
         self.address = address
         self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.BookieStub(self.channel)
+        self.add_stream = self.channel.stream_stream(   # AddStream taking requests already serialized
+            "/bkledger.v1.Bookie/AddStream", request_serializer=None,
+            response_deserializer=pb.AddResponse.FromString)
         self._handlers: dict[int, AckHandler] = {}
-        self._requests: list[pb.AddRequest] = []    # built in place: each payload is copied once
-        self._current_bytes = 0
+        self._queued: collections.deque[_Queued] = collections.deque()
+        self._limit = max_requests_in_flight
+        self._in_flight: collections.deque[int] = collections.deque()   # batches of each unanswered request
+        self._answered = 0                   # acks received but not yet matched to a whole request
         self._wakeup = asyncio.Event()
         self._stream_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -78,36 +149,37 @@ class BookieClient:
         """Queue a batch; it leaves with the next write of the stream. Acks reach the handler."""
         if self.failed:
             raise ConnectionError(f"bookie {self.bookie_id} connection failed")
-        if not self._requests or self._current_bytes + len(data) > MAX_REQUEST_BYTES:
-            self._requests.append(pb.AddRequest())
-            self._current_bytes = 0
-        self._requests[-1].batches.add(
-            ledger_id=ledger_id,
-            master_key=master_key,
-            recovery_add=recovery_add,
-            high_priority=high_priority,
-            write_flags=write_flags,
-            entry_ids=entry_ids,
-            sizes=sizes,
-            data=data,
-        )
-        self._current_bytes += len(data)
+        queued = self._queued[-1] if self._queued else None
+        if queued is None or (queued.nbytes and queued.nbytes + len(data) > MAX_REQUEST_BYTES):
+            queued = _Queued()
+            self._queued.append(queued)
+        key = (ledger_id, master_key, recovery_add, high_priority, write_flags)
+        batch = queued.batches.get(key)
+        if batch is None:
+            batch = queued.batches[key] = _Batch()
+        batch.entry_ids.extend(entry_ids)
+        batch.sizes.extend(sizes)
+        batch.chunks.append(data)
+        queued.nbytes += len(data)
         if self._stream_task is None:
             self._stream_task = asyncio.get_running_loop().create_task(self._run_stream())
-        self._wakeup.set()
+        if self._may_write():
+            self._wakeup.set()
+
+    def _may_write(self) -> bool:
+        return not self._limit or len(self._in_flight) < self._limit
 
     async def _run_stream(self) -> None:
-        call = self.stub.AddStream()
+        call = self.add_stream()
         reader = asyncio.get_running_loop().create_task(self._read_acks(call))
         try:
             while not self._closed:
                 await self._wakeup.wait()
                 self._wakeup.clear()
-                while self._requests:
-                    request = self._requests.pop(0)
-                    if not self._requests:
-                        self._current_bytes = 0
-                    await call.write(request)
+                while self._queued and (self._closed or self._may_write()):
+                    queued = self._queued.popleft()
+                    self._in_flight.append(len(queued.batches))
+                    await call.write(queued.encode())
                 if reader.done():
                     break
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
@@ -128,16 +200,27 @@ class BookieClient:
                     handler = self._handlers.get(ack.ledger_id)
                     if handler is not None:
                         handler.on_ack(self.bookie_id, ack)
+                self._answer(len(response.acks))
         except grpc.aio.AioRpcError as exc:
             if not self._closed:
                 log.warning("ack stream from %s failed: %s", self.bookie_id, _short(exc))
         finally:
             self._wakeup.set()
 
+    def _answer(self, acks: int) -> None:
+        """Every batch gets exactly one ack: a request is answered once acks cover all its batches
+        (counted oldest first; the bookie may answer out of order, which only blurs the count)."""
+        self._answered += acks
+        in_flight = self._in_flight
+        while in_flight and self._answered >= in_flight[0]:
+            self._answered -= in_flight.popleft()
+        if self._queued and self._may_write():
+            self._wakeup.set()
+
     def _fail(self) -> None:
         """The stream is gone: nothing in flight on it will be acknowledged."""
         self.failed = True
-        self._requests.clear()
+        self._queued.clear()
         for handler in list(self._handlers.values()):
             handler.on_bookie_failed(self.bookie_id)
 

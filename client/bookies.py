@@ -17,8 +17,9 @@ log = logging.getLogger("bkledger.client")
 
 
 class BookiePool:
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: MetadataStore, max_add_requests_in_flight: int = 0):
         self.store = store
+        self.max_add_requests_in_flight = max_add_requests_in_flight
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -47,7 +48,7 @@ class BookiePool:
             return client
         if client is not None:
             self._retire(client)
-        client = BookieClient(bookie_id, await self.address(bookie_id))
+        client = BookieClient(bookie_id, await self.address(bookie_id), self.max_add_requests_in_flight)
         existing = self._clients.get(bookie_id)
         if existing is not None and not existing.failed:   # another task connected meanwhile
             await client.close()

@@ -52,7 +52,7 @@ class BookKeeper(LogsMixin):
         self.config = config or ClientConfig.from_options(options)
         store = MetadataStore(metadata_service_uri, session_timeout=self.config.zkTimeout).start()
         runtime = EventLoopThread()
-        self._ctx = ClientContext(runtime, store, BookiePool(store), self.config,
+        self._ctx = ClientContext(runtime, store, BookiePool(store, self.config.maxAddRequestsInFlight), self.config,
                                   placement or RandomPlacementPolicy())
         self._closed = False
 

@@ -23,6 +23,8 @@ class ClientConfig:
     metadataMaxAttempts: int = 20            # CAS attempts before giving up with a clear error
     maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit
     maxBatchBytes: int = 1024 * 1024         # bytes per ledger batch on the add stream
+    maxAddRequestsInFlight: int = 2          # per bookie connection: unanswered AddRequests before new adds
+                                             # wait to leave together in the next one (0: no bound)
     maxOutstandingAdds: int = 4000           # adds in flight per ledger before add_entry waits (deeper queues
                                              # only delay acks past addEntryTimeoutSec when many ledgers share a bookie)
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import lz4.block
 
+from client.add_future import AddFuture
 from client.errors import ClientClosedError, EntryTooLargeError, LedgerClosedError
 from client.protocol.digest import make_digest
 from client.protocol.metadata import LedgerMetadata, LedgerState
@@ -91,7 +92,7 @@ class LedgerHandle:
         """Queue an add; the future gives its entry id once acknowledged (R6). Blocks while too many
         adds are in flight (maxOutstandingAdds)."""
         data = self._prepare(payload)
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        future = AddFuture()
         assert self._writer is not None
         self._writer.submit(data, future)
         return future
@@ -103,7 +104,7 @@ class LedgerHandle:
         import asyncio
 
         data = self._prepare(payload)
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        future = AddFuture()
         assert self._writer is not None
         if not self._writer.submit(data, future, block=False):
             await asyncio.to_thread(self._writer.submit, data, future, True)

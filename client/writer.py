@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import itertools
 import logging
 import struct
 import threading
@@ -45,12 +46,15 @@ class LedgerWriter:
         self.digest = make_digest(md.digest_type, password)
         self.master_key = master_key(password)
         self.pending = PendingAdds(md.last_fragment.ensemble, md.write_quorum, md.ack_quorum)
-        self._incoming: collections.deque[tuple[bytes, concurrent.futures.Future[int]]] = collections.deque()
-        self._lock = threading.Lock()
+        self._incoming: list[tuple[bytes, concurrent.futures.Future[int]]] = []
+        self._lock = threading.Lock()            # guards _incoming, _scheduled and the window
         self._scheduled = False
-        self._window = _Window(ctx.config.maxOutstandingAdds)
+        self._window_limit = ctx.config.maxOutstandingAdds
+        self._in_window = 0                      # adds queued or in flight (bounded memory)
+        self._window_waiters = 0
+        self._window_space = threading.Condition(self._lock)
         self._futures: dict[int, concurrent.futures.Future[int]] = {}
-        self._packaged: dict[int, memoryview] = {}
+        self._sent: collections.deque[_SentBatch] = collections.deque()   # pending entries, packaged
         self._length = 0                 # cumulative payload bytes of every entry given an id
         self.lac_length = 0              # cumulative length at the LAC
         self._lac_sent = -1              # highest LAC bookies have seen (piggy-backed or explicit)
@@ -78,13 +82,17 @@ class LedgerWriter:
 
     # ---- adds, from any thread ----------------------------------------------------------------
     def submit(self, payload: bytes, future: concurrent.futures.Future[int], block: bool = True) -> bool:
-        """Queue an add. Returns False (and queues nothing) if the window is full and block is False."""
+        """Queue an add. Returns False (and queues nothing) if the window is full and block is False.
+        One lock round per add: the window (maxOutstandingAdds) and the queue share it."""
         if self.error is not None or self.closing:
             future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
             return True
-        if not self._window.acquire(blocking=block):
-            return False
         with self._lock:
+            if self._in_window >= self._window_limit:
+                if not block:
+                    return False
+                self._wait_for_window()
+            self._in_window += 1
             self._incoming.append((payload, future))
             wake = not self._scheduled
             self._scheduled = True
@@ -92,40 +100,67 @@ class LedgerWriter:
             self.ctx.runtime.call_soon(self._drain)
         return True
 
+    def _wait_for_window(self) -> None:
+        """With the lock held: wait until an add in flight completes or fails."""
+        self._window_waiters += 1
+        try:
+            while self._in_window >= self._window_limit:
+                self._window_space.wait()
+        finally:
+            self._window_waiters -= 1
+
+    def _release_window(self, count: int) -> None:
+        if count <= 0:
+            return
+        with self._lock:
+            self._in_window -= count
+            if self._window_waiters:
+                self._window_space.notify(count)
+
     def _drain(self) -> None:
         with self._lock:
-            items = list(self._incoming)
-            self._incoming.clear()
+            items, self._incoming = self._incoming, []
             self._scheduled = False
         if not items:
             return
         if self.error is not None or self.closing:
             error = self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
-            self._window.release(len(items))
+            self._release_window(len(items))
             for _, fut in items:
                 fut.set_exception(error)
             return
         if not self._futures:
             self._last_progress = asyncio.get_running_loop().time()
         self._idle.clear()
-        sends = [self.pending.on_add() for _ in items]
-        first = sends[0].entry_id
+        sends = self.pending.on_adds(len(items))
+        first = sends.first_entry_id
         payloads = [p for p, _ in items]
         lac = self.pending.last_add_confirmed
         data, sizes = package_batch(self.digest, self.ledger_id, first, lac, self._length, payloads)
-        self._length += sum(len(p) for p in payloads)
+        self._length += sum(map(len, payloads))
         self._lac_sent = max(self._lac_sent, lac)
-        view = memoryview(data)
-        offset = 0
-        for i, size in enumerate(sizes):
-            self._packaged[first + i] = view[offset : offset + size]
-            self._futures[first + i] = items[i][1]
-            offset += size
-        if all(len(s.indices) == self.md.ensemble_size for s in sends):
+        self._sent.append(_SentBatch(first, data, sizes))
+        self._futures.update(zip(sends.entry_ids, [f for _, f in items], strict=True))
+        if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
+            entry_ids = list(sends.entry_ids)
             for bookie_id in self.pending.ensemble:     # E == Qw and no failure: one blob for everyone
-                self._send(bookie_id, list(range(first, first + len(sizes))), sizes, data)
+                self._send(bookie_id, entry_ids, sizes, data)
         else:
-            self._route([(s.entry_id, s.indices) for s in sends])
+            self._route(sends.targets(self.md.ensemble_size, self.md.write_quorum))
+
+    def _entry(self, entry_id: int) -> memoryview:
+        """The packaged bytes of a pending entry (binary search: the batches hold ascending ids)."""
+        sent = self._sent
+        lo, hi = 0, len(sent)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sent[mid].last < entry_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(sent) and sent[lo].first <= entry_id:
+            return sent[lo].view(entry_id)
+        raise KeyError(f"ledger {self.ledger_id}: entry {entry_id} is not pending")
 
     def _route(self, sends: list[tuple[int, tuple[int, ...]]], recovery: bool = False) -> None:
         """Send each entry to the given ensemble indices, one batch per bookie."""
@@ -135,7 +170,7 @@ class LedgerWriter:
                 per_index[index].append(entry_id)
         ensemble = self.pending.ensemble
         for index, entry_ids in per_index.items():
-            views = [self._packaged[e] for e in entry_ids]
+            views = [self._entry(e) for e in entry_ids]
             self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views))
 
     def _send(self, bookie_id: str, entry_ids: list[int], sizes: list[int], data: bytes) -> None:
@@ -182,31 +217,45 @@ class LedgerWriter:
 
     def _complete(self, action: CompleteAdds) -> None:
         last = action.last_add_confirmed
-        self.lac_length = _LENGTH.unpack_from(self._packaged[last], 24)[0]
-        futures, packaged = self._futures, self._packaged
+        self.lac_length = self._length_at(last)
+        pop = self._futures.pop
         done = 0
         for entry_id in action.entry_ids:
-            packaged.pop(entry_id, None)
-            fut = futures.pop(entry_id, None)
+            fut = pop(entry_id, None)
             if fut is not None:
                 done += 1
                 fut.set_result(entry_id)
-        self._window.release(done)
+        self._release_window(done)
         self._last_progress = asyncio.get_running_loop().time()
-        if not futures:
+        if not self._futures:
             self._idle.set()
+
+    def _length_at(self, entry_id: int) -> int:
+        """The cumulative length carried by entry_id, now acknowledged; forgets the batches before it."""
+        sent = self._sent
+        while sent and sent[0].last < entry_id:
+            sent.popleft()
+        if not sent or sent[0].first > entry_id:
+            return self.lac_length                  # its adds were failed already (close timed out)
+        batch = sent[0]
+        length: int = _LENGTH.unpack_from(batch.data, batch.offsets[entry_id - batch.first] + 24)[0]
+        if batch.last == entry_id:
+            sent.popleft()
+        return length
 
     def _fail(self, entry_ids: tuple[int, ...] | list[int], error: BKError) -> None:
         if self.error is None:
             self.error = error
             log.warning("ledger %d: adds fail: %s", self.ledger_id, error)
+        failed = 0
         for entry_id in entry_ids:
-            self._packaged.pop(entry_id, None)
             fut = self._futures.pop(entry_id, None)
             if fut is not None:
-                self._window.release(1)
+                failed += 1
                 fut.set_exception(error)
+        self._release_window(failed)
         if not self._futures:
+            self._sent.clear()
             self._idle.set()
 
     # ---- ensemble change (R9) -------------------------------------------------------------
@@ -329,36 +378,20 @@ class LedgerWriter:
             self.error = ClientClosedError(f"ledger {self.ledger_id} handle is closed")
 
 
-class _Window:
-    """Bounds the adds in flight: acquire one per add (blocking the caller when full), release many."""
+class _SentBatch:
+    """The packaged entries of one drain, kept until acknowledged (for resends and the LAC length)."""
 
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.used = 0
-        self.waiters = 0
-        self.cond = threading.Condition()
+    __slots__ = ("first", "last", "data", "offsets")
 
-    def acquire(self, blocking: bool = True) -> bool:
-        with self.cond:
-            if self.used >= self.limit:
-                if not blocking:
-                    return False
-                self.waiters += 1
-                try:
-                    while self.used >= self.limit:
-                        self.cond.wait()
-                finally:
-                    self.waiters -= 1
-            self.used += 1
-            return True
+    def __init__(self, first: int, data: bytes, sizes: list[int]):
+        self.first = first
+        self.last = first + len(sizes) - 1
+        self.data = data
+        self.offsets = [0, *itertools.accumulate(sizes)]
 
-    def release(self, count: int) -> None:
-        if count <= 0:
-            return
-        with self.cond:
-            self.used -= count
-            if self.waiters:
-                self.cond.notify(count)
+    def view(self, entry_id: int) -> memoryview:
+        i = entry_id - self.first
+        return memoryview(self.data)[self.offsets[i] : self.offsets[i + 1]]
 
 
 async def _quiet_write_lac(client: object, request: pb.WriteLacRequest) -> None:

@@ -20,7 +20,28 @@ from collections.abc import Sequence
 
 from client.errors import BadPasswordError, BKError, LedgerFencedError
 from client.protocol.status import StatusCode
-from client.protocol.write_set import write_set
+from client.protocol.write_set import all_write_sets, write_set
+
+
+@dataclasses.dataclass(frozen=True)
+class SendAdds:
+    """Send entries first_entry_id .. first_entry_id + count - 1, each to its write set minus the
+    ensemble indices in `skip` (bookies known to have failed; usually none)."""
+
+    first_entry_id: int
+    count: int
+    skip: frozenset[int]
+    recovery: bool = False
+
+    @property
+    def entry_ids(self) -> range:
+        return range(self.first_entry_id, self.first_entry_id + self.count)
+
+    def targets(self, ensemble_size: int, write_quorum: int) -> list[tuple[int, tuple[int, ...]]]:
+        """(entry id, ensemble indices to send it to) for each entry."""
+        skip = self.skip
+        return [(e, tuple(i for i in write_set(e, ensemble_size, write_quorum) if i not in skip))
+                for e in self.entry_ids]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,14 +96,6 @@ AddAction = SendAdd | CompleteAdds | NeedEnsembleChange | Resend | FailAdds
 _FATAL: dict[int, type[BKError]] = {StatusCode.EFENCED: LedgerFencedError, StatusCode.EUA: BadPasswordError}
 
 
-class _Pending:
-    __slots__ = ("members", "acked")
-
-    def __init__(self, members: tuple[int, ...]) -> None:
-        self.members = members
-        self.acked: set[int] = set()
-
-
 class PendingAdds:
     """Pending adds of one ledger handle (or of a recovery's write-back when `recovery` is set)."""
 
@@ -94,10 +107,11 @@ class PendingAdds:
         self._index = {b: i for i, b in enumerate(self._ensemble)}
         self._e = len(ensemble)
         self._qw = write_quorum
+        self._write_sets = all_write_sets(self._e, write_quorum)   # by entry_id mod E
         self._qa = ack_quorum
         self._lac = last_add_confirmed
         self._next = last_add_confirmed + 1
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, int] = {}      # entry id -> bit mask of the ensemble indices that acked it
         self._failed: set[int] = set()
         self._changing = False
         self._error: BKError | None = None
@@ -133,8 +147,8 @@ class PendingAdds:
         return tuple(self._pending)
 
     def acked_indices(self, entry_id: int) -> frozenset[int]:
-        pending = self._pending.get(entry_id)
-        return frozenset(pending.acked) if pending else frozenset()
+        mask = self._pending.get(entry_id, 0)
+        return frozenset(i for i in range(self._e) if mask >> i & 1)
 
     def index_of(self, bookie_id: str) -> int | None:
         """The ensemble index of bookie_id in the current ensemble, or None (e.g. it was replaced)."""
@@ -147,19 +161,31 @@ class PendingAdds:
             raise self._error
         entry_id = self._next
         self._next += 1
-        members = write_set(entry_id, self._e, self._qw)
-        self._pending[entry_id] = _Pending(members)
+        members = self._write_sets[entry_id % self._e]
+        self._pending[entry_id] = 0
         failed = self._failed
         indices = tuple(i for i in members if i not in failed) if failed else members
         return SendAdd(entry_id, indices, self._recovery)
 
+    def on_adds(self, count: int) -> SendAdds:
+        """`count` new adds at once: the same as `count` calls of on_add, as one action."""
+        if self._error is not None:
+            raise self._error
+        if count < 1:
+            raise ValueError(f"on_adds needs at least one add, got {count}")
+        first = self._next
+        self._next = first + count
+        self._pending.update(dict.fromkeys(range(first, first + count), 0))
+        return SendAdds(first, count, frozenset(self._failed), self._recovery)
+
     def on_ack(self, entry_id: int, index: int) -> list[AddAction]:
         """Bookie `index` acknowledged entry_id (R6). Late or foreign acks are ignored."""
-        pending = self._pending.get(entry_id)
-        if pending is None or index in self._failed or index not in pending.members:
+        mask = self._pending.get(entry_id)
+        if mask is None or index in self._failed or not self._holds(index, entry_id):
             return []
-        pending.acked.add(index)
-        if self._changing or entry_id != self._lac + 1 or len(pending.acked) < self._qa:
+        mask |= 1 << index
+        self._pending[entry_id] = mask
+        if self._changing or entry_id != self._lac + 1 or mask.bit_count() < self._qa:
             return []
         return self._drain()
 
@@ -174,11 +200,12 @@ class PendingAdds:
         index = self._index.get(bookie_id)
         if index is None or index in self._failed:
             return []
-        pending_map = self._pending
+        pending = self._pending
+        bit, e, qw = 1 << index, self._e, self._qw
         for entry_id in entry_ids:
-            pending = pending_map.get(entry_id)
-            if pending is not None and index in pending.members:
-                pending.acked.add(index)
+            mask = pending.get(entry_id)
+            if mask is not None and (qw == e or (index - entry_id) % e < qw):
+                pending[entry_id] = mask | bit
         if self._changing:
             return []
         return self._drain()
@@ -196,8 +223,7 @@ class PendingAdds:
         fatal = _FATAL.get(status)
         if fatal is not None:
             return self.fail_all(fatal())
-        pending = self._pending.get(entry_id)
-        if pending is None or index not in pending.members:
+        if entry_id not in self._pending or not self._holds(index, entry_id):
             return []  # already completed, or not its write set: a stale answer
         return self.on_bookie_failed(index)
 
@@ -226,9 +252,11 @@ class PendingAdds:
         actions: list[AddAction] = []
         if self._error is not None:
             return actions
-        for entry_id, pending in self._pending.items():
-            pending.acked -= replaced
-            targets = tuple(i for i in pending.members if i in replaced)
+        keep = ~sum(1 << i for i in replaced)
+        pending = self._pending
+        for entry_id, mask in pending.items():
+            pending[entry_id] = mask & keep
+            targets = tuple(i for i in self._write_sets[entry_id % self._e] if i in replaced)
             if targets:
                 actions.append(Resend(entry_id, targets, self._recovery))
         if self._failed:
@@ -247,6 +275,10 @@ class PendingAdds:
         return [FailAdds(failed, error)] if failed else []
 
     # ---- internals --------------------------------------------------------------------------
+    def _holds(self, index: int, entry_id: int) -> bool:
+        """Whether ensemble `index` is in the write set of entry_id (R5)."""
+        return (index - entry_id) % self._e < self._qw
+
     def _drain(self) -> list[AddAction]:
         first = self._lac + 1
         entry_id = first
@@ -254,7 +286,7 @@ class PendingAdds:
         qa = self._qa
         while True:
             head = pending.get(entry_id)
-            if head is None or len(head.acked) < qa:
+            if head is None or head.bit_count() < qa:
                 break
             del pending[entry_id]
             entry_id += 1

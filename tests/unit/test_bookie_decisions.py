@@ -118,3 +118,24 @@ def test_matching_cookies_start():
     """R24: every copy agrees: start, writing nothing."""
     decision = decide(_cookie(), _cookie(), [_cookie(), _cookie()], dirs_have_data=True)
     assert not decision.write_local and not decision.write_zk
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=60), st.data())
+def test_header_check_finds_the_first_mismatch_in_batches_of_any_size(payloads, data):
+    """R26: large batches are checked in one vectorised pass; it answers as the entry-by-entry check."""
+    lacs = data.draw(st.lists(st.integers(-1, 50), min_size=len(payloads), max_size=len(payloads)))
+    parts, sizes = [], []
+    for i, (payload, lac) in enumerate(zip(payloads, lacs, strict=True)):
+        blob, size = package_batch(make_digest("crc32c"), 7, 100 + i, lac, 0, [payload])
+        parts.append(blob)
+        sizes += size
+    ids = list(range(100, 100 + len(payloads)))
+    wrong = data.draw(st.none() | st.integers(0, len(ids) - 1))
+    if wrong is not None:
+        ids[wrong] += 1000
+        first_wrong = wrong
+        assert d.check_headers(7, ids, sizes, b"".join(parts)) == (
+            f"entry header says ledger 7 entry {100 + first_wrong}, request says 7/{ids[first_wrong]}", -1)
+    else:
+        assert d.check_headers(7, ids, sizes, b"".join(parts)) == ("", max(lacs))
+    assert "header says ledger 7" in d.check_headers(8, ids, sizes, b"".join(parts))[0]

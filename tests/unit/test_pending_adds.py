@@ -273,3 +273,35 @@ def test_bulk_acks_complete_like_single_acks(data):
         done_bulk = [i for a in merged if isinstance(a, CompleteAdds) for i in a.entry_ids]
         assert done_single == done_bulk
         assert one.last_add_confirmed == bulk.last_add_confirmed
+
+
+@given(st.data())
+def test_on_adds_sends_what_single_adds_send(data):
+    """on_adds(n) allocates the same ids and targets as n calls of on_add, also with failed bookies."""
+    e = data.draw(st.integers(1, 5))
+    qw = data.draw(st.integers(1, e))
+    qa = data.draw(st.integers(1, qw))
+    ensemble = [f"b{i}" for i in range(e)]
+    one, bulk = PendingAdds(ensemble, qw, qa), PendingAdds(ensemble, qw, qa)
+    for _ in range(data.draw(st.integers(1, 6))):
+        if data.draw(st.booleans()) and not one.changing_ensemble:
+            failed = data.draw(st.integers(0, e - 1))
+            one.on_bookie_failed(failed)
+            bulk.on_bookie_failed(failed)
+        n = data.draw(st.integers(1, 20))
+        singles = [one.on_add() for _ in range(n)]
+        sends = bulk.on_adds(n)
+        assert [(s.entry_id, s.indices) for s in singles] == sends.targets(e, qw)
+        assert list(sends.entry_ids) == [s.entry_id for s in singles]
+    assert one.pending_entry_ids == bulk.pending_entry_ids
+    assert one.next_entry_id == bulk.next_entry_id
+
+
+def test_on_adds_refuses_after_failure():
+    pa = PendingAdds(["a", "b", "c"], 3, 2)
+    pa.on_adds(2)
+    pa.fail_all(LedgerFencedError())
+    with pytest.raises(LedgerFencedError):
+        pa.on_adds(1)
+    with pytest.raises(ValueError):
+        PendingAdds(["a"], 1, 1).on_adds(0)

@@ -1,0 +1,176 @@
+"""BookieClient's add queue against a fake add stream: requests in flight are bounded, adds queued
+meanwhile leave together (one batch per ledger), every ack reaches its ledger, close flushes the rest."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client.bookie_client import BookieClient, _Batch, _Queued
+from proto import bookie_pb2 as pb
+
+KEY = b"k" * 20
+
+
+class FakeCall:
+    """A bidi add stream whose bookie answers only when the test says so."""
+
+    def __init__(self) -> None:
+        self.written: list[pb.AddRequest] = []
+        self.responses: asyncio.Queue[pb.AddResponse | None] = asyncio.Queue()
+        self.wrote = asyncio.Event()
+
+    async def write(self, request: bytes) -> None:
+        self.written.append(pb.AddRequest.FromString(request))
+        self.wrote.set()
+
+    async def done_writing(self) -> None:
+        await self.responses.put(None)
+
+    def answer(self, request: pb.AddRequest) -> None:
+        acks = [pb.AddAck(ledger_id=b.ledger_id, status=pb.EOK, entry_ids=b.entry_ids) for b in request.batches]
+        self.responses.put_nowait(pb.AddResponse(acks=acks))
+
+    def __aiter__(self) -> AsyncIterator[pb.AddResponse]:
+        return self._responses()
+
+    async def _responses(self) -> AsyncIterator[pb.AddResponse]:
+        while (response := await self.responses.get()) is not None:
+            yield response
+
+
+class Acks:
+    def __init__(self) -> None:
+        self.entries: dict[int, list[int]] = {}
+        self.failed = False
+
+    def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
+        self.entries.setdefault(ack.ledger_id, []).extend(ack.entry_ids)
+
+    def on_bookie_failed(self, bookie_id: str) -> None:
+        self.failed = True
+
+
+def _client(limit: int) -> tuple[BookieClient, FakeCall, Acks]:
+    client = BookieClient("b1", "127.0.0.1:1", max_requests_in_flight=limit)
+    call = FakeCall()
+    client.add_stream = lambda: call
+    acks = Acks()
+    for ledger_id in (1, 2):
+        client.register(ledger_id, acks)
+    return client, call, acks
+
+
+def _add(client: BookieClient, ledger_id: int, entry_id: int) -> None:
+    client.send_add(ledger_id, KEY, [entry_id], [3], bytes([entry_id]) * 3)
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def test_adds_queued_behind_a_request_in_flight_leave_together() -> None:
+    async def scenario() -> None:
+        client, call, acks = _client(limit=1)
+        _add(client, 1, 0)
+        await _settle()
+        assert len(call.written) == 1
+        for entry_id in (1, 2, 3):
+            _add(client, 1, entry_id)
+        _add(client, 2, 0)
+        await _settle()
+        assert len(call.written) == 1                       # the first one is unanswered: the rest wait
+        call.answer(call.written[0])
+        await _settle()
+        assert len(call.written) == 2
+        second = call.written[1]
+        by_ledger = {b.ledger_id: b for b in second.batches}
+        assert list(by_ledger[1].entry_ids) == [1, 2, 3]   # one batch per ledger, entries in order
+        assert list(by_ledger[1].sizes) == [3, 3, 3]
+        assert by_ledger[1].data == b"\x01" * 3 + b"\x02" * 3 + b"\x03" * 3
+        assert list(by_ledger[2].entry_ids) == [0]
+        call.answer(second)
+        await _settle()
+        assert acks.entries == {1: [0, 1, 2, 3], 2: [0]}
+        await client.close()
+        assert not acks.failed
+
+    asyncio.run(scenario())
+
+
+def test_without_a_bound_every_wakeup_writes() -> None:
+    async def scenario() -> None:
+        client, call, acks = _client(limit=0)
+        for entry_id in range(3):
+            _add(client, 1, entry_id)
+            await _settle()
+        assert [list(r.batches[0].entry_ids) for r in call.written] == [[0], [1], [2]]
+        for request in call.written:
+            call.answer(request)
+        await _settle()
+        assert acks.entries == {1: [0, 1, 2]}
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_close_flushes_adds_still_queued() -> None:
+    async def scenario() -> None:
+        client, call, acks = _client(limit=1)
+        _add(client, 1, 0)
+        await _settle()
+        _add(client, 1, 1)
+        await _settle()
+        assert len(call.written) == 1
+        await client.close()
+        assert [list(r.batches[0].entry_ids) for r in call.written] == [[0], [1]]
+
+    asyncio.run(scenario())
+
+
+def test_answers_out_of_order_still_free_the_slots() -> None:
+    async def scenario() -> None:
+        client, call, acks = _client(limit=2)
+        _add(client, 1, 0)
+        await _settle()
+        _add(client, 2, 0)
+        await _settle()
+        _add(client, 1, 1)                                   # two in flight: this one waits
+        await _settle()
+        assert len(call.written) == 2
+        call.answer(call.written[1])                         # the later request is answered first
+        await _settle()
+        assert len(call.written) == 3
+        call.answer(call.written[0])
+        call.answer(call.written[2])
+        await _settle()
+        assert acks.entries == {1: [0, 1], 2: [0]}
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**40), st.binary(max_size=20), st.booleans(), st.booleans(),
+                          st.integers(0, 7), st.lists(st.binary(max_size=300), min_size=1, max_size=5)),
+                min_size=1, max_size=4))
+def test_hand_serialized_request_parses_as_the_protobuf_one(batches) -> None:
+    """The AddRequest written on the stream is byte-for-byte a valid protobuf of the queued batches."""
+    queued = _Queued()
+    for ledger_id, key, recovery, priority, flags, chunks in batches:
+        batch = queued.batches.setdefault((ledger_id, key, recovery, priority, flags), _Batch())
+        for chunk in chunks:
+            batch.entry_ids.append(len(batch.entry_ids) * 2**33)
+            batch.sizes.append(len(chunk))
+            batch.chunks.append(chunk)
+    parsed = pb.AddRequest.FromString(queued.encode())
+    assert len(parsed.batches) == len(queued.batches)
+    for got, ((ledger_id, key, recovery, priority, flags), batch) in zip(parsed.batches, queued.batches.items(),
+                                                                         strict=True):
+        assert (got.ledger_id, got.master_key, got.recovery_add, got.high_priority, got.write_flags) == (
+            ledger_id, key, recovery, priority, flags)
+        assert list(got.entry_ids) == batch.entry_ids and list(got.sizes) == batch.sizes
+        assert got.data == b"".join(batch.chunks)
