@@ -45,7 +45,8 @@ class Bookie:
         cfg = self.config
         for d in [cfg.journal_dir, *cfg.ledger_dirs]:
             (d / "current").mkdir(parents=True, exist_ok=True)
-        self.storage = LedgerStorage(cfg.ledger_dirs, entry_log_size_limit=cfg.logSizeLimit)
+        self.storage = LedgerStorage(cfg.ledger_dirs, entry_log_size_limit=cfg.logSizeLimit,
+                                     page_size=cfg.pageSize, page_limit=cfg.pageLimit)
         self.journal = Journal(
             cfg.journal_dir,
             max_group_wait_ms=cfg.journalMaxGroupWaitMSec,

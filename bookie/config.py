@@ -34,6 +34,8 @@ class BookieConfig:
     journalMaxBackups: int = 5
     flushInterval: int = 60000             # ms between checkpoints (storage flush + lastMark)
     logSizeLimit: int = 1 << 30            # entry log roll size
+    pageSize: int = 8192                   # bytes per ledger index page (341 entry slots of 24 bytes)
+    pageLimit: int = 1024                  # index pages held in memory; more are read from the index files
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest request; larger entries get EBADREQ
     diskUsageThreshold: float = 0.95
     diskUsageLwmThreshold: float = 0.90
@@ -137,6 +139,8 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("need 0 <= minorCompactionThreshold <= majorCompactionThreshold <= 1")
     if config.lostBookieRecoveryDelay < 0 or config.openLedgerRereplicationGracePeriod < 0:
         raise ConfigError("lostBookieRecoveryDelay and openLedgerRereplicationGracePeriod must be >= 0")
+    if config.pageSize < 24 or config.pageLimit < 1:
+        raise ConfigError("pageSize must be at least 24 (one index slot) and pageLimit at least 1")
     if config.rereplicationEntryBatchSize < 1:
         raise ConfigError("rereplicationEntryBatchSize must be at least 1")
     if len(config.journalDirectories) != 1:

@@ -1,96 +1,76 @@
-"""Per-ledger entry index and ledger state (master key, fenced, explicit LAC, max piggy-backed LAC).
+"""Per-ledger entry index files and ledger state (master key, fenced, explicit LAC, max piggy-backed LAC).
 
 Mirrors BookKeeper's `FileInfo` index files (InterleavedLedgerStorage) and `LedgerMetadataIndex`
-(DbLedgerStorage): in memory each ledger has a numpy array of fixed-size slots indexed by entry id,
-slot = (entry log id, byte offset of the packaged entry, size), all zero when the entry is absent.
-On disk, `current/index/<hex ledger id>.idx` is a sparse file of the same 24-byte little-endian slots
-(only the changed slot range is rewritten on flush), and `<hex ledger id>.meta` holds the ledger
-state, replaced atomically.
+(DbLedgerStorage). On disk, `current/index/<hex ledger id>.idx` is a sparse file of 24-byte little-endian
+slots indexed by entry id, slot = (entry log id, byte offset of the packaged entry, size), all zero when
+the entry is absent; `<hex ledger id>.meta` holds the ledger state, replaced atomically. In memory a
+ledger keeps only its state, its last entry id and how many slots and bytes of each entry log it names;
+the slots themselves are paged in and out through `bookie.core.index_pages.PageCache` by the storage.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
+from bookie.core.index_pages import SLOT_SIZE, PageGeometry, Slots
 from bookie.core.records import crc32c
 from bookie.entrylog import StorageError
 from bookie.files import fsync_dir
 
-SLOT_SIZE = 24  # three little-endian int64: log id, offset, size
 _META = struct.Struct("<4sIBq")  # magic, version, fenced, max_lac
 _META_MAGIC = b"BKLM"
 _META_VERSION = 1
 _LEN = struct.Struct("<i")
 _CRC = struct.Struct("<I")
+SCAN_SLOTS = 1 << 16  # slots per read when a whole index file is scanned (1.5 MiB)
 
-Locations = npt.NDArray[np.int64]
+
+def empty_slots(count: int) -> Slots:
+    return np.zeros((count, 3), dtype=np.int64)
 
 
 @dataclass
 class LedgerIndex:
-    """Everything the bookie keeps about one ledger in one ledger directory."""
+    """What the bookie keeps in memory about one ledger in one ledger directory (no slots)."""
 
     ledger_id: int
     dir_index: int
-    locs: Locations = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
     last_entry: int = -1
     master_key: bytes | None = None
     fenced: bool = False
     explicit_lac: bytes | None = None
     max_lac: int = -1
-    dirty_lo: int = -1  # dirty slot range [dirty_lo, dirty_hi), empty when dirty_lo < 0
-    dirty_hi: int = -1
     meta_dirty: bool = False
+    file_pages: int = 0  # pages of the index file that may hold slots; later pages are all absent
+    usage: dict[int, list[int]] = field(default_factory=dict)  # entry log id -> [slots, bytes] naming it
 
-    def put(self, entry_ids: Locations, log_id: int, offsets: Locations, sizes: Locations) -> None:
-        """Record the locations of a batch (overwriting earlier ones, as replay does)."""
-        if len(entry_ids) == 0:
+    def count(self, slots: Slots, sign: int) -> None:
+        """Add (sign 1) or remove (sign -1) the held slots among `slots` from the per-log usage."""
+        held = slots[slots[:, 0] != 0]
+        if len(held) == 0:
             return
-        lo, hi = int(entry_ids.min()), int(entry_ids.max()) + 1
-        if hi > len(self.locs):
-            grown = np.zeros((max(hi, 2 * len(self.locs), 64), 3), dtype=np.int64)
-            grown[: len(self.locs)] = self.locs
-            self.locs = grown
-        self.locs[entry_ids, 0] = log_id
-        self.locs[entry_ids, 1] = offsets
-        self.locs[entry_ids, 2] = sizes
-        self.last_entry = max(self.last_entry, hi - 1)
-        self.mark_dirty(lo, hi)
+        logs = held[:, 0]
+        if (logs == logs[0]).all():
+            self._count_log(int(logs[0]), sign * len(held), sign * int(held[:, 2].sum()))
+            return
+        log_ids, inverse = np.unique(logs, return_inverse=True)
+        counts = np.bincount(inverse)
+        sizes = np.bincount(inverse, weights=held[:, 2].astype(np.float64))
+        for log_id, n, b in zip(log_ids.tolist(), counts.tolist(), sizes.tolist(), strict=True):
+            self._count_log(int(log_id), sign * int(n), sign * int(b))
 
-    def mark_dirty(self, lo: int, hi: int) -> None:
-        if self.dirty_lo < 0:
-            self.dirty_lo, self.dirty_hi = lo, hi
-        else:
-            self.dirty_lo, self.dirty_hi = min(self.dirty_lo, lo), max(self.dirty_hi, hi)
-
-    def location(self, entry_id: int) -> tuple[int, int, int] | None:
-        if entry_id < 0 or entry_id >= len(self.locs):
-            return None
-        log_id, offset, size = (int(v) for v in self.locs[entry_id])
-        return None if log_id == 0 else (log_id, offset, size)
-
-    def present(self, first: int, last: int) -> tuple[Locations, Locations]:
-        """(entry ids, their slots) of the held entries in [first, last], a copy."""
-        first, last = max(first, 0), min(last, len(self.locs) - 1)
-        if last < first:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.int64)
-        window = self.locs[first : last + 1]
-        rel = np.flatnonzero(window[:, 0])
-        return rel.astype(np.int64) + first, window[rel].copy()
-
-    def take_dirty(self) -> tuple[int, bytes] | None:
-        """The dirty slot range as (first slot, raw bytes), clearing it."""
-        if self.dirty_lo < 0:
-            return None
-        lo, hi = self.dirty_lo, self.dirty_hi
-        self.dirty_lo = self.dirty_hi = -1
-        return lo, self.locs[lo:hi].astype("<i8").tobytes()
+    def _count_log(self, log_id: int, slots: int, size: int) -> None:
+        use = self.usage.setdefault(log_id, [0, 0])
+        use[0] += slots
+        use[1] += size
+        if use[0] <= 0:
+            del self.usage[log_id]
 
     def encode_meta(self) -> bytes:
         parts = [_META.pack(_META_MAGIC, _META_VERSION, int(self.fenced), self.max_lac)]
@@ -128,8 +108,11 @@ def meta_path(index_dir: Path, ledger_id: int) -> Path:
     return index_dir / f"{ledger_id:x}.meta"
 
 
-def load_index_dir(index_dir: Path, dir_index: int) -> dict[int, LedgerIndex]:
-    """Every ledger with an index or meta file in `index_dir`."""
+def load_index_dir(index_dir: Path, dir_index: int, geometry: PageGeometry) -> dict[int, LedgerIndex]:
+    """Every ledger with an index or meta file in `index_dir`: its state, last entry and log usage.
+
+    Index files are scanned in bounded chunks; no slot stays in memory.
+    """
     ledgers: dict[int, LedgerIndex] = {}
     for name in sorted(os.listdir(index_dir)):
         stem, _, ext = name.partition(".")
@@ -142,31 +125,60 @@ def load_index_dir(index_dir: Path, dir_index: int) -> dict[int, LedgerIndex]:
         if ext not in ("idx", "meta"):
             continue
         led = ledgers.setdefault(ledger_id, LedgerIndex(ledger_id, dir_index))
-        raw = (index_dir / name).read_bytes()
         if ext == "meta":
-            led.decode_meta(raw)
+            led.decode_meta((index_dir / name).read_bytes())
         else:
-            _load_slots(led, raw)
+            _load_slots(led, index_dir / name, geometry)
     return ledgers
 
 
-def _load_slots(led: LedgerIndex, raw: bytes) -> None:
-    usable = len(raw) - len(raw) % SLOT_SIZE
-    locs = np.frombuffer(raw, dtype="<i8", count=usable // 8).reshape(-1, 3).astype(np.int64)
-    led.locs = locs.copy()
-    held = np.flatnonzero(locs[:, 0])
-    led.last_entry = int(held[-1]) if len(held) else -1
+def _load_slots(led: LedgerIndex, path: Path, geometry: PageGeometry) -> None:
+    size = os.stat(path).st_size
+    led.file_pages = geometry.pages_for(size)
+    for first, slots in scan_file(path, 0, size // SLOT_SIZE):
+        held = np.flatnonzero(slots[:, 0])
+        if len(held):
+            led.last_entry = first + int(held[-1])
+            led.count(slots, 1)
 
 
-def write_slots(index_dir: Path, ledger_id: int, first_slot: int, raw: bytes) -> None:
-    """pwrite a slot range into the ledger's (sparse) index file and fsync it."""
-    fd = os.open(index_path(index_dir, ledger_id), os.O_WRONLY | os.O_CREAT, 0o644)
+def read_slots(path: Path, first_slot: int, count: int) -> Slots:
+    """`count` slots from `first_slot` of an index file; absent (zero) past its end or if it is missing."""
+    out = empty_slots(count)
     try:
-        view = memoryview(raw)
-        pos = first_slot * SLOT_SIZE
-        while view:
-            n = os.pwrite(fd, view, pos)
-            view, pos = view[n:], pos + n
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return out
+    try:
+        raw = os.pread(fd, count * SLOT_SIZE, first_slot * SLOT_SIZE)
+    except OSError as exc:
+        raise StorageError(f"index file {path.name}: {exc}") from exc
+    finally:
+        os.close(fd)
+    whole = len(raw) // SLOT_SIZE  # a torn trailing slot is ignored, as if never written
+    out[:whole] = np.frombuffer(raw, dtype="<i8", count=whole * 3).reshape(-1, 3)
+    return out
+
+
+def scan_file(path: Path, first_slot: int, end_slot: int) -> Iterator[tuple[int, Slots]]:
+    """(first slot, slots) chunks of at most SCAN_SLOTS covering [first_slot, end_slot) of an index file."""
+    pos = first_slot
+    while pos < end_slot:
+        count = min(SCAN_SLOTS, end_slot - pos)
+        yield pos, read_slots(path, pos, count)
+        pos += count
+
+
+def write_pages(path: Path, page_bytes: int, pages: list[tuple[int, bytes]]) -> None:
+    """pwrite whole pages (sorted by page number) into an index file (sparse) and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for page_no, raw in pages:
+            view = memoryview(raw)
+            pos = page_no * page_bytes
+            while view:
+                n = os.pwrite(fd, view, pos)
+                view, pos = view[n:], pos + n
         os.fsync(fd)
     finally:
         os.close(fd)

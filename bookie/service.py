@@ -23,6 +23,7 @@ from bookie.config import BookieConfig
 from bookie.core import decisions
 from bookie.core.cookie import Cookie, CookieError, decide
 from bookie.gc import GarbageCollector
+from bookie.memory import pin_mmap_threshold
 from bookie.server import GRPC_OPTIONS, BookieService
 from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
 from client.meta.store import MetadataStore
@@ -169,6 +170,7 @@ class BookieServer:
 
 def run_bookie(config: BookieConfig) -> int:
     block_stop_signals()  # before any thread exists: the watcher thread takes them (see bookie.stop_signals)
+    pin_mmap_threshold()  # RSS must follow what the bookie holds, not its largest bursts (see bookie.memory)
     try:
         asyncio.run(BookieServer(config).run())
     except CookieError as exc:

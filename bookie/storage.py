@@ -4,9 +4,14 @@ Mirrors BookKeeper's InterleavedLedgerStorage / SingleDirectoryDbLedgerStorage: 
 of one ledger directory go to shared entry logs (`bookie.entrylog`), an index maps (ledger, entry) to
 (log, offset, size) (`bookie.index`), and per-ledger state (master key, fenced, explicit LAC, max
 piggy-backed LAC) sits next to it. A ledger is pinned to directory `ledger_id % len(dirs)`.
+The index lives in its files; at most `page_limit` pages of it are in memory (`PageCache`, as
+BookKeeper's LedgerCache with `pageSize` / `pageLimit`), so memory does not grow with the data held.
 Nothing here is durable until `flush()` (the checkpoint); until then the journal is the durability and
-replay re-applies every record, so every mutator is idempotent. A read answers None only for an entry
-the storage really does not hold; anything it cannot vouch for raises `StorageError` (R22).
+replay re-applies every record, so every mutator is idempotent. Index pages reach their files only in
+`flush()`, after the entry logs are fsynced, so an index file never names entry-log bytes that are not
+durable (a full cache of dirty pages flushes early, without moving lastMark: that is the caller's).
+A read answers None only for an entry the storage really does not hold; anything it cannot vouch for
+raises `StorageError` (R22).
 """
 
 from __future__ import annotations
@@ -20,12 +25,27 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bookie.core.index_pages import Page, PageCache, PageGeometry, PageKey, Slots
 from bookie.core.records import add_batch_data_offset, encode_add_batch
 from bookie.entrylog import EntryLogger, StorageError
 from bookie.files import fsync_dir
-from bookie.index import LedgerIndex, load_index_dir, remove_ledger_files, write_meta, write_slots
+from bookie.index import (
+    SCAN_SLOTS,
+    LedgerIndex,
+    empty_slots,
+    index_path,
+    load_index_dir,
+    read_slots,
+    remove_ledger_files,
+    write_meta,
+    write_pages,
+)
 
-__all__ = ["LedgerStorage", "StorageError"]
+__all__ = ["DEFAULT_PAGE_LIMIT", "DEFAULT_PAGE_SIZE", "LedgerStorage", "StorageError"]
+
+DEFAULT_PAGE_SIZE = 8192   # bytes per index page (BookKeeper's pageSize)
+DEFAULT_PAGE_LIMIT = 1024  # index pages held in memory (BookKeeper's pageLimit): 8 MiB of slots
+READ_WINDOW_PAGES = 64     # a range read looks up this many index pages at a time
 
 _ENTRY_HEADER = struct.Struct(">qq")  # ledger id, entry id at the start of a packaged entry
 _LAC_AT = 16  # piggy-backed LAC: big-endian int64 at bytes 16..24 of a packaged entry
@@ -72,7 +92,10 @@ def _check_headers(
 class LedgerStorage:
     """Entry logs + index + ledger state over one or more ledger directories."""
 
-    def __init__(self, ledger_dirs: Sequence[Path], *, entry_log_size_limit: int = 1 << 30) -> None:
+    def __init__(
+        self, ledger_dirs: Sequence[Path], *, entry_log_size_limit: int = 1 << 30,
+        page_size: int = DEFAULT_PAGE_SIZE, page_limit: int = DEFAULT_PAGE_LIMIT,
+    ) -> None:
         if not ledger_dirs:
             raise ValueError("at least one ledger directory is needed")
         self._currents = [Path(d) / "current" for d in ledger_dirs]
@@ -80,9 +103,11 @@ class LedgerStorage:
         for index_dir in self._index_dirs:
             index_dir.mkdir(parents=True, exist_ok=True)
         self._logs = [EntryLogger(c, entry_log_size_limit) for c in self._currents]
+        self._geometry = PageGeometry(page_size)
+        self._pages = PageCache(page_limit)
         self._ledgers: dict[int, LedgerIndex] = {}
         for i, index_dir in enumerate(self._index_dirs):
-            self._ledgers.update(load_index_dir(index_dir, i))
+            self._ledgers.update(load_index_dir(index_dir, i, self._geometry))
         self._lock = threading.Lock()  # in-memory state (short holds; readers take it too)
         self._write_lock = threading.RLock()  # adds, flush, delete: one at a time
         self._closed = False
@@ -152,10 +177,102 @@ class LedgerStorage:
     def entry_ids(self, ledger_id: int) -> list[int]:
         with self._lock:
             led = self._ledgers.get(ledger_id)
-            if led is None:
-                return []
-            ids, _ = led.present(0, led.last_entry)
-        return [int(i) for i in ids.tolist()]
+        if led is None:
+            return []
+        out: list[int] = []
+        for first, slots in self._scan(led):
+            out.extend((np.flatnonzero(slots[:, 0]) + first).tolist())
+        return out
+
+    # ---- index pages (the helpers named *_locked are called with self._lock held) ---------------
+
+    def _index_file(self, led: LedgerIndex) -> Path:
+        return index_path(self._index_dirs[led.dir_index], led.ledger_id)
+
+    def _page_locked(self, led: LedgerIndex, page_no: int) -> Page:
+        """The page from the cache, else read from the index file (or new and empty past its end)."""
+        key = (led.ledger_id, page_no)
+        page = self._pages.get(key)
+        if page is None:
+            n = self._geometry.entries
+            if page_no < led.file_pages:
+                page = Page(read_slots(self._index_file(led), page_no * n, n))
+            else:
+                page = Page(empty_slots(n))
+            self._pages.insert(key, page)
+        return page
+
+    def _slots_locked(self, led: LedgerIndex, ids: Slots) -> Slots:
+        """The current slots of `ids` (any order; ids past the last entry are absent)."""
+        out = empty_slots(len(ids))
+        inside = np.flatnonzero((ids >= 0) & (ids <= led.last_entry))
+        if len(inside) == 0:
+            return out
+        for page_no, sel in self._geometry.split(ids[inside]):
+            rows = inside[sel]
+            page = self._page_locked(led, page_no)
+            out[rows] = page.slots[ids[rows] - self._geometry.first_entry(page_no)]
+        return out
+
+    def _put_locked(
+        self, led: LedgerIndex, ids: Slots, log_id: int, offsets: Slots, sizes: Slots
+    ) -> None:
+        """Point the slots of `ids` at (log_id, offsets, sizes), keeping the per-log usage right."""
+        for page_no, sel in self._geometry.split(ids):
+            page = self._page_locked(led, page_no)
+            rows = ids[sel] - self._geometry.first_entry(page_no)
+            distinct = np.unique(rows)
+            led.count(page.slots[distinct], -1)
+            page.slots[rows, 0] = log_id
+            page.slots[rows, 1] = offsets[sel]
+            page.slots[rows, 2] = sizes[sel]
+            led.count(page.slots[distinct], 1)
+            self._pages.changed((led.ledger_id, page_no), page)
+        led.last_entry = max(led.last_entry, int(ids.max()))
+
+    def _held_locked(self, led: LedgerIndex, first: int, last: int) -> tuple[Slots, Slots]:
+        """(entry ids, their slots) of the held entries in [first, last] (a bounded window), a copy."""
+        first, last = max(first, 0), min(last, led.last_entry)
+        if last < first:
+            return np.zeros(0, dtype=np.int64), empty_slots(0)
+        geo = self._geometry
+        parts = [self._page_locked(led, p).slots for p in range(geo.page_of(first), geo.page_of(last) + 1)]
+        base = geo.first_entry(geo.page_of(first))
+        window = (parts[0] if len(parts) == 1 else np.concatenate(parts))[first - base : last - base + 1]
+        rel = np.flatnonzero(window[:, 0])
+        return rel.astype(np.int64) + first, window[rel].copy()
+
+    def _scan(self, led: LedgerIndex) -> Iterator[tuple[int, Slots]]:
+        """(first entry id, slots) chunks over the whole ledger, read from the file with the cached pages laid
+        over it, without filling the cache. Each chunk is consistent; chunks are taken one lock hold at a time.
+        """
+        geo = self._geometry
+        step = max(SCAN_SLOTS // geo.entries, 1)
+        start = 0
+        while True:
+            with self._lock:
+                gone = self._ledgers.get(led.ledger_id) is not led
+                if gone or led.last_entry < 0 or start > geo.page_of(led.last_entry):
+                    return
+                count = step
+                slots = (read_slots(self._index_file(led), geo.first_entry(start), count * geo.entries)
+                         if start < led.file_pages else empty_slots(count * geo.entries))
+                for i in range(count):
+                    page = self._pages.peek((led.ledger_id, start + i))
+                    if page is not None:
+                        slots[i * geo.entries : (i + 1) * geo.entries] = page.slots
+            yield geo.first_entry(start), slots
+            start += count
+
+    def _make_room(self) -> None:
+        """Called with the write lock: when the cache is over its limit with every page dirty, flush."""
+        with self._lock:
+            self._pages.evict()
+            if not self._pages.over_limit:
+                return
+        self.flush()
+        with self._lock:
+            self._pages.evict()
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -181,55 +298,68 @@ class LedgerStorage:
                 return
             log_id, record_offset = self._logs[led.dir_index].append(record)
             with self._lock:
-                led.put(ids, log_id, offsets + record_offset, szs)
+                self._put_locked(led, ids, log_id, offsets + record_offset, szs)
                 if lac > led.max_lac:
                     led.max_lac, led.meta_dirty = lac, True
+            self._make_room()
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Forget the ledger: its index and meta go now, its entry-log space later (GC)."""
         with self._write_lock:
             with self._lock:
                 led = self._ledgers.pop(ledger_id, None)
+                self._pages.drop_ledger(ledger_id)
             if led is not None:
                 remove_ledger_files(self._index_dirs[led.dir_index], ledger_id)
 
     def flush(self) -> None:
-        """Checkpoint: fsync the entry logs, then write and fsync dirty index slots and meta files."""
+        """Checkpoint: fsync the entry logs, then write and fsync the dirty index pages and meta files."""
         with self._write_lock:
             self._check_open()
             for logger in self._logs:
                 logger.flush()
             with self._lock:
-                work = [(led, led.take_dirty(), led.encode_meta() if led.meta_dirty else None)
-                        for led in self._ledgers.values() if led.dirty_lo >= 0 or led.meta_dirty]
-                for led, _, _ in work:
+                metas = [(led, led.encode_meta()) for led in self._ledgers.values() if led.meta_dirty]
+                for led, _ in metas:
                     led.meta_dirty = False
+                by_ledger: dict[int, list[PageKey]] = {}
+                for key, _ in self._pages.dirty_pages():
+                    by_ledger.setdefault(key[0], []).append(key)
             touched: set[int] = set()
             try:
-                for led, slots, meta in work:
-                    self._write_ledger(led, slots, meta)
+                for ledger_id, keys in by_ledger.items():
+                    touched |= self._write_pages(ledger_id, keys)
+                for led, meta in metas:
+                    write_meta(self._index_dirs[led.dir_index], led.ledger_id, meta)
                     touched.add(led.dir_index)
             except OSError:
-                self._redirty(work)
+                with self._lock:
+                    for led, _ in metas:
+                        led.meta_dirty = True  # dirty pages stay dirty until reported written
                 raise
             for i in touched:
                 fsync_dir(self._index_dirs[i])
 
-    def _write_ledger(self, led: LedgerIndex, slots: tuple[int, bytes] | None, meta: bytes | None) -> None:
-        index_dir = self._index_dirs[led.dir_index]
-        if slots is not None:
-            write_slots(index_dir, led.ledger_id, slots[0], slots[1])
-        if meta is not None:
-            write_meta(index_dir, led.ledger_id, meta)
-
-    def _redirty(self, work: list[tuple[LedgerIndex, tuple[int, bytes] | None, bytes | None]]) -> None:
-        """A failed flush leaves everything it took dirty again (rewriting is harmless)."""
+    def _write_pages(self, ledger_id: int, keys: list[PageKey]) -> set[int]:
+        """Write one ledger's dirty pages and fsync its index file; they become clean (evictable) only then."""
         with self._lock:
-            for led, slots, meta in work:
-                if slots is not None:
-                    led.mark_dirty(slots[0], slots[0] + len(slots[1]) // 24)
-                if meta is not None:
-                    led.meta_dirty = True
+            led = self._ledgers.get(ledger_id)
+            if led is None:
+                return set()
+            work = []
+            for key in keys:
+                page = self._pages.peek(key)
+                if page is not None and page.dirty:
+                    work.append((key, page, page.version, page.slots.astype("<i8").tobytes()))
+            path = self._index_file(led)
+        if not work:
+            return set()
+        write_pages(path, self._geometry.page_bytes, [(key[1], raw) for key, _, _, raw in work])
+        with self._lock:
+            led.file_pages = max(led.file_pages, max(key[1] for key, _, _, _ in work) + 1)
+            for key, page, version, _ in work:
+                self._pages.written(key, page, version)
+        return {led.dir_index}
 
     def _check_open(self) -> None:
         if self._closed:
@@ -251,7 +381,12 @@ class LedgerStorage:
             led = self._ledgers.get(ledger_id)
             if led is None:
                 return -1, None
-            return led.dir_index, led.location(entry_id)
+            if entry_id < 0 or entry_id > led.last_entry:
+                return led.dir_index, None
+            page = self._page_locked(led, self._geometry.page_of(entry_id))
+            row = entry_id - self._geometry.first_entry(self._geometry.page_of(entry_id))
+            log_id, offset, size = (int(v) for v in page.slots[row])
+        return led.dir_index, (None if log_id == 0 else (log_id, offset, size))
 
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
         """The packaged entry, None if not held, StorageError if it cannot be read back intact.
@@ -279,15 +414,27 @@ class LedgerStorage:
     def read_range(
         self, ledger_id: int, first: int, last: int, max_batch_bytes: int, max_batch_entries: int
     ) -> Iterator[Batch]:
-        """The held entries in [first, last], in order, as (entry ids, sizes, blob) batches."""
-        with self._lock:
-            led = self._ledgers.get(ledger_id)
-            if led is None:
-                return iter(())
-            ids, slots = led.present(first, last)
-            logger = self._logs[led.dir_index]
+        """The held entries in [first, last], in order, as (entry ids, sizes, blob) batches.
+
+        The index is looked up a window of pages at a time, as the batches are taken.
+        """
         limits = max(max_batch_bytes, 1), max(max_batch_entries, 1)
-        return self._batches(ledger_id, logger, ids, slots, *limits)
+        return self._range_batches(ledger_id, max(first, 0), last, *limits)
+
+    def _range_batches(self, ledger_id: int, first: int, last: int, max_bytes: int, max_entries: int
+                       ) -> Iterator[Batch]:
+        window = READ_WINDOW_PAGES * self._geometry.entries
+        pos = first
+        while pos <= last:
+            end = min(last, pos + window - 1)
+            with self._lock:
+                led = self._ledgers.get(ledger_id)
+                if led is None or pos > led.last_entry:
+                    return
+                ids, slots = self._held_locked(led, pos, end)
+                logger = self._logs[led.dir_index]
+            yield from self._batches(ledger_id, logger, ids, slots, max_bytes, max_entries)
+            pos = end + 1
 
     def _batches(
         self, ledger_id: int, logger: EntryLogger, ids: npt.NDArray[np.int64], slots: npt.NDArray[np.int64],
@@ -315,26 +462,25 @@ class LedgerStorage:
     def _current_slots(self, ledger_id: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
         with self._lock:
             led = self._ledgers.get(ledger_id)
-            if led is None or int(ids.max()) >= len(led.locs):
+            if led is None:
                 return None
-            slots = led.locs[ids].copy()
+            slots = self._slots_locked(led, ids)
         return None if (slots[:, 0] == 0).any() else slots
 
     # ---- garbage collection and compaction ----------------------------------------------------
 
     def entry_log_usage(self) -> list[tuple[int, int, int, int]]:
-        """(dir index, log id, live bytes, total bytes) of every entry log except the active ones."""
+        """(dir index, log id, live bytes, total bytes) of every entry log except the active ones.
+
+        Live bytes come from the per-ledger usage kept with the index (no index scan); they only steer
+        compaction: what is removed is decided on the index itself (`remove_dead_entry_logs`).
+        """
         live: dict[tuple[int, int], int] = {}
         with self._lock:
             for led in self._ledgers.values():
-                held = led.locs[led.locs[:, 0] != 0]
-                if len(held) == 0:
-                    continue
-                log_ids, inverse = np.unique(held[:, 0], return_inverse=True)
-                sums = np.bincount(inverse, weights=held[:, 2].astype(np.float64))
-                for log_id, total in zip(log_ids.tolist(), sums.tolist(), strict=True):
-                    key = (led.dir_index, int(log_id))
-                    live[key] = live.get(key, 0) + int(total)
+                for log_id, (_, size) in led.usage.items():
+                    key = (led.dir_index, log_id)
+                    live[key] = live.get(key, 0) + size
         out = []
         for d, logger in enumerate(self._logs):
             active = logger.active_id
@@ -353,60 +499,79 @@ class LedgerStorage:
         if log_id == logger.active_id:
             return 0, 0
         with self._lock:
-            work = []
-            for led in self._ledgers.values():
-                if led.dir_index != dir_index:
-                    continue
-                ids = np.flatnonzero(led.locs[:, 0] == log_id).astype(np.int64)
-                if len(ids):
-                    work.append((led, ids, led.locs[ids].copy()))
+            ledgers = [led for led in self._ledgers.values() if led.dir_index == dir_index and log_id in led.usage]
         moved_entries = moved_bytes = 0
-        for led, ids, slots in work:
-            i = 0
-            while i < len(ids):
-                cum = np.cumsum(slots[i:, 2])
-                j = i + max(int(np.searchsorted(cum, chunk_bytes, side="right")), 1)
-                part_ids, part_slots = ids[i:j], slots[i:j]
-                sizes = part_slots[:, 2]
-                blob = self._read_runs(logger, part_slots)
-                _check_headers(led.ledger_id, part_ids, sizes, blob)
-                record = encode_add_batch(led.ledger_id, part_ids, sizes, blob)
-                offsets = _starts(sizes) + add_batch_data_offset(len(part_ids))
-                with self._write_lock:
-                    self._check_open()
-                    new_log, record_offset = logger.append(record)
-                    with self._lock:
-                        if self._ledgers.get(led.ledger_id) is led:
-                            same = (led.locs[part_ids] == part_slots).all(axis=1)
-                            keep = part_ids[same]
-                            if len(keep):
-                                led.put(keep, new_log, (offsets + record_offset)[same], sizes[same])
-                moved_entries += len(part_ids)
-                moved_bytes += int(sizes.sum())
-                i = j
+        for led in ledgers:
+            for first, slots in self._scan(led):
+                rel = np.flatnonzero(slots[:, 0] == log_id)
+                if len(rel):
+                    n, size = self._move(led, logger, rel.astype(np.int64) + first, slots[rel], chunk_bytes)
+                    moved_entries += n
+                    moved_bytes += size
+        return moved_entries, moved_bytes
+
+    def _move(
+        self, led: LedgerIndex, logger: EntryLogger, ids: Slots, slots: Slots, chunk_bytes: int
+    ) -> tuple[int, int]:
+        """Copy these entries (still named by `slots`) to the active log, a chunk at a time."""
+        moved_entries = moved_bytes = 0
+        i = 0
+        while i < len(ids):
+            cum = np.cumsum(slots[i:, 2])
+            j = i + max(int(np.searchsorted(cum, chunk_bytes, side="right")), 1)
+            part_ids, part_slots = ids[i:j], slots[i:j]
+            sizes = part_slots[:, 2]
+            blob = self._read_runs(logger, part_slots)
+            _check_headers(led.ledger_id, part_ids, sizes, blob)
+            record = encode_add_batch(led.ledger_id, part_ids, sizes, blob)
+            offsets = _starts(sizes) + add_batch_data_offset(len(part_ids))
+            with self._write_lock:
+                self._check_open()
+                new_log, record_offset = logger.append(record)
+                with self._lock:
+                    if self._ledgers.get(led.ledger_id) is led:
+                        same = (self._slots_locked(led, part_ids) == part_slots).all(axis=1)
+                        keep = part_ids[same]
+                        if len(keep):
+                            self._put_locked(led, keep, new_log, (offsets + record_offset)[same], sizes[same])
+                self._make_room()
+            moved_entries += len(part_ids)
+            moved_bytes += int(sizes.sum())
+            i = j
         return moved_entries, moved_bytes
 
     def remove_dead_entry_logs(self, candidates: Sequence[tuple[int, int]]) -> int:
         """Delete the given logs that no index slot names any more; returns the bytes freed.
 
-        The index is checkpointed (entry logs fsynced, dirty slots written) first, so the index on disk never
-        points into a removed log.
+        The index is checkpointed (entry logs fsynced, dirty pages written) first, so the index on disk never
+        points into a removed log; then every index file is scanned for the candidates (the usage counts are
+        not trusted with a deletion).
         """
         if not candidates:
             return 0
         freed = 0
         with self._write_lock:
             self.flush()
-            with self._lock:
-                named = set()
-                for led in self._ledgers.values():
-                    for log_id in np.unique(led.locs[:, 0]).tolist():
-                        named.add((led.dir_index, int(log_id)))
+            named = self._named_logs({(d, log_id) for d, log_id in candidates})
             for dir_index, log_id in candidates:
                 if (dir_index, log_id) in named or log_id == self._logs[dir_index].active_id:
                     continue
                 freed += self._logs[dir_index].remove(log_id)
         return freed
+
+    def _named_logs(self, wanted: set[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Which of `wanted` (dir index, log id) some index slot names (called with the write lock)."""
+        with self._lock:
+            ledgers = list(self._ledgers.values())
+        named: set[tuple[int, int]] = set()
+        for led in ledgers:
+            ids = np.array(sorted(log_id for d, log_id in wanted - named if d == led.dir_index), dtype=np.int64)
+            if len(ids) == 0:
+                continue
+            for _, slots in self._scan(led):
+                hit = np.unique(slots[:, 0][np.isin(slots[:, 0], ids)])
+                named.update((led.dir_index, int(log_id)) for log_id in hit.tolist())
+        return named
 
     @staticmethod
     def _read_runs(logger: EntryLogger, slots: npt.NDArray[np.int64]) -> bytes:
