@@ -8,8 +8,10 @@ unless disabled. The state (addresses, pids of bookies and daemons, directories)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import signal
 import socket
@@ -22,6 +24,8 @@ from typing import Any
 from bookie import config as bkconfig
 from bookie.local.zookeeper import ZooKeeperServer, free_port, pid_alive, stop_pid
 from client.meta.store import MetadataStore
+
+log = logging.getLogger("bkledger.local")
 
 STATE_FILE = "cluster.json"
 
@@ -188,8 +192,15 @@ class LocalCluster:
             return None
         code = _stop_process(proc.autorecovery_pid, sig, timeout, self._children.pop(proc.autorecovery_pid, None))
         proc.autorecovery_pid = 0
-        self.save()
+        self._save_quietly()
         return code
+
+    def _save_quietly(self) -> None:
+        """Record a stop; a full disk must not keep the other processes running (`down` goes on)."""
+        try:
+            self.save()
+        except OSError as exc:
+            log.warning("could not record the cluster state in %s: %s", self.state_path, exc)
 
     def _spawn(self, command: str, conf: str, log: str) -> int:
         """Run `bkledger <command> --conf <conf>` in its own session, output appended to `log`."""
@@ -242,21 +253,23 @@ class LocalCluster:
             return None
         code = _stop_process(proc.pid, sig, timeout, self._children.pop(proc.pid, None))
         proc.pid = 0
-        self.save()
+        self._save_quietly()
         return code
 
     def down(self) -> None:
+        """Stop every process of the cluster, also when the disk is full or one of them resists."""
         for index, proc in enumerate(self.bookies):
             if proc.autorecovery_pid and pid_alive(proc.autorecovery_pid):
                 self.stop_autorecovery(index)
         for index, proc in enumerate(self.bookies):
             if proc.pid and pid_alive(proc.pid):
-                os.kill(proc.pid, signal.SIGCONT)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
                 self.stop_bookie(index)
         if self.zk_pid:
             stop_pid(self.zk_pid)
             self.zk_pid = 0
-        if self.state_path.exists():
+        with contextlib.suppress(FileNotFoundError):
             self.state_path.unlink()
 
 

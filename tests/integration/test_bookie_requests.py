@@ -184,3 +184,22 @@ def test_bookie_stops_on_sigterm_even_with_zookeeper_gone(tmp_path):
         assert "stopped" in Path(cluster.bookies[0].log).read_text()
     finally:
         cluster.down()
+
+
+def test_local_cluster_down_stops_everything_even_when_its_state_cannot_be_saved(cluster_factory, monkeypatch):
+    """A full disk (the state file cannot be written) must not leave bookies and daemons running."""
+    import errno
+
+    from bookie.local.cluster import LocalCluster
+    from bookie.local.zookeeper import pid_alive
+
+    cluster = cluster_factory(2, autorecovery=True)
+    pids = [p for b in cluster.bookies for p in (b.pid, b.autorecovery_pid)]
+    assert all(pid_alive(p) for p in pids)
+
+    def full(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(LocalCluster, "save", full)
+    cluster.down()
+    assert not [p for p in pids if pid_alive(p)]
