@@ -251,15 +251,21 @@ def test_late_replies_of_a_replaced_bookie_are_not_credited_to_its_replacement()
         pa.on_add()
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_bulk_acks_complete_like_single_acks(data):
-    """R6: acking a batch at once completes exactly what acking its entries one by one completes."""
+def _twins(data) -> tuple[list[str], int, PendingAdds, PendingAdds]:
+    """Two identical machines over a drawn ensemble and quorums: one driven entry by entry, one in bulk.
+    Returns (ensemble, Qw, one, bulk)."""
     e = data.draw(st.integers(1, 5))
     qw = data.draw(st.integers(1, e))
     qa = data.draw(st.integers(1, qw))
     ensemble = [f"b{i}" for i in range(e)]
-    one, bulk = PendingAdds(ensemble, qw, qa), PendingAdds(ensemble, qw, qa)
+    return ensemble, qw, PendingAdds(ensemble, qw, qa), PendingAdds(ensemble, qw, qa)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_bulk_acks_complete_like_single_acks(data):
+    """R6: acking a batch at once completes exactly what acking its entries one by one completes."""
+    ensemble, _, one, bulk = _twins(data)
     n = data.draw(st.integers(1, 30))
     for _ in range(n):
         one.on_add()
@@ -278,11 +284,8 @@ def test_bulk_acks_complete_like_single_acks(data):
 @given(st.data())
 def test_on_adds_sends_what_single_adds_send(data):
     """on_adds(n) allocates the same ids and targets as n calls of on_add, also with failed bookies."""
-    e = data.draw(st.integers(1, 5))
-    qw = data.draw(st.integers(1, e))
-    qa = data.draw(st.integers(1, qw))
-    ensemble = [f"b{i}" for i in range(e)]
-    one, bulk = PendingAdds(ensemble, qw, qa), PendingAdds(ensemble, qw, qa)
+    ensemble, qw, one, bulk = _twins(data)
+    e = len(ensemble)
     for _ in range(data.draw(st.integers(1, 6))):
         if data.draw(st.booleans()) and not one.changing_ensemble:
             failed = data.draw(st.integers(0, e - 1))
