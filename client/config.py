@@ -22,7 +22,6 @@ class ClientConfig:
     fenceTimeout: float = 5.0                # s, recovery's fencing reads
     metadataMaxAttempts: int = 20            # CAS attempts before giving up with a clear error
     maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit
-    maxBatchBytes: int = 1024 * 1024         # bytes per ledger batch on the add stream
     maxAddRequestsInFlight: int = 2          # per bookie connection: unanswered AddRequests before new adds
                                              # wait to leave together in the next one (0: no bound)
     maxOutstandingAdds: int = 4000           # adds in flight per ledger before add_entry waits (deeper queues
