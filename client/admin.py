@@ -179,11 +179,9 @@ class Admin:
     def ledgers_on_bookies(self, bookies: Collection[str]) -> list[int]:
         """Every ledger whose metadata names one of `bookies` in any fragment."""
         out = []
-        for ledger_id in self.store.list_ledgers():
-            with contextlib.suppress(NoSuchLedgerError):
-                md, _ = self.store.read_ledger(ledger_id)
-                if names_any(md, bookies):
-                    out.append(ledger_id)
+        for ledger_id, md in self.store.ledgers_with_metadata():
+            if names_any(md, bookies):
+                out.append(ledger_id)
         return out
 
     # ---- one ledger ----------------------------------------------------------------------

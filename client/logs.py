@@ -150,11 +150,7 @@ def uncommitted_job_ledgers(bk: BookKeeper, older_than_s: float, log_name: str |
     listed: dict[str, set[int]] = {}
     now = now_ms()
     out = []
-    for ledger_id in bk.list_ledgers():
-        try:
-            md = bk.ledger_metadata(ledger_id)
-        except NoSuchLedgerError:
-            continue
+    for ledger_id, md in bk.store.ledgers_with_metadata():
         job, target = md.custom_metadata.get(JOB_KEY), md.custom_metadata.get(LOG_KEY)
         age = (now - md.ctime_ms) / 1000.0
         if job is None or target is None or age < older_than_s:

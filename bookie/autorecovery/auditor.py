@@ -14,13 +14,11 @@ half done), with the same delay.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
 from bookie.core.lost_bookies import LostBookies
 from client.admin import Admin
-from client.errors import NoSuchLedgerError
 
 log = logging.getLogger("bkledger.auditor")
 
@@ -61,11 +59,9 @@ class Auditor:
 
     def _bookies_in_metadata(self) -> set[str]:
         named: set[str] = set()
-        for ledger_id in self.admin.store.list_ledgers():
-            with contextlib.suppress(NoSuchLedgerError):
-                md, _ = self.admin.store.read_ledger(ledger_id)
-                for fragment in md.fragments:
-                    named.update(fragment.ensemble)
+        for _, md in self.admin.store.ledgers_with_metadata():
+            for fragment in md.fragments:
+                named.update(fragment.ensemble)
         return named
 
     def audit(self, bookie: str) -> int:
@@ -74,11 +70,7 @@ class Auditor:
         if bookie in registered:
             return 0
         marked = 0
-        for ledger_id in self.admin.store.list_ledgers():
-            try:
-                md, _ = self.admin.store.read_ledger(ledger_id)
-            except NoSuchLedgerError:
-                continue
+        for ledger_id, md in self.admin.store.ledgers_with_metadata():
             named = {b for f in md.fragments for b in f.ensemble}
             if bookie not in named:
                 continue

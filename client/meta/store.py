@@ -17,7 +17,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from client.meta import layout as lay
@@ -290,6 +290,15 @@ class MetadataStore(ZkSession):
         found: list[int] = []
         self._walk(self.uri.root, [], found)
         return sorted(found)
+
+    def ledgers_with_metadata(self) -> Iterator[tuple[int, LedgerMetadata]]:
+        """(ledger id, metadata) of every ledger; one deleted between the listing and its read is skipped."""
+        for ledger_id in self.list_ledgers():
+            try:
+                md, _ = self.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            yield ledger_id, md
 
     def _walk(self, path: str, parts: list[str], found: list[int]) -> None:
         try:
