@@ -188,7 +188,7 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
         also those of earlier runs of this sink (`sweep_dead_runs`)."""
         if not self._swept_dead_runs:
             try:
-                sweep_dead_runs(bk, self.log_name, self.tasks.job_id.split("#", 1)[0], keep)
+                sweep_dead_runs(bk, self.log_name, sink_tag(self.options), keep)
                 self._swept_dead_runs = True
             except Exception as exc:  # cleanup is best effort: the log is already right
                 log.warning("sweeping what earlier runs of %s left failed: %s", self.identity, exc)
