@@ -51,6 +51,13 @@ def human_seconds(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def _columns(stream: IO[str]) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
 class Progress:
     """A ProgressSink drawn on stderr (see the module docstring)."""
 
@@ -79,9 +86,10 @@ class Progress:
             from tqdm import tqdm
 
             by_bytes = total_bytes > 0
+            width = {"dynamic_ncols": True} if _columns(self.stream) > 0 else {"ncols": 100}   # 0: unset pty
             self._bar = tqdm(total=total_bytes if by_bytes else total_items, desc=self.what, file=self.stream,
-                             unit="B" if by_bytes else f" {self.unit}", unit_scale=by_bytes, dynamic_ncols=True,
-                             leave=True, mininterval=0.2)
+                             unit="B" if by_bytes else f" {self.unit}", unit_scale=by_bytes, leave=True,
+                             mininterval=0.2, **width)
             self._bar.set_postfix_str(self._items_text(), refresh=True)
         elif self.mode == "lines":
             self._line(f"{self.what}: {total_items} {self.unit}" +

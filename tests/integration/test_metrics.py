@@ -11,7 +11,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Collection, Sequence
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -21,6 +20,7 @@ from client import BookKeeper
 from client.config import ClientConfig
 from client.metrics import NO_METRICS
 from tests.integration.conftest import FAST_CLIENT
+from tests.integration.ops_util import OnBookies
 
 pytestmark = pytest.mark.integration
 
@@ -69,21 +69,6 @@ def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
             return got
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-class OnBookies:
-    """Placement on given bookies first (so a test knows which bookies hold a ledger)."""
-
-    def __init__(self, first: Sequence[str]) -> None:
-        self.first = list(first)
-
-    def new_ensemble(self, ensemble_size: int, writable: Sequence[str], exclude: Collection[str] = ()) -> list[str]:
-        chosen = [b for b in self.first if b in writable][:ensemble_size]
-        chosen += [b for b in writable if b not in chosen and b not in exclude][: ensemble_size - len(chosen)]
-        return chosen
-
-    def replace_bookie(self, ensemble: Sequence[str], writable: Sequence[str], exclude: Collection[str] = ()) -> str:
-        return next(b for b in writable if b not in ensemble and b not in exclude)
 
 
 def client(uri: str, **kwargs) -> BookKeeper:
