@@ -50,41 +50,20 @@ class Route:
         self.content_type = content_type
 
 
-class AdminHttpServer:
-    """A ThreadingHTTPServer on (address, port) that dispatches to `routes` by path."""
+class Router:
+    """Requests to answers: the route by path, the method, the admin token (no I/O here)."""
 
-    def __init__(self, address: str, port: int, routes: dict[str, Route], admin_token: str = "",
-                 name: str = "admin-http") -> None:
+    def __init__(self, routes: dict[str, Route], admin_token: str = "") -> None:
         self.routes = routes
         self.admin_token = admin_token
-        self.name = name
-        handler = _make_handler(self)
-        try:
-            self.httpd = ThreadingHTTPServer((address, port), handler)
-        except OSError as exc:
-            raise OSError(f"cannot serve {name} on {address}:{port}: {exc.strerror or exc}") from None
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
-
-    def start(self) -> AdminHttpServer:
-        self._thread.start()
-        log.info("%s serving on port %d", self.name, self.port)
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self.httpd.shutdown()
-            self._thread.join(timeout=5)
-        self.httpd.server_close()
 
     def authorized(self, header: str | None) -> None:
         """Raise unless `header` carries the admin token (refuse everything when none is configured)."""
         if not self.admin_token:
             raise HttpError(HTTPStatus.FORBIDDEN, "state-changing endpoints are off: set httpServerAdminToken "
                                                   "in the bookie's configuration to enable them")
-        given = (header or "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), self.admin_token.encode()):
+        scheme, _, given = (header or "").partition(" ")
+        if scheme != "Bearer" or not hmac.compare_digest(given.strip().encode(), self.admin_token.encode()):
             raise HttpError(HTTPStatus.UNAUTHORIZED, "missing or wrong admin token: send "
                                                      "'Authorization: Bearer <httpServerAdminToken>'")
 
@@ -115,6 +94,34 @@ class AdminHttpServer:
         return status, "application/json", _dumps(out)
 
 
+class AdminHttpServer:
+    """A ThreadingHTTPServer on (address, port) in a daemon thread, answering through a Router."""
+
+    def __init__(self, address: str, port: int, routes: dict[str, Route], admin_token: str = "",
+                 name: str = "admin-http") -> None:
+        self.router = Router(routes, admin_token)
+        self.name = name
+        handler = _make_handler(self.router)
+        try:
+            self.httpd = ThreadingHTTPServer((address, port), handler)
+        except OSError as exc:
+            raise OSError(f"cannot serve {name} on {address}:{port}: {exc.strerror or exc}") from None
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
+
+    def start(self) -> AdminHttpServer:
+        self._thread.start()
+        log.info("%s serving on port %d", self.name, self.port)
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.httpd.shutdown()
+            self._thread.join(timeout=5)
+        self.httpd.server_close()
+
+
 def _dumps(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode()
 
@@ -128,7 +135,7 @@ def _json_body(body: bytes) -> Any:
         raise HttpError(HTTPStatus.BAD_REQUEST, "the request body must be JSON") from None
 
 
-def _make_handler(server: AdminHttpServer) -> type[BaseHTTPRequestHandler]:
+def _make_handler(server: Router) -> type[BaseHTTPRequestHandler]:
     class _Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
