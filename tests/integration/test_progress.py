@@ -76,7 +76,7 @@ def test_recover_progress_lines_and_json(cluster_factory):
                           env=shell_env())
     assert loud.returncode == 0, loud.stderr
     lines = [line for line in loud.stderr.splitlines() if line.startswith("recover: ")]
-    assert re.fullmatch(r"recover: 4 ledgers, about [\d.]+ [KM]?B to copy", lines[0]), lines
+    assert re.fullmatch(r"recover: 4 ledgers, ~[\d.]+ [KM]?B", lines[0]), lines
     steps = [line for line in lines if re.match(r"recover: \d/4 ledgers, ", line)]
     assert any(line.startswith("recover: 2/4 ledgers, ") and "/s" in line for line in steps), lines
     assert re.match(r"recover: 4/4 ledgers, .*\(done after \d+s\)$", lines[-1]), lines
