@@ -123,8 +123,8 @@ def cmd_log(args: argparse.Namespace) -> int:
     """`bkledger log list|describe NAME|tail NAME`: the logs stored under a metadata service URI."""
     from client import BookKeeper
     from client.errors import BKError
-    from client.logs import describe_log
-    from client.protocol.log_meta import Position
+    from client.log.core.meta import Position
+    from client.log.logs import describe_log
 
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     if args.action != "list" and not args.name:

@@ -339,7 +339,7 @@ def cmd_lostbookierecoverydelay(args: argparse.Namespace) -> int:
 
 
 def cmd_sweepjobs(args: argparse.Namespace) -> int:
-    from client.logs import delete_uncommitted, uncommitted_job_ledgers
+    from client.log.logs import delete_uncommitted, uncommitted_job_ledgers
 
     with connect(args) as bk:
         found = uncommitted_job_ledgers(bk, args.older_than, args.log)

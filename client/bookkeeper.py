@@ -18,7 +18,7 @@ from client.bookies import BookiePool
 from client.config import ClientConfig
 from client.errors import BadPasswordError, ClientClosedError, InvalidOptionError
 from client.ledger_handle import LedgerHandle
-from client.logs import LogsMixin
+from client.log.logs import LogsMixin
 from client.meta.store import MetadataStore
 from client.placement import PlacementPolicy, RandomPlacementPolicy
 from client.protocol import transforms

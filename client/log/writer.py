@@ -34,16 +34,16 @@ from client.errors import (
     MetadataConflictError,
     MetadataVersionError,
 )
-from client.logs import create_log, now_ms, read_log, require_log, seal_tail, update_log, write_log
-from client.protocol import log_meta as lm
-from client.protocol.log_meta import LogMetadata, Position
+from client.log.core import meta as lm
+from client.log.core.meta import LogMetadata, Position
+from client.log.logs import create_log, now_ms, read_log, require_log, seal_tail, update_log, write_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from client.bookkeeper import BookKeeper
     from client.ledger_handle import LedgerHandle
-    from client.logs import RollPolicy
+    from client.log.logs import RollPolicy
 
 log = logging.getLogger("bkledger.logs")
 CAS_ATTEMPTS = 50

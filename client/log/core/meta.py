@@ -3,7 +3,7 @@
 Mirrors the metadata of Pulsar's ManagedLedger (`ManagedLedgerInfo`: ledger id, entries, size, timestamp
 per ledger) and DistributedLog's log segments (`startSequenceId`: each segment's first log-wide offset).
 Every change of a log is one of these functions applied to the stored value, then written back with a
-compare-and-swap on the znode version by the driver (`client/logs.py`). The functions never do I/O; the
+compare-and-swap on the znode version by the driver (`client/log/logs.py`). The functions never do I/O; the
 current time comes in as an argument (milliseconds since the epoch).
 
 Stored form: UTF-8 JSON, `{"format": 1, "name", "created_ms", "ledgers": [...], "retention": {...},

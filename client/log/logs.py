@@ -1,7 +1,7 @@
 """Logs made of ledgers (R27-R30): named, ordered lists of ledgers in ZooKeeper, and their operations.
 
 Mirrors BookKeeper's "ledgers to logs" recipe as DistributedLog and Pulsar's ManagedLedger implement it.
-A log lives in the znode `{root}/logs/<name>` (JSON, see `client.protocol.log_meta`) and changes only by
+A log lives in the znode `{root}/logs/<name>` (JSON, see `client.log.core.meta`) and changes only by
 compare-and-swap on its version (R27). `LogsMixin` gives `BookKeeper` the log operations:
 
     w = bk.open_log_writer("orders")            # R28: fence the last two ledgers, new ledger, CAS
@@ -40,15 +40,15 @@ from client.errors import (
     MetadataVersionError,
     NoSuchLedgerError,
 )
+from client.log.core import meta as lm
+from client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
-from client.protocol import log_meta as lm
-from client.protocol.log_meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
-    from client.log_reader import LogReader, StartSpec
-    from client.log_writer import LogWriter
+    from client.log.reader import LogReader, StartSpec
+    from client.log.writer import LogWriter
     from client.meta.store import MetadataStore
 
 log = logging.getLogger("bkledger.logs")
@@ -343,7 +343,7 @@ class LogsMixin:
         """Become the writer of the log (R28): fence its last two ledgers, create a new ledger, CAS it into
         the list. LogFencedError if another writer changed the list meanwhile; LogNotFoundError if the log
         does not exist and create is False. A previous writer's further appends fail with LogFencedError."""
-        from client.log_writer import LogWriter
+        from client.log.writer import LogWriter
 
         bk = _bk(self)
         bk._check_open()
@@ -357,7 +357,7 @@ class LogsMixin:
         """Read the log in order from `start` ("earliest", "latest" or a Position) without fencing: it tails
         the open ledger up to its LAC and follows new ledgers. A start whose ledgers were truncated raises
         DataLossError, or starts at the earliest available record if fail_on_data_loss is False."""
-        from client.log_reader import LogReader
+        from client.log.reader import LogReader
 
         bk = _bk(self)
         bk._check_open()
