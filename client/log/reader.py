@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
 from client.log.core import meta as lm
 from client.log.core.meta import LogMetadata, Position
-from client.log.logs import log_path, require_log
+from client.log.store import log_path, require_log
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
