@@ -4,8 +4,9 @@ Verbs: listbookies, listledgers, ledgermetadata, readledger, recover, decommissi
 bookiesanity, listunderreplicated, whoisauditor, autorecovery (status / enable / disable),
 lostbookierecoverydelay. The cluster is named with `--uri`, `--conf` (a bookie configuration file: its
 metadataServiceUri) or, by default, the local cluster in `--dir`. Output is an aligned table for people,
-or JSON with `--json`; long operations print a progress line on stderr. Logs made of ledgers have their
-own command: `bkledger log list|describe|tail`.
+or JSON with `--json`; long operations (recover, decommission) show progress on stderr (`bookie.progress`:
+a bar on a terminal, periodic lines otherwise, nothing with --json) and stop cleanly on Ctrl-C. Logs made
+of ledgers have their own command: `bkledger log list|describe|tail`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from bookie.progress import Progress, stop_on_interrupt
 from client import BookKeeper
 from client.admin import Admin, ReplicationStats
 from client.config import ClientConfig
@@ -56,29 +58,6 @@ def emit(args: argparse.Namespace, data: Any, headers: Sequence[str] = (),
         print(text)
     else:
         print(table(headers, rows))
-
-
-class Progress:
-    """A counter line on stderr, rewritten in place on a terminal."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.quiet = quiet
-        self.tty = sys.stderr.isatty()
-        self.count = 0
-
-    def __call__(self, message: str) -> None:
-        if self.quiet:
-            return
-        self.count += 1
-        if self.tty:
-            sys.stderr.write(f"\r\033[K{message}")
-        else:
-            sys.stderr.write(f"{message}\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.tty and self.count and not self.quiet:
-            sys.stderr.write("\n")
 
 
 def _ms(ts: int) -> str:
@@ -213,18 +192,30 @@ def _stats_rows(stats: ReplicationStats) -> list[tuple[str, object]]:
                                       ("entries", stats.entries), ("bytes", stats.bytes),
                                       ("seconds", round(stats.seconds, 2)), ("MB/s", round(mb_s, 2)),
                                       ("failed", len(stats.failed))]
+    if stats.interrupted:
+        rows.append(("left", len(stats.left)))
     rows += [(f"failed ledger {k}", v) for k, v in sorted(stats.failed.items())]
     return rows
 
 
+def _interrupted_text(verb: str, stats: ReplicationStats) -> str:
+    gone_through = stats.total_ledgers - len(stats.left)
+    kept = "; the cookie was kept" if verb == "decommission" else ""
+    return (f"{verb} interrupted (Ctrl-C): {gone_through} of {stats.total_ledgers} ledgers gone through, "
+            f"{len(stats.left)} left (first: {stats.left[:10]}). Every fragment copied so far is in the "
+            f"metadata and nothing is half-swapped{kept}; run the same command again to finish.")
+
+
 def _run_replication(args: argparse.Namespace, action: Callable[[Admin, Progress], ReplicationStats]) -> int:
-    progress = Progress(args.json)
-    with connect(args) as bk:
-        try:
-            stats = action(Admin(bk), progress)
-        finally:
-            progress.done()
-    emit(args, stats.as_dict(), text="\n".join(f"{k:<20}{v}" for k, v in _stats_rows(stats)))
+    """Run recover/decommission with a progress bar (or lines, or nothing with --json); Ctrl-C stops it
+    between two fragments, prints what was done and exits 130."""
+    with connect(args) as bk, Progress(args.verb, json_output=args.json) as progress, stop_on_interrupt(progress):
+        stats = action(Admin(bk), progress)
+    rows = "\n".join(f"{k:<20}{v}" for k, v in _stats_rows(stats))
+    text = f"{rows}\n{_interrupted_text(args.verb, stats)}" if stats.interrupted else rows
+    emit(args, stats.as_dict(), text=text)
+    if stats.interrupted:
+        return 130
     return 1 if stats.failed else 0
 
 

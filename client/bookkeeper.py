@@ -20,6 +20,7 @@ from client.errors import BadPasswordError, ClientClosedError, InvalidOptionErro
 from client.ledger_handle import LedgerHandle
 from client.log.logs import LogsMixin
 from client.meta.store import MetadataStore
+from client.metrics import NO_METRICS, ClientMetrics, client_metrics
 from client.placement import PlacementPolicy, RandomPlacementPolicy
 from client.protocol import transforms
 from client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
@@ -43,17 +44,18 @@ class ClientContext:
     config: ClientConfig
     placement: PlacementPolicy
     writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
+    metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
 
 
 class BookKeeper(LogsMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
-                 placement: PlacementPolicy | None = None, **options: Any):
+                 placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri
         self.config = config or ClientConfig.from_options(options)
         store = MetadataStore(metadata_service_uri, session_timeout=self.config.zkTimeout).start()
         runtime = EventLoopThread()
         self._ctx = ClientContext(runtime, store, BookiePool(store, self.config.maxAddRequestsInFlight), self.config,
-                                  placement or RandomPlacementPolicy())
+                                  placement or RandomPlacementPolicy(), metrics=client_metrics(metrics_registry))
         self._closed = False
 
     @property

@@ -138,6 +138,7 @@ class LedgerReader:
         while bookie_id is not None:
             status, body = await self._read_one(bookie_id, entry_id)
             if status == pb.EOK and body is not None:
+                self.ctx.metrics.reads.inc()
                 return self._payload(body)
             bookie_id = attempt.on_failure(bookie_id, status)
         raise attempt.error()
@@ -169,6 +170,7 @@ class LedgerReader:
             if ahead is not None:
                 ahead[3].cancel()
             chunk = await self._fetch_chunk(first, last, max_bytes)
+        self.ctx.metrics.reads.inc(len(chunk.entry_ids))
         if chunk.entry_ids and chunk.entry_ids[-1] < last:
             following = chunk.entry_ids[-1] + 1
             task = asyncio.get_running_loop().create_task(self._fetch_chunk(following, last, max_bytes))
