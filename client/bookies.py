@@ -71,6 +71,10 @@ class BookiePool:
         self._clients[bookie_id] = client
         return client
 
+    async def dedicated(self, bookie_id: str) -> BookieClient:
+        """A new connection of its own to the bookie (the caller closes it), with the pool's TLS settings."""
+        return BookieClient(bookie_id, await self.address(bookie_id), 0, self.credentials, self.tls)
+
     def tls_error(self, bookie_id: str) -> BookieTlsError | None:
         """The TLS rejection that broke the last connection to this bookie, if that is what happened."""
         client = self._clients.get(bookie_id)
