@@ -24,6 +24,11 @@ class MetadataStoreError(BKError):
     """ZooKeeper could not be reached or failed the operation (BookKeeper's ZKException)."""
 
 
+class MetadataAccessDeniedError(MetadataStoreError):
+    """ZooKeeper refused the operation (NoAuth): the znode's ACL does not grant it to this session's
+    credentials (BookKeeper's ZKException with NOAUTH)."""
+
+
 class MetadataFormatError(MetadataStoreError):
     """Znode data that cannot be parsed (not ledger metadata, unsupported format version, corrupt)."""
 
@@ -61,7 +66,7 @@ class UpdateConflictError(MetadataConflictError):
 
 
 __all__ = [
-    "BKError", "InvalidOptionError", "LayoutMismatchError", "LedgerExistsError", "MetadataConflictError",
-    "MetadataFormatError", "MetadataStoreError", "MetadataVersionError", "NoSuchLedgerError",
+    "BKError", "InvalidOptionError", "LayoutMismatchError", "LedgerExistsError", "MetadataAccessDeniedError",
+    "MetadataConflictError", "MetadataFormatError", "MetadataStoreError", "MetadataVersionError", "NoSuchLedgerError",
     "NoSuchNodeError", "UpdateConflictError", "ZNodeExistsError", "ZNodeTooLargeError",
 ]

@@ -22,6 +22,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -33,6 +34,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from client.meta.errors import (
+    MetadataAccessDeniedError,
     MetadataStoreError,
     MetadataVersionError,
     NoSuchNodeError,
@@ -40,6 +42,7 @@ from client.meta.errors import (
     ZNodeTooLargeError,
 )
 from client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
+from client.meta.zkauth import ZkAuth
 
 T = TypeVar("T")
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
@@ -82,13 +85,17 @@ class ZkSession:
     """A kazoo session bound to the ledgers root of one metadata service URI."""
 
     def __init__(self, metadata_service_uri: str, session_timeout: float = 10.0,
-                 connect_timeout: float = 15.0) -> None:
+                 connect_timeout: float = 15.0, auth: ZkAuth | None = None) -> None:
+        """`auth`: digest credentials for the session and, if it says so, ACLs on what it creates."""
         self.uri: MetadataServiceUri = parse_metadata_service_uri(metadata_service_uri)
         self.session_timeout = float(session_timeout)
         self.connect_timeout = float(connect_timeout)
+        self.auth = auth
         self._zk = KazooClient(
             hosts=self.uri.hosts, timeout=self.session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            auth_data=auth.auth_data if auth else None,
+            default_acl=auth.owner_acl if auth and auth.enable_acl else None,
         )
         self._retry = KazooRetry(max_tries=-1, delay=0.02, backoff=2, max_delay=0.5,
                                  deadline=max(2.0 * self.session_timeout, 5.0))
@@ -124,6 +131,10 @@ class ZkSession:
         return int(client_id[0]) if client_id else 0
 
     # ---- plumbing ---------------------------------------------------------------------------
+    def _acl(self, path: str) -> Any:
+        """The ACL of a new znode (None: the session's default, see client.meta.zkauth)."""
+        return self.auth.acl_for(path, self.uri.root) if self.auth else None
+
     def _abs(self, path: str) -> str:
         if path.startswith("/"):
             return path.rstrip("/") or "/"
@@ -139,6 +150,8 @@ class ZkSession:
             return self._retry.copy()(fn, *args, **kwargs)
         except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
             raise
+        except NoAuthError:
+            raise self._denied(what) from None
         except KazooException as exc:
             raise MetadataStoreError(f"{what}: ZooKeeper at {self.uri.hosts} failed: {exc!r}") from exc
 
@@ -150,8 +163,16 @@ class ZkSession:
             return fn(*args, **kwargs)
         except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, *_LOST):
             raise
+        except NoAuthError:
+            raise self._denied(what) from None
         except KazooException as exc:
             raise MetadataStoreError(f"{what}: ZooKeeper at {self.uri.hosts} failed: {exc!r}") from exc
+
+    def _denied(self, what: str) -> MetadataAccessDeniedError:
+        who = f"user {self.auth.user!r}" if self.auth else "a session without credentials"
+        return MetadataAccessDeniedError(
+            f"{what}: ZooKeeper refused it (NoAuth): the znode's ACL does not allow {who}; set zkDigestUser and "
+            "zkDigestPasswordPath to the cluster's ZooKeeper credentials (README: Security)")
 
     def _attempts(self) -> Iterator[int]:
         deadline = time.monotonic() + max(2.0 * self.session_timeout, 5.0)
@@ -177,8 +198,8 @@ class ZkSession:
         self.check_size(path, data)
         for attempt in self._attempts():
             try:
-                return str(self._once(f"create {path}", self._zk.create, path, data, ephemeral=ephemeral,
-                                      sequence=sequence, makepath=makepath))
+                return str(self._once(f"create {path}", self._zk.create, path, data, acl=self._acl(path),
+                                      ephemeral=ephemeral, sequence=sequence, makepath=makepath))
             except _LOST:
                 continue
             except NodeExistsError:
@@ -297,7 +318,7 @@ class ZkSession:
                 raise MetadataVersionError(f"{path} is not at version {version}; re-read and retry") from None
 
     def _ensure(self, path: str) -> None:
-        self._call(f"create {path}", self._zk.ensure_path, path)
+        self._call(f"create {path}", self._zk.ensure_path, path, acl=self._acl(path))
 
     # ---- generic helpers (paths relative to the root; "/..." absolute) ------------------------
     def get(self, path: str) -> tuple[bytes, int] | None:
