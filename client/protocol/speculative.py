@@ -197,7 +197,8 @@ class SequenceRead:
         self.deadline = None
         others = tuple(b for b in self._outstanding if b != bookie_id)
         self._outstanding.clear()
-        return ([CancelReads(others)] if others else []) + [ReadDone(bookie_id)]
+        actions: list[SpeculativeAction] = [CancelReads(others)] if others else []
+        return [*actions, ReadDone(bookie_id)]
 
     def on_failure(self, bookie_id: str, status: int, now: float) -> list[SpeculativeAction]:
         """That bookie gave no valid answer. With nothing else outstanding, ask the next one at once;
