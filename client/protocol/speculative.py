@@ -46,6 +46,17 @@ class SpeculativePolicy:
 DISABLED = SpeculativePolicy(0.0)
 
 
+def stalled(last_progress: float, now: float, policy: SpeculativePolicy) -> bool:
+    """A parallel streamed read (E > Qw) that has delivered nothing for the speculative timeout is
+    given up on: its entries are then read from the other bookies of their write sets."""
+    return policy.enabled and now - last_progress >= policy.first_timeout
+
+
+def stall_deadline(last_progress: float, policy: SpeculativePolicy) -> float | None:
+    """When `stalled` turns true for a stream last heard from at `last_progress` (None: never)."""
+    return last_progress + policy.first_timeout if policy.enabled else None
+
+
 class BookieHealth:
     """Failure history of the bookies one client reads from: bookie -> when it was last slow or failed.
 
