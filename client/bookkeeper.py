@@ -26,6 +26,7 @@ from client.placement import PlacementPolicy, RandomPlacementPolicy
 from client.protocol import transforms
 from client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
 from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from client.protocol.speculative import BookieHealth, SpeculativePolicy
 from client.reader import LedgerReader
 from client.recovery_driver import RecoveryRun
 from client.runtime import EventLoopThread
@@ -47,6 +48,11 @@ class ClientContext:
     placement: PlacementPolicy
     writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
     metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
+    health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
+
+    @property
+    def speculative(self) -> SpeculativePolicy:
+        return SpeculativePolicy.from_ms(self.config.speculativeReadTimeout, self.config.maxSpeculativeReadTimeout)
 
 
 class BookKeeper(LogsMixin):
@@ -60,8 +66,10 @@ class BookKeeper(LogsMixin):
                               auth=zk_auth(self.config)).start()
         runtime = EventLoopThread()
         pool = BookiePool(store, self.config.maxAddRequestsInFlight, pool_tls)
+        health = BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
+                              self.config.reorderReadSequenceEnabled)
         self._ctx = ClientContext(runtime, store, pool, self.config, placement or RandomPlacementPolicy(),
-                                  metrics=client_metrics(metrics_registry))
+                                  metrics=client_metrics(metrics_registry), health=health)
         self._closed = False
 
     @property

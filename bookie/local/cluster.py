@@ -76,7 +76,7 @@ class LocalCluster:
 
     # ---- security ---------------------------------------------------------------------------
     @property
-    def client_options(self) -> dict[str, str]:
+    def client_options(self) -> dict[str, Any]:
         """What a client needs besides the URI: the TLS and ZooKeeper settings of a secure cluster."""
         return SecureMaterial(self.base_dir).client_options() if self.secure else {}
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -53,7 +54,7 @@ def zk_only(cluster: LocalCluster) -> dict[str, str]:
     return {k: v for k, v in cluster.client_options.items() if k.startswith("zk")}
 
 
-def failed_add(cluster: LocalCluster, **options: object) -> BookieTlsError:
+def failed_add(cluster: LocalCluster, **options: Any) -> BookieTlsError:
     with BookKeeper(cluster.metadata_service_uri, **{**FAST, **options}) as bk:
         handle = bk.create_ledger(3, 2, 2)
         with pytest.raises(BookieTlsError) as info:
