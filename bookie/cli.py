@@ -86,11 +86,13 @@ def cmd_local(args: argparse.Namespace) -> int:
         if args.action == "up":
             cluster = LocalCluster(args.dir)
             try:
-                cluster.up(args.bookies, _overrides(args.set))
+                cluster.up(args.bookies, _overrides(args.set), secure=args.secure)
             except BaseException:
                 cluster.down()              # leave nothing half-started behind
                 raise
             print(cluster.metadata_service_uri)
+            if args.secure:
+                print(f"secure: clients need export {_client_env(cluster)} (see local status --json)", file=sys.stderr)
         elif args.action == "down":
             LocalCluster.load(args.dir).down()
             print(f"local cluster in {args.dir} stopped")
@@ -106,9 +108,16 @@ def cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client_env(cluster: Any) -> str:
+    env = cluster.status().get("env", {})
+    return " ".join(f"{k}={v}" for k, v in env.items())
+
+
 def _print_status(status: dict[str, Any]) -> None:
     zk = status["zookeeper"]
     print(f"metadataServiceUri  {status['metadataServiceUri']}")
+    if status.get("secure"):
+        print(f"secure              TLS + client certificates + ZooKeeper ACLs; client conf {status['clientConf']}")
     print(f"zookeeper           {zk['address']}  pid {zk['pid']}  {'up' if zk['alive'] else 'DOWN'}")
     print(f"{'bookie':<22}{'pid':>8}  state  {'autorecovery':<14}  directories")
     for b in status["bookies"]:
@@ -137,8 +146,8 @@ def cmd_log(args: argparse.Namespace) -> int:
     """`bkledger log list|describe NAME|tail NAME`: the logs stored under a metadata service URI."""
     from client import BookKeeper
     from client.errors import BKError
-    from client.logs import describe_log
-    from client.protocol.log_meta import Position
+    from client.log.core.meta import Position
+    from client.log.logs import describe_log
 
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     if args.action != "list" and not args.name:
@@ -197,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="where the cluster lives")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")
+    p.add_argument("--secure", action="store_true",
+                   help="TLS with client certificates and ZooKeeper ACLs; material in DIR/secure (up)")
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser("log", help="logs made of ledgers: list, describe, tail")

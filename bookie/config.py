@@ -62,6 +62,21 @@ class BookieConfig:
     httpServerEnabled: bool = False        # the admin HTTP API (/heartbeat, /metrics, /api/v1/...)
     httpServerPort: int = 8080
     httpServerAdminToken: str = ""         # bearer token for state-changing endpoints ("": they are refused)
+    # ---- security (README "Security"): TLS (bookie.tls; also the autorecovery daemon's client keys) ...
+    tlsProviderFactoryClass: str = ""      # org.apache.bookkeeper.tls.TLSContextFactory: serve TLS
+    tlsProvider: str = "OpenSSL"
+    tlsClientAuthentication: bool = False  # accept only clients with a certificate tlsTrustStore signed
+    tlsKeyStoreType: str = "PEM"
+    tlsKeyStore: str = ""                  # PEM private key
+    tlsKeyStorePasswordPath: str = ""
+    tlsCertificatePath: str = ""           # PEM certificate chain; its subjectAltNames must name the bookie's address
+    tlsTrustStoreType: str = "PEM"
+    tlsTrustStore: str = ""                # PEM CA(s): client certificates (server) and bookies (as a client)
+    tlsCertFilesRefreshDurationSeconds: int = 0   # > 0: reload changed certificate files, checked this often
+    # ... and ZooKeeper (client.meta.zkauth)
+    zkEnableSecurity: bool = False         # znodes the bookie creates get ACLs (cookies, registrations)
+    zkDigestUser: str = ""
+    zkDigestPasswordPath: str = ""
 
     @property
     def bookie_id(self) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 
 from bookie.bookie import Bookie, dirs_have_data
-from bookie.config import BookieConfig
+from bookie.config import BookieConfig, ConfigError
 from bookie.core import decisions
 from bookie.core.cookie import Cookie, CookieError, decide
 from bookie.gc import GarbageCollector
@@ -27,7 +27,10 @@ from bookie.http_admin import AdminHttpServer, start_bookie_http
 from bookie.memory import pin_mmap_threshold
 from bookie.server import GRPC_OPTIONS, BookieService
 from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
+from bookie.tls import server_credentials
+from client.errors import InvalidOptionError
 from client.meta.store import MetadataStore
+from client.meta.zkauth import zk_auth
 from proto import bookie_pb2_grpc as pb_grpc
 
 log = logging.getLogger("bkledger.bookie")
@@ -66,7 +69,9 @@ def check_cookies(config: BookieConfig, store: MetadataStore) -> None:
 class BookieServer:
     def __init__(self, config: BookieConfig):
         self.config = config
-        self.store = MetadataStore(config.metadataServiceUri, session_timeout=config.zkTimeout / 1000.0)
+        self.store = MetadataStore(config.metadataServiceUri, session_timeout=config.zkTimeout / 1000.0,
+                                   auth=zk_auth(config))
+        self.credentials = server_credentials(config)      # None: plaintext (see bookie.tls)
         self.bookie = Bookie(config, on_fatal=self._on_journal_fatal)
         self.service: BookieService | None = None
         self.server: grpc.aio.Server | None = None
@@ -158,12 +163,15 @@ class BookieServer:
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         pb_grpc.add_BookieServicer_to_server(self.service, self.server)
         address = f"{cfg.listenAddress}:{cfg.bookiePort}"
-        if self.server.add_insecure_port(address) == 0:
+        bound = (self.server.add_secure_port(address, self.credentials) if self.credentials
+                 else self.server.add_insecure_port(address))
+        if bound == 0:
             raise OSError(f"cannot listen on {address}: the port is taken")
         self.http = start_bookie_http(self)
         await self.server.start()
         await asyncio.to_thread(self._register)
-        log.info("bookie %s serving on %s (journal %s, ledgers %s)", cfg.bookie_id, address,
+        log.info("bookie %s serving %s on %s (journal %s, ledgers %s)", cfg.bookie_id,
+                 "TLS" if self.credentials else "plaintext", address,
                  cfg.journal_dir, ",".join(cfg.ledgerDirectories))
         assert self.bookie.storage is not None
         self.gc = GarbageCollector(self.bookie.storage, self.store, cfg, self.bookie.forget_ledger).start()
@@ -205,4 +213,7 @@ def run_bookie(config: BookieConfig) -> int:
     except CookieError as exc:
         log.error("refusing to start: %s", exc)
         return 3
+    except (ConfigError, InvalidOptionError) as exc:
+        log.error("bad configuration: %s", exc)
+        return 2
     return 0

@@ -3,10 +3,12 @@
 Verbs: listbookies, listledgers, ledgermetadata, readledger, recover, decommission, simpletest,
 bookiesanity, listunderreplicated, whoisauditor, autorecovery (status / enable / disable),
 lostbookierecoverydelay. The cluster is named with `--uri`, `--conf` (a bookie configuration file: its
-metadataServiceUri) or, by default, the local cluster in `--dir`. Output is an aligned table for people,
-or JSON with `--json`; long operations (recover, decommission) show progress on stderr (`bookie.progress`:
-a bar on a terminal, periodic lines otherwise, nothing with --json) and stop cleanly on Ctrl-C. Logs made
-of ledgers have their own command: `bkledger log list|describe|tail`.
+metadataServiceUri) or, by default, the local cluster in `--dir`. Security settings (TLS, ZooKeeper
+credentials) come from `--client-conf FILE`, else the bookie configuration's keys (`--conf`), else the
+local cluster's (a `--secure` one), on top of the file named by BKLEDGER_CLIENT_CONF. Output is an
+aligned table for people, or JSON with `--json`; long operations (recover, decommission) show progress on
+stderr (`bookie.progress`: a bar on a terminal, periodic lines otherwise, nothing with --json) and stop
+cleanly on Ctrl-C. Logs made of ledgers have their own command: `bkledger log list|describe|tail`.
 """
 
 from __future__ import annotations
@@ -96,8 +98,36 @@ def resolve_uri(args: argparse.Namespace) -> str:
         raise ShellError(f"give --uri or --conf ({exc})") from None
 
 
+def security_options(args: argparse.Namespace) -> dict[str, Any]:
+    """TLS and ZooKeeper settings: --client-conf, else the bookie configuration's, else the local cluster's."""
+    from client.config import SECURITY_KEYS, read_properties
+
+    if getattr(args, "client_conf", None):
+        return dict(read_properties(Path(args.client_conf)))
+    if args.uri:
+        return {}
+    if args.conf:
+        from bookie.config import ConfigError, load
+
+        try:
+            bookie_conf = load(Path(args.conf))
+        except ConfigError as exc:
+            raise ShellError(str(exc)) from None
+        return {k: getattr(bookie_conf, k) for k in SECURITY_KEYS}
+    from bookie.local.cluster import ClusterError, LocalCluster
+
+    try:
+        return dict(LocalCluster.load(args.dir).client_options)
+    except ClusterError:
+        return {}
+
+
+def client_config(args: argparse.Namespace) -> ClientConfig:
+    return ClientConfig.from_environment({"readTimeout": 5.0, "addEntryTimeoutSec": 10.0, **security_options(args)})
+
+
 def connect(args: argparse.Namespace, **kwargs: Any) -> BookKeeper:
-    return BookKeeper(resolve_uri(args), config=ClientConfig(readTimeout=5.0, addEntryTimeoutSec=10.0), **kwargs)
+    return BookKeeper(resolve_uri(args), config=client_config(args), **kwargs)
 
 
 class _OnBookies:
@@ -263,14 +293,14 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
 
 
 def cmd_bookiesanity(args: argparse.Namespace) -> int:
-    uri = resolve_uri(args)
-    with BookKeeper(uri) as bk:
+    uri, config = resolve_uri(args), client_config(args)
+    with BookKeeper(uri, config=config) as bk:
         bookies = [args.bookie] if args.bookie else bk.store.writable_bookies()
     results = []
     for bookie_id in bookies:
         start = time.monotonic()
         try:
-            with BookKeeper(uri, placement=_OnBookies([bookie_id])) as bk:
+            with BookKeeper(uri, config=config, placement=_OnBookies([bookie_id])) as bk:
                 handle = bk.create_ledger(1, 1, 1, password=b"bookiesanity")
                 for i in range(args.num_entries):
                     handle.add_entry(f"bookiesanity {i}".encode(), timeout=30)
@@ -331,7 +361,7 @@ def cmd_lostbookierecoverydelay(args: argparse.Namespace) -> int:
 
 
 def cmd_sweepjobs(args: argparse.Namespace) -> int:
-    from client.logs import delete_uncommitted, uncommitted_job_ledgers
+    from client.log.logs import delete_uncommitted, uncommitted_job_ledgers
 
     with connect(args) as bk:
         found = uncommitted_job_ledgers(bk, args.older_than, args.log)
@@ -352,6 +382,7 @@ def add_shell_parser(sub: Any) -> None:
     common.add_argument("--conf", help="a bookie configuration file (its metadataServiceUri is used)")
     common.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="local cluster to use without --uri/--conf")
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
+    common.add_argument("--client-conf", help="client settings file (TLS, ZooKeeper credentials; README: Security)")
 
     shell = sub.add_parser("shell", help="admin shell: bookies, ledgers, recovery, autorecovery, tests")
     verbs = shell.add_subparsers(dest="verb", required=True)

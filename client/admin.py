@@ -310,7 +310,7 @@ class Admin:
             return 0, 0
         ctx = self._ctx
         digest = make_digest(md.digest_type, md.password)
-        client = BookieClient(target, await ctx.pool.address(target))
+        client = await ctx.pool.dedicated(target)
         sink = _AddSink(client, md.ledger_id, master_key(md.password), self.window_entries,
                         ack_timeout=max(ctx.config.addEntryTimeoutSec * 6, 30.0))
         copied = [0, 0]

@@ -23,6 +23,8 @@ from typing import Protocol
 
 import grpc
 
+from client.errors import BookieTlsError
+from client.tls import TlsSettings, rejection
 from proto import bookie_pb2 as pb
 from proto import bookie_pb2_grpc as pb_grpc
 
@@ -107,11 +109,16 @@ def _varint(value: int) -> bytes:
 
 
 class BookieClient:
-    def __init__(self, bookie_id: str, address: str, max_requests_in_flight: int = 0):
-        """`max_requests_in_flight`: AddRequests unanswered on the stream before adds wait (0: no bound)."""
+    def __init__(self, bookie_id: str, address: str, max_requests_in_flight: int = 0,
+                 credentials: grpc.ChannelCredentials | None = None, tls: TlsSettings | None = None):
+        """`max_requests_in_flight`: AddRequests unanswered on the stream before adds wait (0: no bound).
+        `credentials`: TLS channel credentials (client.tls; None: plaintext); `tls` explains rejections."""
         self.bookie_id = bookie_id
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.tls = tls or TlsSettings()
+        self.tls_error: BookieTlsError | None = None      # the TLS rejection that broke this connection
+        self.channel = (grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS) if credentials
+                        else grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS))
         self.stub = pb_grpc.BookieStub(self.channel)
         self.add_stream = self.channel.stream_stream(   # AddStream taking requests already serialized
             "/bkledger.v1.Bookie/AddStream", request_serializer=None,
@@ -183,7 +190,8 @@ class BookieClient:
                 if reader.done():
                     break
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
-            log.warning("add stream to %s failed: %s", self.bookie_id, _short(exc))
+            self._note_tls(exc)
+            log.warning("add stream to %s failed: %s", self.bookie_id, self.tls_error or _short(exc))
         finally:
             if not reader.done():
                 if self._closed:
@@ -203,7 +211,8 @@ class BookieClient:
                 self._answer(len(response.acks))
         except grpc.aio.AioRpcError as exc:
             if not self._closed:
-                log.warning("ack stream from %s failed: %s", self.bookie_id, _short(exc))
+                self._note_tls(exc)
+                log.warning("ack stream from %s failed: %s", self.bookie_id, self.tls_error or _short(exc))
         finally:
             self._wakeup.set()
 
@@ -227,9 +236,20 @@ class BookieClient:
     # ---- unary calls ------------------------------------------------------------------------
     def _broken(self, exc: grpc.aio.AioRpcError) -> None:
         """The bookie could not be reached: let the pool open a fresh connection next time instead of
-        waiting out this channel's reconnect backoff (a restarted bookie is used again at once)."""
+        waiting out this channel's reconnect backoff (a restarted bookie is used again at once).
+        A TLS rejection is raised as a BookieTlsError that says what to fix."""
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
             self.failed = True
+            if self._note_tls(exc) is not None:
+                raise self.tls_error from exc   # type: ignore[misc]
+
+    def _note_tls(self, exc: BaseException) -> BookieTlsError | None:
+        if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+            found = rejection(exc.details() or "", self.tls, self.bookie_id, self.address)
+            if found is not None:
+                self.tls_error = found
+            return found
+        return None
 
     async def read(self, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
         try:
@@ -264,7 +284,11 @@ class BookieClient:
         return await self.stub.ForceLedger(pb.ForceLedgerRequest(ledger_id=ledger_id), timeout=timeout)
 
     async def info(self, timeout: float) -> pb.GetBookieInfoResponse:
-        return await self.stub.GetBookieInfo(pb.GetBookieInfoRequest(requested=3), timeout=timeout)
+        try:
+            return await self.stub.GetBookieInfo(pb.GetBookieInfoRequest(requested=3), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            self._broken(exc)
+            raise
 
     async def list_entries(self, ledger_id: int, timeout: float) -> pb.GetListOfEntriesResponse:
         request = pb.GetListOfEntriesRequest(ledger_id=ledger_id)

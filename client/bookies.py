@@ -8,18 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 from client.bookie_client import BookieClient
-from client.errors import BookieUnavailableError
+from client.errors import (
+    BKError,
+    BookieTlsError,
+    BookieUnavailableError,
+    LedgerRecoveryError,
+    NotEnoughBookiesError,
+)
 from client.meta.store import MetadataStore
+from client.tls import TlsSettings, channel_credentials
 
 log = logging.getLogger("bkledger.client")
 
 
+_NO_BOOKIES = (NotEnoughBookiesError, BookieUnavailableError, LedgerRecoveryError)
+
+
 class BookiePool:
-    def __init__(self, store: MetadataStore, max_add_requests_in_flight: int = 0):
+    def __init__(self, store: MetadataStore, max_add_requests_in_flight: int = 0, tls: TlsSettings | None = None):
+        """`tls`: the client's TLS keys; credentials are loaded once, here (InvalidOptionError if unusable)."""
         self.store = store
         self.max_add_requests_in_flight = max_add_requests_in_flight
+        self.tls = tls or TlsSettings()
+        self.credentials = channel_credentials(self.tls)
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -48,13 +62,32 @@ class BookiePool:
             return client
         if client is not None:
             self._retire(client)
-        client = BookieClient(bookie_id, await self.address(bookie_id), self.max_add_requests_in_flight)
+        client = BookieClient(bookie_id, await self.address(bookie_id), self.max_add_requests_in_flight,
+                              self.credentials, self.tls)
         existing = self._clients.get(bookie_id)
         if existing is not None and not existing.failed:   # another task connected meanwhile
             await client.close()
             return existing
         self._clients[bookie_id] = client
         return client
+
+    async def dedicated(self, bookie_id: str) -> BookieClient:
+        """A new connection of its own to the bookie (the caller closes it), with the pool's TLS settings."""
+        return BookieClient(bookie_id, await self.address(bookie_id), 0, self.credentials, self.tls)
+
+    def tls_error(self, bookie_id: str) -> BookieTlsError | None:
+        """The TLS rejection that broke the last connection to this bookie, if that is what happened."""
+        client = self._clients.get(bookie_id)
+        return client.tls_error if client is not None else None
+
+    def explain(self, error: BKError, bookie_ids: Iterable[str]) -> BKError:
+        """`error`, or the TLS rejection behind it when running out of bookies was caused by TLS."""
+        if isinstance(error, _NO_BOOKIES) and not isinstance(error, BookieTlsError):
+            for bookie_id in bookie_ids:
+                tls_error = self.tls_error(bookie_id)
+                if tls_error is not None:
+                    return tls_error
+        return error
 
     def _retire(self, client: BookieClient) -> None:
         task = asyncio.get_running_loop().create_task(client.close())

@@ -16,18 +16,21 @@ from typing import Any
 
 from client.bookies import BookiePool
 from client.config import ClientConfig
-from client.errors import BadPasswordError, ClientClosedError, InvalidOptionError
+from client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
 from client.ledger_handle import LedgerHandle
-from client.logs import LogsMixin
+from client.log.logs import LogsMixin
 from client.meta.store import MetadataStore
+from client.meta.zkauth import zk_auth
 from client.metrics import NO_METRICS, ClientMetrics, client_metrics
 from client.placement import PlacementPolicy, RandomPlacementPolicy
 from client.protocol import transforms
 from client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
 from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from client.protocol.speculative import BookieHealth, SpeculativePolicy
 from client.reader import LedgerReader
 from client.recovery_driver import RecoveryRun
 from client.runtime import EventLoopThread
+from client.tls import channel_credentials, settings_of
 from client.writer import LedgerWriter
 
 log = logging.getLogger("bkledger.client")
@@ -45,17 +48,28 @@ class ClientContext:
     placement: PlacementPolicy
     writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
     metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
+    health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
+
+    @property
+    def speculative(self) -> SpeculativePolicy:
+        return SpeculativePolicy.from_ms(self.config.speculativeReadTimeout, self.config.maxSpeculativeReadTimeout)
 
 
 class BookKeeper(LogsMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
                  placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri
-        self.config = config or ClientConfig.from_options(options)
-        store = MetadataStore(metadata_service_uri, session_timeout=self.config.zkTimeout).start()
+        self.config = config or ClientConfig.from_environment(options)
+        pool_tls = settings_of(self.config)
+        channel_credentials(pool_tls)       # a bad TLS setting fails here, before any session is opened
+        store = MetadataStore(metadata_service_uri, session_timeout=self.config.zkTimeout,
+                              auth=zk_auth(self.config)).start()
         runtime = EventLoopThread()
-        self._ctx = ClientContext(runtime, store, BookiePool(store, self.config.maxAddRequestsInFlight), self.config,
-                                  placement or RandomPlacementPolicy(), metrics=client_metrics(metrics_registry))
+        pool = BookiePool(store, self.config.maxAddRequestsInFlight, pool_tls)
+        health = BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
+                              self.config.reorderReadSequenceEnabled)
+        self._ctx = ClientContext(runtime, store, pool, self.config, placement or RandomPlacementPolicy(),
+                                  metrics=client_metrics(metrics_registry), health=health)
         self._closed = False
 
     @property
@@ -116,6 +130,16 @@ class BookKeeper(LogsMixin):
     async def _open(self, ledger_id: int, password: bytes, recovery: bool, rules: RecoveryRules) -> LedgerHandle:
         md, version = await asyncio.to_thread(self._ctx.store.read_ledger, ledger_id)
         check_password(md, password)
+        try:
+            return await self._open_checked(md, version, password, recovery, rules)
+        except BKError as exc:    # no bookie answered: say so if TLS was why (client.tls)
+            explained = self._ctx.pool.explain(exc, {b for f in md.fragments for b in f.ensemble})
+            if explained is exc:
+                raise
+            raise explained from exc
+
+    async def _open_checked(self, md: LedgerMetadata, version: int, password: bytes, recovery: bool,
+                            rules: RecoveryRules) -> LedgerHandle:
         if recovery and md.state is not LedgerState.CLOSED:
             md, version = await RecoveryRun(self._ctx, md, password, rules).run()
         lac = md.last_entry_id

@@ -1,13 +1,18 @@
 """Client settings, with BookKeeper's ClientConfiguration names where one exists.
 
 `ClientConfig.from_options` accepts a mapping of strings (as Spark options or a properties file give
-them) and rejects unknown keys with an InvalidOptionError that names the key.
+them) and rejects unknown keys with an InvalidOptionError that names the key. Security settings (TLS to
+bookies, ZooKeeper digest credentials and ACLs: see client.tls and client.meta.zkauth) can also come from
+a client configuration file (Java properties, the same keys) named by the environment variable
+BKLEDGER_CLIENT_CONF, which `BookKeeper(...)` reads when set; explicit settings win over the file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from client.errors import InvalidOptionError
@@ -18,7 +23,12 @@ class ClientConfig:
     zkTimeout: float = 10.0                  # s, ZooKeeper session timeout
     addEntryTimeoutSec: float = 5.0          # an add not acked by a bookie in this time: the bookie failed
     readTimeout: float = 5.0                 # s, per read request
-    speculativeReadTimeout: float = 2.0      # s, then also ask the next bookie of the write set
+    speculativeReadTimeout: int = 500        # ms without an answer from a bookie: also ask the next bookie of
+                                             # the write set; the first valid answer wins (0: never speculate)
+    maxSpeculativeReadTimeout: int = 0       # ms, cap of the backoff (x2) between further speculations of one
+                                             # read (0: same as speculativeReadTimeout, so it never grows)
+    reorderReadSequenceEnabled: bool = True  # read from bookies that were slow or failed recently last
+    bookieFailureHistoryExpirationMSec: int = 60000   # how long a bookie counts as "recently slow"
     fenceTimeout: float = 5.0                # s, recovery's fencing reads
     metadataMaxAttempts: int = 20            # CAS attempts before giving up with a clear error
     maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit
@@ -29,6 +39,19 @@ class ClientConfig:
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure
     readBatchBytes: int = 4 * 1024 * 1024    # range read batch size asked from bookies
     recoveryReadWindow: int = 64             # recovery reads in flight (BookKeeper: recoveryReadBatchSize)
+    # ---- security (README "Security"): TLS to bookies (client.tls), ZooKeeper auth (client.meta.zkauth)
+    tlsProviderFactoryClass: str = ""        # org.apache.bookkeeper.tls.TLSContextFactory: TLS on; "": plaintext
+    tlsProvider: str = "OpenSSL"
+    tlsClientAuthentication: bool = False    # present tlsCertificatePath + tlsKeyStore to bookies
+    tlsKeyStoreType: str = "PEM"
+    tlsKeyStore: str = ""                    # PEM private key
+    tlsKeyStorePasswordPath: str = ""        # file with the key's password, if it is encrypted
+    tlsCertificatePath: str = ""             # PEM certificate chain
+    tlsTrustStoreType: str = "PEM"
+    tlsTrustStore: str = ""                  # PEM CA certificate(s) that signed the bookies' certificates
+    zkEnableSecurity: bool = False           # znodes this client creates get ACLs (needs digest credentials)
+    zkDigestUser: str = ""                   # ZooKeeper digest auth user ...
+    zkDigestPasswordPath: str = ""           # ... and the file holding its password
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> ClientConfig:
@@ -39,9 +62,58 @@ class ClientConfig:
         for key, raw in options.items():
             if key not in fields:
                 raise InvalidOptionError(f"unknown client setting {key!r}; known: {', '.join(sorted(fields))}")
-            kind: type = type(fields[key].default)
-            try:
-                kwargs[key] = kind(raw)
-            except (TypeError, ValueError):
-                raise InvalidOptionError(f"client setting {key} must be a {kind.__name__}, got {raw!r}") from None
+            kwargs[key] = _convert(key, type(fields[key].default), raw)
         return cls(**kwargs)
+
+    @classmethod
+    def from_environment(cls, options: Mapping[str, Any] | None = None) -> ClientConfig:
+        """The settings of the file named by BKLEDGER_CLIENT_CONF (if set), overridden by `options`."""
+        path = os.environ.get(CLIENT_CONF_ENV, "").strip()
+        base = read_properties(Path(path), CLIENT_CONF_ENV) if path else {}
+        return cls.from_options({**base, **(options or {})})
+
+    def security_options(self) -> dict[str, str]:
+        """The security settings that differ from the defaults, as strings (to hand to another client)."""
+        out: dict[str, str] = {}
+        for key in SECURITY_KEYS:
+            value = getattr(self, key)
+            if value != getattr(ClientConfig, key):
+                out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+CLIENT_CONF_ENV = "BKLEDGER_CLIENT_CONF"
+SECURITY_KEYS = (
+    "tlsProviderFactoryClass", "tlsProvider", "tlsClientAuthentication", "tlsKeyStoreType", "tlsKeyStore",
+    "tlsKeyStorePasswordPath", "tlsCertificatePath", "tlsTrustStoreType", "tlsTrustStore",
+    "zkEnableSecurity", "zkDigestUser", "zkDigestPasswordPath",
+)
+
+
+def _convert(key: str, kind: type, raw: Any) -> Any:
+    if kind is bool and isinstance(raw, str):
+        if raw.strip().lower() not in ("true", "false"):
+            raise InvalidOptionError(f"client setting {key} must be true or false, got {raw!r}")
+        return raw.strip().lower() == "true"
+    try:
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"client setting {key} must be a {kind.__name__}, got {raw!r}") from None
+
+
+def read_properties(path: Path, what: str = "client configuration") -> dict[str, str]:
+    """key=value lines of a Java-properties file (# and ! comments); InvalidOptionError if unreadable."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidOptionError(f"{what}: cannot read {path} ({exc.strerror})") from None
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise InvalidOptionError(f"{what} {path} line {number}: expected key=value, got {line!r}")
+        values[key.strip()] = value.strip()
+    return values

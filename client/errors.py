@@ -143,6 +143,17 @@ class BookieUnavailableError(BKError):
         self.bookie_id = bookie_id
 
 
+class BookieTlsError(BookieUnavailableError):
+    """TLS between this client and a bookie failed (a plaintext peer, an untrusted, missing or expired
+    certificate); `reason` names the case. A kind of BookieUnavailableError: other bookies are tried."""
+
+    default_message = "TLS with the bookie failed: check tlsTrustStore, tlsCertificatePath and tlsKeyStore"
+
+    def __init__(self, message: str | None = None, *, reason: str = "", bookie_id: str | None = None) -> None:
+        super().__init__(message or self.default_message, bookie_id=bookie_id)
+        self.reason = reason
+
+
 class BookieError(BKError):
     """A bookie answered with an error status not covered by a more specific error."""
 
@@ -201,7 +212,7 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 
 
 __all__ = [
-    "BKError", "BadPasswordError", "BookieError", "BookieUnavailableError", "ClientClosedError",
+    "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidOptionError", "InvalidQuorumError",
     "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
     "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import lz4.block
 
 from client.add_future import AddFuture
-from client.errors import ClientClosedError, EntryTooLargeError, LedgerClosedError
+from client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError
 from client.protocol.digest import make_digest
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.reads import check_read_range
@@ -126,7 +126,13 @@ class LedgerHandle:
             position = chunk.entry_ids[-1] + 1
 
     async def _chunk(self, first: int, last: int) -> ReadChunk:
-        chunk = await self._bound_reader().read_chunk(first, last, self._ctx.config.readBatchBytes)
+        try:
+            chunk = await self._bound_reader().read_chunk(first, last, self._ctx.config.readBatchBytes)
+        except BKError as exc:    # all replicas failed: say so if TLS was why (client.tls)
+            explained = self._ctx.pool.explain(exc, {b for f in self.metadata.fragments for b in f.ensemble})
+            if explained is exc:
+                raise
+            raise explained from exc
         if not chunk.entry_ids or chunk.entry_ids[0] != first:
             raise AssertionError(f"read of ledger {self.ledger_id} from {first} returned nothing")
         return chunk

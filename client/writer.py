@@ -271,7 +271,7 @@ class LedgerWriter:
             if self.pending.failed_indices:
                 raise NotEnoughBookiesError(f"ledger {self.ledger_id}: ensemble changes kept failing")
         except (LedgerFencedError, LedgerClosedError, NotEnoughBookiesError) as exc:
-            self._execute(list(self.pending.fail_all(exc)))
+            self._execute(list(self.pending.fail_all(self.ctx.pool.explain(exc, self._bad_bookies))))
         except BKError as exc:
             self._execute(list(self.pending.fail_all(exc)))
 

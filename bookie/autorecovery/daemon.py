@@ -30,7 +30,7 @@ from bookie.metrics import start_autorecovery_metrics
 from bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
 from client import BookKeeper
 from client.admin import Admin
-from client.config import ClientConfig
+from client.config import SECURITY_KEYS, ClientConfig
 from client.errors import BKError
 from client.meta.store import Watch
 from client.meta.underreplication import UR_ELECTION, UR_LEDGERS
@@ -43,8 +43,7 @@ class AutoRecovery:
         self.config = config
         self.poll = {"auditor": 0.5, "worker": 0.25}   # seconds between rounds unless a watch wakes it
         self.stop_event = threading.Event()
-        self.bk = BookKeeper(config.metadataServiceUri,
-                             config=ClientConfig(zkTimeout=config.zkTimeout / 1000.0))
+        self.bk = BookKeeper(config.metadataServiceUri, config=client_config(config))
         self.admin = Admin(self.bk, window_entries=max(config.rereplicationEntryBatchSize, 1) * 100)
         self.admin.underreplication.init()
         self.local = config.bookie_id
@@ -127,6 +126,13 @@ class AutoRecovery:
             with contextlib.suppress(Exception):
                 self.admin.underreplication.withdraw(self.vote)
         self.bk.close()
+
+
+def client_config(config: BookieConfig) -> ClientConfig:
+    """The daemon's client settings: the bookie's session timeout and its TLS and ZooKeeper security keys
+    (the bookie's certificate is the daemon's client certificate, as in BookKeeper's AutoRecoveryMain)."""
+    security = {key: getattr(config, key) for key in SECURITY_KEYS}
+    return ClientConfig.from_options({"zkTimeout": config.zkTimeout / 1000.0, **security})
 
 
 def run_autorecovery(config: BookieConfig) -> int:

@@ -2,8 +2,10 @@
 
 Used by `bkledger local up|down|status`, by `make demo` and by the integration-test fixtures. Beside
 each bookie runs an autorecovery daemon (`bkledger autorecovery`, log `bookie-<i>/autorecovery.log`)
-unless disabled. The state (addresses, pids of bookies and daemons, directories) lives in
-`<dir>/cluster.json`, so another process can stop the cluster or find a bookie to kill, pause or restart.
+unless disabled. With `secure`, bookies serve TLS with client authentication and every znode gets
+ZooKeeper ACLs (material in `<dir>/secure/`, see bookie.local.secure). The state (addresses, pids of
+bookies and daemons, directories) lives in `<dir>/cluster.json`, so another process can stop the
+cluster or find a bookie to kill, pause or restart.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from bookie import config as bkconfig
+from bookie.local.secure import SecureMaterial
 from bookie.local.zookeeper import ZooKeeperServer, free_port, pid_alive, stop_pid
+from client.config import CLIENT_CONF_ENV, ClientConfig
 from client.meta.store import MetadataStore
+from client.meta.zkauth import zk_auth
 
 log = logging.getLogger("bkledger.local")
 
@@ -66,7 +71,18 @@ class LocalCluster:
         self.metadata_service_uri = ""
         self.bookies: list[BookieProcess] = []
         self.autorecovery = True
+        self.secure = False
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- security ---------------------------------------------------------------------------
+    @property
+    def client_options(self) -> dict[str, Any]:
+        """What a client needs besides the URI: the TLS and ZooKeeper settings of a secure cluster."""
+        return SecureMaterial(self.base_dir).client_options() if self.secure else {}
+
+    def metadata_store(self) -> MetadataStore:
+        """A metadata store session with the cluster's credentials (call start() or use `with`)."""
+        return MetadataStore(self.metadata_service_uri, auth=zk_auth(ClientConfig.from_options(self.client_options)))
 
     # ---- state file -----------------------------------------------------------------------
     @property
@@ -89,6 +105,7 @@ class LocalCluster:
         cluster.zk_pid = state["zookeeper"]["pid"]
         cluster.metadata_service_uri = state["metadataServiceUri"]
         cluster.autorecovery = bool(state.get("autorecovery", False))
+        cluster.secure = bool(state.get("secure", False))
         cluster.bookies = [
             BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive", "autorecovery_alive")})
             for b in state["bookies"]
@@ -102,12 +119,21 @@ class LocalCluster:
                           "alive": bool(self.zk_pid) and pid_alive(self.zk_pid)},
             "metadataServiceUri": self.metadata_service_uri,
             "autorecovery": self.autorecovery,
+            **self._client_status(),
             "bookies": [
                 {**dataclasses.asdict(b), "address": b.address, "alive": bool(b.pid) and pid_alive(b.pid),
                  "autorecovery_alive": bool(b.autorecovery_pid) and pid_alive(b.autorecovery_pid)}
                 for b in self.bookies
             ],
         }
+
+    def _client_status(self) -> dict[str, Any]:
+        """How a client connects: `secure`, and for a secure cluster its client config file and settings."""
+        if not self.secure:
+            return {"secure": False}
+        material = SecureMaterial(self.base_dir)
+        return {"secure": True, "clientConf": str(material.client_conf),
+                "env": {CLIENT_CONF_ENV: str(material.client_conf)}, "clientSettings": self.client_options}
 
     # ---- up -------------------------------------------------------------------------------
     def up(
@@ -119,12 +145,14 @@ class LocalCluster:
         root: str = "/ledgers",
         scheme: str = "zk",
         autorecovery: bool | None = None,
+        secure: bool = False,
     ) -> None:
         """Start ZooKeeper (or use the one on `zookeeper_port`, then it is not ours to stop) and bookies.
 
         Beside each bookie an autorecovery daemon (`bkledger autorecovery`) runs unless `autorecovery` is
         False (None: the `autoRecoveryDaemonEnabled` key, default true). Local clusters default to
         `lostBookieRecoveryDelay=2` s and a 10 s `openLedgerRereplicationGracePeriod` (settable).
+        `secure`: TLS with client certificates and ZooKeeper ACLs (bookie.local.secure).
         """
         overrides = dict(conf_overrides or {})
         if autorecovery is None:
@@ -135,14 +163,16 @@ class LocalCluster:
             if old.zk_pid and pid_alive(old.zk_pid):
                 raise ClusterError(f"a local cluster is already running in {self.base_dir} (bkledger local down)")
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.secure = secure
+        zk_properties = SecureMaterial(self.base_dir).ensure().zookeeper_properties() if secure else {}
         if zookeeper_port:
             self.zk_port, self.zk_pid = zookeeper_port, 0
         else:
-            zk = ZooKeeperServer()
+            zk = ZooKeeperServer(system_properties=zk_properties)
             zk.start(self.base_dir / "zookeeper", port=0)
             self.zk_port, self.zk_pid = zk.port, zk.pid
         self.metadata_service_uri = f"{scheme}://127.0.0.1:{self.zk_port}{root}"
-        with MetadataStore(self.metadata_service_uri) as store:
+        with self.metadata_store() as store:
             store.init_cluster()
         for _ in range(num_bookies):
             self.add_bookie(overrides)
@@ -166,6 +196,7 @@ class LocalCluster:
             "openLedgerRereplicationGracePeriod": "10000",
             "rwRereplicateBackoffMs": "1000",
             **_operations_ports(conf_overrides),
+            **(SecureMaterial(self.base_dir).bookie_options(index) if self.secure else {}),
             **conf_overrides,
         }
         config = bkconfig.from_mapping(values)
@@ -233,7 +264,7 @@ class LocalCluster:
     def wait_registered(self, timeout: float = 60.0, ids: list[str] | None = None) -> None:
         want = set(ids if ids is not None else [b.bookie_id for b in self.bookies])
         deadline = time.monotonic() + timeout
-        with MetadataStore(self.metadata_service_uri) as store:
+        with self.metadata_store() as store:
             while True:
                 have = set(store.writable_bookies()) | set(store.readonly_bookies())
                 serving = all(_accepts(b.port) for b in self.bookies if b.bookie_id in want)

@@ -154,9 +154,12 @@ def render_config(data_dir: Path, port: int) -> str:
 class ZooKeeperServer:
     """One standalone ZooKeeper JVM on 127.0.0.1. `start()` blocks until it serves; `stop()` ends it."""
 
-    def __init__(self, java: str | None = None, heap: str = "256m"):
+    def __init__(self, java: str | None = None, heap: str = "256m",
+                 system_properties: dict[str, str] | None = None):
+        """`system_properties`: extra JVM -D settings, e.g. ZooKeeper's superDigest (bookie.local.secure)."""
         self.java = java
         self.heap = heap
+        self.system_properties = dict(system_properties or {})
         self.port = 0
         self.pid = 0
         self.data_dir: Path | None = None
@@ -179,6 +182,7 @@ class ZooKeeperServer:
             "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j.configurationFile={log4j_path}", f"-Dlog4j2.configurationFile={log4j_path}",
             "-Dzookeeper.jmx.log4j.disable=true", "-Dzookeeper.admin.enableServer=false",
+            *(f"-D{k}={v}" for k, v in self.system_properties.items()),
             "-cp", classpath, MAIN_CLASS, str(config_path),
         ]
 

@@ -32,6 +32,7 @@ from client.meta.errors import (
     NoSuchNodeError,
     UpdateConflictError,
 )
+from client.meta.zkauth import ZkAuth
 from client.meta.zksession import (
     BadVersionError,
     NodeExistsError,
@@ -55,8 +56,8 @@ class MetadataStore(ZkSession):
     """Ledger metadata, ledger ids, bookie registry and cookies in ZooKeeper under one ledgers root."""
 
     def __init__(self, metadata_service_uri: str, session_timeout: float = 10.0,
-                 connect_timeout: float = 15.0) -> None:
-        super().__init__(metadata_service_uri, session_timeout, connect_timeout)
+                 connect_timeout: float = 15.0, auth: ZkAuth | None = None) -> None:
+        super().__init__(metadata_service_uri, session_timeout, connect_timeout, auth)
         self._manager = self.uri.ledger_manager or lay.DEFAULT_LEDGER_MANAGER
         self.layout = lay.ZkLayout(self.uri.root, self._manager)
         self._instance_id: str | None = None
@@ -131,10 +132,10 @@ class MetadataStore(ZkSession):
         def multi() -> list[Any]:
             txn = self._zk.transaction()
             if not self._zk.exists(root):
-                txn.create(root, b"")
-                txn.create(layout.available, b"")
-                txn.create(layout.readonly, b"")
-            txn.create(layout.instance_id, instance)
+                txn.create(root, b"", acl=self._acl(root))
+                txn.create(layout.available, b"", acl=self._acl(layout.available))
+                txn.create(layout.readonly, b"", acl=self._acl(layout.readonly))
+            txn.create(layout.instance_id, instance, acl=self._acl(layout.instance_id))
             return list(txn.commit())
 
         results = self._call("initialize the cluster", multi)
