@@ -153,6 +153,7 @@ class LedgerReader:
         read = self._sequence(read_order(self.md, entry_id))
         body = await run_speculative(read, lambda bookie_id, _: self._read_one(bookie_id, entry_id),
                                      self.ctx.health)
+        self.ctx.metrics.speculative_reads.inc(read.speculations)
         if body is None:
             raise read_error(self.ledger_id, entry_id, read.bookies, read.errors)
         self.ctx.metrics.reads.inc()
@@ -219,6 +220,7 @@ class LedgerReader:
             return (pb.EOK, got) if got.entry_ids else (status, None)
 
         chunk = await run_speculative(read, attempt, self.ctx.health)
+        self.ctx.metrics.speculative_reads.inc(read.speculations)
         if chunk is not None:
             return chunk
         # no bookie streamed entry `lo`: R13 per-entry fallback decides (and raises if none has it)
@@ -325,6 +327,7 @@ class LedgerReader:
                         log.info("ledger %d: range read from %s stalled; reading its entries elsewhere",
                                  self.ledger_id, bookies[position])
                         self.ctx.health.on_slow(bookies[position], now)
+                        self.ctx.metrics.speculative_reads.inc()
                         task.cancel()
                         del tasks[task]
         finally:

@@ -8,6 +8,7 @@ autorecovery daemon its own metrics port (`bkledger local up` does the same).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -240,3 +241,27 @@ def test_client_metrics_in_the_applications_registry(cluster_factory):
     assert value(samples, "bookkeeper_client_LEDGER_RECOVER_total") >= 1
     assert value(samples, "bookkeeper_client_ADD_ENTRY_FAILED_total") == 0
     assert ("bookkeeper_client_SPECULATIVE_READ_COUNT_total", ()) in samples
+
+
+def test_client_counts_speculative_reads(cluster_factory):
+    """A paused first bookie of the read order: the read goes on speculatively, and the registry says so."""
+    cluster = cluster_factory(3)
+    registry = CollectorRegistry()
+    uri = cluster.metadata_service_uri
+    with client(uri) as writer:
+        handle = writer.create_ledger(3, 3, 2, password=b"pw")
+        for fut in [handle.add_entry_async(b"s%d" % i) for i in range(100)]:
+            fut.result(30)
+        handle.close()
+    first = next(b for b in cluster.bookies if b.bookie_id == handle.metadata.fragments[0].ensemble[0])
+    options = ClientConfig.from_options({**FAST_CLIENT, "speculativeReadTimeout": 200})
+    with BookKeeper(uri, config=options, metrics_registry=registry) as bk:
+        cluster.signal_bookie(first.index, signal.SIGSTOP)
+        try:
+            got = list(bk.open_ledger(handle.ledger_id, b"pw", recovery=False).read_entries(0, 99))
+        finally:
+            cluster.signal_bookie(first.index, signal.SIGCONT)
+    assert [bytes(e.payload) for e in got] == [b"s%d" % i for i in range(100)]
+    samples = parse(generate_latest(registry).decode())
+    assert value(samples, "bookkeeper_client_SPECULATIVE_READ_COUNT_total") >= 1
+    assert value(samples, "bookkeeper_client_READ_ENTRY_total") >= 100
