@@ -42,3 +42,12 @@ def test_without_credentials_the_query_fails_on_the_driver(spark, secure_cluster
         writer.append(b"secret")
     with pytest.raises(Exception, match="zkDigestPasswordPath"):
         spark.read.format("bkledger").option("metadataServiceUri", uri).option("log", log).load().collect()
+
+
+def test_secure_demo(spark) -> None:
+    """examples/secure_pipeline.py (make demo-secure) runs end to end and shows each refusal."""
+    from examples import secure_pipeline
+
+    result = secure_pipeline.main(rows=2_000, spark=spark)
+    assert result["simpletest_ok"] and result["auditor"] and result["rows"] == 2_000
+    assert result["refusals"] == ["BookieTlsError", "BookieTlsError", "MetadataAccessDeniedError"]
