@@ -32,6 +32,7 @@ from bench import (
     recovery_time,
     rereplication,
     spark_batch,
+    tls,
 )
 from bench.core import Benchmark, Context, Row, Settings, size_label
 from bench.machine import machine_facts
@@ -47,6 +48,7 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("bookie_rss", bookie_rss.run),
     ("spark_batch", spark_batch.run),
     ("rereplication", rereplication.run),
+    ("tls", tls.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

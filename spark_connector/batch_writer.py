@@ -134,7 +134,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
         partition_id = _partition_id()
-        bk = shared_client(self.opts.source.metadata_service_uri)
+        bk = shared_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings)
         lh: LedgerHandle | None = None
         pending: collections.deque[concurrent.futures.Future[int]] = collections.deque()
         entries = nbytes = 0
@@ -173,7 +173,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         ids = ledger_ids(messages)
         src = self.opts.source
         assert src.log is not None
-        with planning_client(src.metadata_service_uri) as bk:
+        with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             if ids:
                 append_ledgers(bk, src.log, ids, password=src.password)
             log.info("appended ledgers %s to log %r (job %s)", ids, src.log, self.job_id)
@@ -182,7 +182,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         src = self.opts.source
         assert src.log is not None
-        with planning_client(src.metadata_service_uri) as bk:
+        with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             try:
                 listed = set(bk.log_metadata(src.log).ledger_ids)
             except LogNotFoundError:
@@ -218,6 +218,6 @@ def plan_writer(opts: WriteOptions, schema: StructType, overwrite: bool) -> BkLe
         raise BkLedgerOptionError("mode", "overwrite is not supported: a bkledger log is append-only; use "
                                           "mode(\"append\") (or truncate the log with the client first)")
     layout = plan_layout(schema, opts.envelope)
-    with planning_client(opts.source.metadata_service_uri) as bk:
+    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         floor = max(bk.list_ledgers(), default=-1)
     return BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)

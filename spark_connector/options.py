@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from client import InvalidOptionError
+from client.config import SECURITY_KEYS
 
 PositionSpec = Literal["earliest", "latest"] | dict[int, int]
 EARLIEST = -2
@@ -31,7 +32,7 @@ DIGEST_TYPES = ("crc32c", "crc32", "hmac", "dummy")
 COMPRESSIONS = ("none", "lz4")
 ENVELOPE_MODES = ("auto", "true", "false")
 
-COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path")
+COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path", *SECURITY_KEYS)
 READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition")
 WRITE = ("ensembleSize", "writeQuorum", "ackQuorum", "compression", "envelope", "maxInFlight")
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
@@ -55,6 +56,7 @@ class SourceOptions:
     ledgers: tuple[int, ...] | None
     password: bytes = b""
     digest_type: str | None = None      # None: not given (reads take the ledger's; writes use crc32c)
+    client_settings: tuple[tuple[str, str], ...] = ()   # TLS / ZooKeeper security keys (README "Security")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +159,14 @@ def parse_source(options: Mapping[str, str], *, allow_ledgers: bool = True) -> S
         raise BkLedgerOptionError("log", f"is required: give option {which}")
     ledgers = parse_ledger_list(raw_ledgers) if raw_ledgers is not None else None
     digest = parse_choice(opts, "digestType", "", DIGEST_TYPES) or None
-    return SourceOptions(uri, log, ledgers, opts.get("password", "").encode("utf-8"), digest)
+    return SourceOptions(uri, log, ledgers, opts.get("password", "").encode("utf-8"), digest,
+                         parse_security(opts))
+
+
+def parse_security(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The client's TLS and ZooKeeper settings given as options, by their BookKeeper names (checked when
+    the client is made: a bad one fails the query on the driver)."""
+    return tuple((key, opts[key.lower()]) for key in SECURITY_KEYS if key.lower() in opts)
 
 
 # ---- positions ---------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ids = ledger_ids(messages)
         src = self.opts.source
-        with planning_client(src.metadata_service_uri) as bk:
+        with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             appended = append_ledgers(bk, self.log_name, ids, commit_marker=(self.identity, batchId),
                                       password=src.password)
             if appended:
@@ -176,7 +176,7 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
             self._sweep(bk, keep=set(ids))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with planning_client(self.opts.source.metadata_service_uri) as bk:
+        with planning_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings) as bk:
             gone = delete_unlisted(bk, self.log_name, ledger_ids(messages))
             log.warning("log %r: batch %d of %s aborted; deleted its ledgers %s", self.log_name, batchId,
                         self.identity, gone)
@@ -216,7 +216,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     opts = parse_write_options(options, extra_known=STREAM_WRITE)
     sink_identity_check(options)
     layout = plan_layout(schema, opts.envelope)
-    with planning_client(opts.source.metadata_service_uri) as bk:
+    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         floor = max(bk.list_ledgers(), default=-1)
     tasks = BkLedgerBatchWriter(opts, layout, f"{sink_tag(options)}#{uuid.uuid4().hex}", floor)
     return BkLedgerStreamWriter(opts, tasks, options)
