@@ -55,7 +55,8 @@ class NoServerStats:
     def read_started(self) -> float:
         return 0.0
 
-    def read_done(self, started: float, ok: bool, entries: int, nbytes: int) -> None:
+    def read_done(self, started: float, ok: bool, entries: int, nbytes: int, timed: bool = True) -> None:
+        """timed=False: a long poll, whose wait is not read latency (counted, not timed)."""
         return None
 
     def request(self, kind: str) -> None:
@@ -85,7 +86,8 @@ class ServerStats(NoServerStats):
     def __init__(self, registry: CollectorRegistry) -> None:
         add = Histogram("bookkeeper_server_ADD_ENTRY_REQUEST", "add batch latency, received to acknowledged (ms)",
                         ["success"], buckets=LATENCY_MS_BUCKETS, registry=registry)
-        read = Histogram("bookkeeper_server_READ_ENTRY_REQUEST", "read request latency (ms); a range read is one",
+        read = Histogram("bookkeeper_server_READ_ENTRY_REQUEST", "read request latency (ms); a range read is "
+                         "one; long polls are not timed",
                          ["success"], buckets=LATENCY_MS_BUCKETS, registry=registry)
         self._add = {True: add.labels(success="true"), False: add.labels(success="false")}
         self._read = {True: read.labels(success="true"), False: read.labels(success="false")}
@@ -124,8 +126,9 @@ class ServerStats(NoServerStats):
     def read_started(self) -> float:
         return time.perf_counter()
 
-    def read_done(self, started: float, ok: bool, entries: int, nbytes: int) -> None:
-        self._read[ok].observe((time.perf_counter() - started) * 1000.0)
+    def read_done(self, started: float, ok: bool, entries: int, nbytes: int, timed: bool = True) -> None:
+        if timed:
+            self._read[ok].observe((time.perf_counter() - started) * 1000.0)
         if entries:
             self._read_entries.inc(entries)
             self._read_bytes.inc(nbytes)

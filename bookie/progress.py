@@ -93,7 +93,7 @@ class Progress:
             self._bar.set_postfix_str(self._items_text(), refresh=True)
         elif self.mode == "lines":
             self._line(f"{self.what}: {total_items} {self.unit}" +
-                       (f", about {human_bytes(total_bytes)} to copy" if total_bytes else ""))
+                       (f", ~{human_bytes(total_bytes)}" if total_bytes else ""))
 
     def advance(self, items: int = 0, nbytes: int = 0) -> None:
         self.items += items

@@ -191,7 +191,8 @@ class BookieService(pb_grpc.BookieServicer):
         if request.fence or request.has_previous_lac:
             self.stats.request("fence" if request.fence else "long_poll")
         response = await self._read(request)
-        self.stats.read_done(started, response.status == pb.EOK, 1 if response.body else 0, len(response.body))
+        self.stats.read_done(started, response.status == pb.EOK, 1 if response.body else 0, len(response.body),
+                             timed=not request.has_previous_lac)
         return response
 
     async def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:

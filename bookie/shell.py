@@ -266,10 +266,11 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
         handle = bk.create_ledger(args.ensemble, args.write_quorum, args.ack_quorum, password=b"simpletest")
         ledger_id, ensemble = handle.ledger_id, list(handle.metadata.fragments[0].ensemble)
         futures = [handle.add_entry_async(payload) for _ in range(args.num_entries)]
-        for n, fut in enumerate(futures, 1):
-            fut.result(60)
-            if n % 1000 == 0 and not args.json:
-                print(f"{n}/{args.num_entries} written", file=sys.stderr)
+        with Progress("simpletest", json_output=args.json, unit="entries") as progress:
+            progress.begin(args.num_entries, args.num_entries * args.size)
+            for fut in futures:
+                fut.result(60)
+                progress.advance(items=1, nbytes=args.size)
         handle.close()
         write_s = time.monotonic() - start
         reader = bk.open_ledger(ledger_id, b"simpletest", recovery=False)

@@ -206,8 +206,7 @@ class LocalCluster:
         proc = BookieProcess(index, config.bookie_id, port, str(conf_path), str(journal),
                              [str(d) for d in config.ledger_dirs], str(home / "bookie.log"),
                              metrics_port=config.prometheusStatsHttpPort,
-                             http_port=config.httpServerPort if config.httpServerEnabled else 0,
-                             autorecovery_metrics_port=free_port() if config.prometheusStatsHttpPort else 0)
+                             http_port=config.httpServerPort if config.httpServerEnabled else 0)
         self.bookies.append(proc)
         self.start_bookie(index)
         if self.autorecovery:
@@ -220,6 +219,8 @@ class LocalCluster:
         if proc.autorecovery_pid and pid_alive(proc.autorecovery_pid):
             raise ClusterError(f"autorecovery of {proc.bookie_id} is already running (pid {proc.autorecovery_pid})")
         # its own metrics port: the bookie's configuration file names the bookie's
+        if proc.metrics_port and not proc.autorecovery_metrics_port:
+            proc.autorecovery_metrics_port = free_port()
         extra = ["--set", f"prometheusStatsHttpPort={proc.autorecovery_metrics_port}"]
         proc.autorecovery_pid = self._spawn("autorecovery", proc.conf, proc.autorecovery_log, extra)
         self.save()

@@ -8,6 +8,8 @@ autorecovery daemon its own metrics port (`bkledger local up` does the same).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -146,6 +148,11 @@ def test_admin_http_endpoints(cluster_factory):
     status, err = http(port, "/api/v1/bookie/state/readonly", method="PUT", body={"readOnly": True}, token="x")
     assert status == 403 and isinstance(err, dict) and "httpServerAdminToken" in err["error"]
     assert http(port, "/api/v1/bookie/state/readonly") == (200, {"readOnly": False})
+    status_text = subprocess.run([sys.executable, "-m", "bookie.cli", "local", "status", "--dir",
+                                  str(cluster.base_dir)], capture_output=True, text=True, timeout=60, check=True).stdout
+    for b in cluster.bookies:       # `local status` shows where each process serves
+        assert f"http://127.0.0.1:{b.metrics_port}/metrics" in status_text
+        assert f"http://127.0.0.1:{b.http_port}/api/v1" in status_text
 
 
 def test_read_only_through_admin_api_needs_the_token(cluster_factory):

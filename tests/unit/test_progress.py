@@ -28,7 +28,7 @@ def test_lines_mode_prints_totals_steps_and_an_end_line():
     out = io.StringIO()
     run(Progress("recover", stream=out, interval=0))
     lines = out.getvalue().splitlines()
-    assert lines[0] == "recover: 4 ledgers, about 4.0 MB to copy"
+    assert lines[0] == "recover: 4 ledgers, ~4.0 MB"
     assert lines[1].startswith("recover: 1/4 ledgers, 1.0 MB of ~4.0 MB, ") and "/s" in lines[1]
     assert "left" in lines[1]
     assert lines[-1].startswith("recover: 4/4 ledgers, 4.0 MB of ~4.0 MB") and "(done after" in lines[-1]
