@@ -32,6 +32,7 @@ from bench import (
     metrics_overhead,
     recovery_time,
     rereplication,
+    slow_bookie,
     spark_batch,
     tls,
 )
@@ -51,6 +52,7 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("rereplication", rereplication.run),
     ("tls", tls.run),
     ("metrics_overhead", metrics_overhead.run),
+    ("slow_bookie", slow_bookie.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
