@@ -111,11 +111,12 @@ class LedgerWriter:
 
     def submit_bulk(self, bulk: Bulk, future: concurrent.futures.Future[int]) -> None:
         """Queue a bulk of adds; `future` gives the entry id of its last entry. It takes as many window
-        slots as it has entries, at most the whole window (a larger bulk waits for an empty window)."""
+        slots as it has entries, at most half the window, so two large bulks can be in flight at once (the
+        caller holds their bytes anyway; what the window bounds is the per-add state)."""
         if self.error is not None or self.closing:
             future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
             return
-        slots = min(bulk.count, self._window_limit)
+        slots = _bulk_slots(bulk.count, self._window_limit)
         with self._lock:
             if self._in_window + slots > self._window_limit:
                 self._bulk_waiters += 1
@@ -159,7 +160,7 @@ class LedgerWriter:
             return
         if self.error is not None or self.closing:
             error = self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
-            self._release_window(sum(1 if isinstance(p, bytes) else min(p.count, self._window_limit)
+            self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
                                      for p, _ in items))
             for _, fut in items:
                 fut.set_exception(error)
@@ -214,7 +215,7 @@ class LedgerWriter:
             flush_run()
             batches += self._package_bulk(payload, entry_id, lac)
             entry_id += payload.count
-            self._futures.append((entry_id - 1, fut, min(payload.count, self._window_limit)))
+            self._futures.append((entry_id - 1, fut, _bulk_slots(payload.count, self._window_limit)))
         flush_run()
         self._sent.extend(batches)
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
@@ -490,6 +491,11 @@ class _SentBatch:
     def view(self, entry_id: int) -> memoryview:
         i = entry_id - self.first
         return memoryview(self.data)[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+
+def _bulk_slots(count: int, window: int) -> int:
+    """Window slots a bulk of `count` entries takes: one per entry, at most half the window."""
+    return min(count, max(1, window // 2))
 
 
 def _offsets_of(sizes: list[int]) -> list[int]:

@@ -190,19 +190,19 @@ def test_a_failure_inside_a_bulk_fails_it_and_everything_after() -> None:
     asyncio.run(scenario())
 
 
-def test_a_bulk_larger_than_the_window_waits_for_an_empty_window() -> None:
+def test_a_bulk_larger_than_the_window_takes_half_of_it() -> None:
     async def scenario() -> None:
         writer, bookies = _writer(3, 3, 2, window=4)
-        single = _submit(writer, b"s")
+        singles = [_submit(writer, b"s%d" % i) for i in range(3)]
         await asyncio.sleep(0)
         bulk = check_bulk(bytes(10), list(range(11)), 100)
         waiting = asyncio.ensure_future(asyncio.to_thread(writer.submit_bulk, bulk, AddFuture()))
         await asyncio.sleep(0.05)
-        assert not waiting.done()                                 # 1 slot used: a 10-entry bulk waits
+        assert not waiting.done()                 # 1 slot free: a bulk takes half the window (2)...
         _ack(writer, "b0", 0)
         _ack(writer, "b1", 0)
-        await asyncio.wait_for(waiting, 30)
-        assert single is not None and single.result(0) == 0
+        await asyncio.wait_for(waiting, 30)       # ...which it gets once one single add completed
+        assert singles[0] is not None and singles[0].result(0) == 0
         assert writer._in_window == 4
 
     asyncio.run(scenario())
