@@ -111,6 +111,15 @@ class EntryTooLargeError(BKError):
     default_message = "entry too large: split the payload or raise the size limit on client and bookies"
 
 
+class InvalidBulkError(BKError, ValueError):
+    """A bulk add (`add_entries` / `append_many`) whose buffer or offsets do not describe entries."""
+
+    default_message = (
+        "invalid bulk add: pass a bytes-like buffer and its entry offsets (the start of each entry plus the "
+        "end: n + 1 non-decreasing integers within the buffer)"
+    )
+
+
 class ReadBeyondLastEntryError(BKError):
     default_message = (
         "read beyond the last readable entry (the LAC of an open ledger, the last entry id of a closed one); "
@@ -213,7 +222,7 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 
 __all__ = [
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
-    "DigestMismatchError", "EntryTooLargeError", "InvalidOptionError", "InvalidQuorumError",
+    "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
     "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
     "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
     "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",

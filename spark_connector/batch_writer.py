@@ -2,8 +2,8 @@
 
 Mirrors a BookKeeper writer per ledger (one writer per ledger, R1-R10) and the "ledgers to logs"
 recipe: a task creates a ledger (tagged in its custom metadata with the job id and the envelope
-version), adds its rows with `add_entry_async` and a bounded number of adds in flight, closes it and
-returns its ledger id. The driver's `commit` appends the job's ledgers to the log with
+version), adds its rows with one `add_entries` bulk per Arrow batch (a bounded number of rows in
+flight), closes it and returns its ledger id. The driver's `commit` appends the job's ledgers to the log with
 `client.log.logs.append_ledgers` in one compare-and-swap, in ledger-id order (a log's ledger ids strictly
 increase); `abort` deletes them. A task that fails deletes its own ledger before raising, and commit /
 abort sweep ledgers of this job that no message names (killed or losing task attempts), found by the
@@ -136,7 +136,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         partition_id = _partition_id()
         bk = shared_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings)
         lh: LedgerHandle | None = None
-        pending: collections.deque[concurrent.futures.Future[int]] = collections.deque()
+        pending: collections.deque[tuple[concurrent.futures.Future[int], int]] = collections.deque()
         entries = nbytes = 0
         try:
             for batch in iterator:
@@ -149,7 +149,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
                 entries += batch.num_rows
                 nbytes += int(offsets[-1])
             while pending:
-                pending.popleft().result(ADD_TIMEOUT_S)
+                pending.popleft()[0].result(ADD_TIMEOUT_S)
             if lh is not None:
                 lh.close()
         except BaseException:
@@ -158,15 +158,16 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         return LedgerCommitMessage(lh.ledger_id if lh is not None else None, partition_id, entries, nbytes)
 
     def _add_all(self, lh: LedgerHandle, data: U8, offsets: I64,
-                 pending: collections.deque[concurrent.futures.Future[int]]) -> None:
-        view = memoryview(np.ascontiguousarray(data).data) if len(data) else memoryview(b"")
-        bounds = offsets.tolist()
-        limit = self.opts.max_in_flight
-        add = lh.add_entry_async
-        for start, end in zip(bounds, bounds[1:]):        # noqa: B905 (bounds[1:] is one shorter)
-            pending.append(add(view[start:end]))
-            if len(pending) > limit:
-                pending.popleft().result(ADD_TIMEOUT_S)
+                 pending: collections.deque[tuple[concurrent.futures.Future[int], int]]) -> None:
+        """One bulk add per Arrow batch (no Python object per row); waits for the oldest bulks while more
+        than maxInFlight rows are in flight (always keeping this one going)."""
+        buffer = np.ascontiguousarray(data) if len(data) else b""
+        pending.append((lh.add_entries(buffer, offsets), len(offsets) - 1))
+        in_flight = sum(count for _, count in pending)
+        while len(pending) > 1 and in_flight > self.opts.max_in_flight:
+            future, count = pending.popleft()
+            future.result(ADD_TIMEOUT_S)
+            in_flight -= count
 
     # ---- driver ----------------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

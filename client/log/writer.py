@@ -21,7 +21,11 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 from client.errors import (
     BKError,
@@ -172,6 +176,26 @@ class LogWriter:
         inner.add_done_callback(lambda fut: self._settle(ledger_id, fut, outer))
         return outer
 
+    def append_many(self, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8],
+                    offsets: Sequence[int] | npt.NDArray[np.integer]) -> concurrent.futures.Future[Position]:
+        """Queue n records at once, record i being data[offsets[i]:offsets[i + 1]] (LedgerHandle.add_entries:
+        same offsets, errors and failure semantics); the future gives the Position of the last record. The
+        records go to one ledger, consecutive: a roll due happens before them, never among them."""
+        with self._lock:
+            self._check_usable()
+            nbytes = _span(offsets)
+            if self._should_roll(nbytes):
+                self._roll_locked()
+            lh = self._lh
+            assert lh is not None
+            inner = lh.add_entries(data, offsets)
+            self._entries += len(offsets) - 1
+            self._bytes += nbytes
+        outer: concurrent.futures.Future[Position] = concurrent.futures.Future()
+        ledger_id = lh.ledger_id
+        inner.add_done_callback(lambda fut: self._settle(ledger_id, fut, outer))
+        return outer
+
     def append(self, payload: bytes | bytearray | memoryview, timeout: float | None = 60.0) -> Position:
         """Append and wait for the acknowledgement; the record's Position."""
         return self.append_async(payload).result(timeout)
@@ -310,3 +334,11 @@ def _reseal(current: LogMetadata, sealed: LogMetadata) -> LogMetadata:
         if led.sealed and led.entries is not None:
             out = lm.with_ledger_sealed(out, led.ledger_id, led.entries - 1, led.size or 0, led.closed_ms or 0)
     return out
+
+
+def _span(offsets: Sequence[int] | npt.NDArray[np.integer]) -> int:
+    """The payload bytes of a bulk's offsets (0 when they are malformed: add_entries then says why)."""
+    try:
+        return max(0, int(offsets[-1]) - int(offsets[0]))
+    except (TypeError, ValueError, IndexError):
+        return 0
