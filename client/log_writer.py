@@ -34,6 +34,7 @@ from client.errors import (
     MetadataConflictError,
     MetadataVersionError,
 )
+from client.log_liveness import WriterLeases
 from client.logs import create_log, now_ms, read_log, require_log, seal_tail, update_log, write_log
 from client.protocol import log_meta as lm
 from client.protocol.log_meta import LogMetadata, Position
@@ -69,6 +70,7 @@ class LogWriter:
         self._started = time.monotonic()
         self._error: BKError | None = None
         self._closed = False
+        self._leases = WriterLeases(bk, name)     # "this writer is alive" (client.log_liveness)
 
     # ---- becoming the writer (R28) ------------------------------------------------------------
     @classmethod
@@ -98,8 +100,10 @@ class LogWriter:
 
     def _new_ledger(self) -> LedgerHandle:
         e, qw, qa = self._quorum
-        return self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
-                                      custom_metadata={"log": self.name.encode("utf-8")})
+        lh = self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
+                                    custom_metadata={"log": self.name.encode("utf-8")})
+        self._leases.hold(lh.ledger_id)         # before the ledger enters the list: no unleased open tail
+        return lh
 
     def _cas_owned(self, meta: LogMetadata, version: int,
                    change: Callable[[LogMetadata], LogMetadata]) -> tuple[LogMetadata, int]:
@@ -120,6 +124,7 @@ class LogWriter:
 
     def _discard(self, lh: LedgerHandle) -> None:
         """Drop a ledger that never made it into the list (nobody can know of it)."""
+        self._leases.release(lh.ledger_id)
         with contextlib.suppress(BKError):
             lh.close()
         with contextlib.suppress(BKError):
@@ -233,6 +238,7 @@ class LogWriter:
             old.close()
         except BKError as exc:
             raise self._fail(self._close_error(old, exc)) from exc
+        self._leases.release(old.ledger_id)
         self._record_sealed(old)
         log.info("log %r: rolled from ledger %d (%d entries) to %d", self.name, old.ledger_id,
                  old.last_entry_id + 1, lh.ledger_id)
@@ -280,12 +286,15 @@ class LogWriter:
                 return
             self._closed = True
             lh = self._lh
-            if lh is None or isinstance(self._error, LogFencedError):
-                return
             try:
-                lh.close()
-            except BKError as exc:
-                raise self._fail(self._close_error(lh, exc)) from exc
+                if lh is None or isinstance(self._error, LogFencedError):
+                    return
+                try:
+                    lh.close()
+                except BKError as exc:
+                    raise self._fail(self._close_error(lh, exc)) from exc
+            finally:
+                self._leases.release_all()
             self._record_sealed(lh)
 
     def __enter__(self) -> LogWriter:

@@ -40,6 +40,7 @@ from client.errors import (
     MetadataVersionError,
     NoSuchLedgerError,
 )
+from client.log_liveness import check_live_writer
 from client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
 from client.protocol import log_meta as lm
 from client.protocol.log_meta import LogLedger, LogMetadata, Position, RetentionPolicy
@@ -210,13 +211,16 @@ def show_float(value: float | None) -> str:
 
 # ---- appending closed ledgers (the Spark sink's commit) ---------------------------------------
 def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
-                   commit_marker: tuple[str, int] | None = None, password: bytes = b"") -> bool:
+                   commit_marker: tuple[str, int] | None = None, password: bytes = b"",
+                   fence_live_writer: bool = False) -> bool:
     """Append CLOSED ledgers to the log and record `commit_marker=(query_id, batch_id)`, in ONE CAS.
 
     Returns False, appending nothing, if the marker shows that batch (or a later one) is already
     committed. Creates the log if missing. Like a new log writer (R28) it first fences and recovers the
-    log's last two ledgers if they are still open, so a live log writer of this log is fenced out. The
-    ledger ids must be above the log's last ledger id (InvalidLogUpdateError otherwise).
+    log's last two ledgers if they are still open; if the last one belongs to a live LogWriter (it holds
+    the writer lease, `client.log_liveness`) it raises LiveLogWriterError instead, unless
+    `fence_live_writer` asks to fence that writer out. The ledger ids must be above the log's last ledger
+    id (InvalidLogUpdateError otherwise).
     """
     ids = sorted(ledger_ids)
     if len(set(ids)) != len(ids):
@@ -233,6 +237,7 @@ def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
         meta, version = got
         if commit_marker is not None and lm.batch_committed(meta, *commit_marker):
             return False
+        check_live_writer(bk, meta, fence_live_writer)
         sealed = seal_tail(bk, meta, password)
         new = lm.with_sealed_ledgers_appended(sealed, closed, now_ms())
         if commit_marker is not None:
@@ -424,10 +429,12 @@ class LogsMixin:
         return RetentionTask(bk, interval_s, names)
 
     def append_ledgers(self, name: str, ledger_ids: Iterable[int], *,
-                       commit_marker: tuple[str, int] | None = None, password: bytes = b"") -> bool:
+                       commit_marker: tuple[str, int] | None = None, password: bytes = b"",
+                       fence_live_writer: bool = False) -> bool:
         bk = _bk(self)
         bk._check_open()
-        return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password)
+        return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password,
+                              fence_live_writer=fence_live_writer)
 
     def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""
