@@ -223,7 +223,7 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 __all__ = [
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
-    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
+    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LiveLogWriterError",
     "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
     "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",
 ]
@@ -247,6 +247,15 @@ class LogFencedError(LedgerFencedError):
 
 class LogWriterClosedError(LedgerClosedError):
     default_message = "this log writer is closed: open a new one with open_log_writer to append more"
+
+
+class LiveLogWriterError(BKError):
+    default_message = (
+        "the log's last ledger is open and its writer is alive (it holds the log's writer lease): appending "
+        "here would fence that writer. Close the writer first (or wait for it to die: its lease ends with its "
+        "ZooKeeper session), or ask for a takeover explicitly (Spark option fenceLiveWriter=true, "
+        "append_ledgers(..., fence_live_writer=True)); the writer's next append then fails with LogFencedError"
+    )
 
 
 class DataLossError(BKError):

@@ -25,13 +25,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
-from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
+from client import BookKeeper, LogNotFoundError, NoSuchLedgerError
 from client.ledger_handle import LedgerHandle
 from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector import envelope as env
 from spark_connector.arrow_io import byte_parts, timestamp_parts
 from spark_connector.clients import planning_client, shared_client
 from spark_connector.envelope import I64, U8
+from spark_connector.log_commit import commit_ledgers
 from spark_connector.options import BkLedgerOptionError, WriteOptions
 
 log = logging.getLogger("bkledger.spark")
@@ -176,7 +177,8 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         assert src.log is not None
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             if ids:
-                append_ledgers(bk, src.log, ids, password=src.password)
+                commit_ledgers(bk, src.log, ids, password=src.password,
+                               fence_live_writer=self.opts.fence_live_writer)
             log.info("appended ledgers %s to log %r (job %s)", ids, src.log, self.job_id)
             self._sweep(bk, keep=set(ids))
 

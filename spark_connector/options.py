@@ -35,6 +35,7 @@ ENVELOPE_MODES = ("auto", "true", "false")
 COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path", *SECURITY_KEYS)
 READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition")
 WRITE = ("ensembleSize", "writeQuorum", "ackQuorum", "compression", "envelope", "maxInFlight")
+WRITE_COMMIT = ("fenceLiveWriter",)     # how a commit treats a live LogWriter of the log
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
 DEFAULT_MAX_IN_FLIGHT = 10_000
 
@@ -77,6 +78,7 @@ class WriteOptions:
     compression: str = ""
     envelope: str = "auto"
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    fence_live_writer: bool = False
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -229,7 +231,7 @@ def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = 
 
 def parse_write_options(options: Mapping[str, str], extra_known: Iterable[str] = ()) -> WriteOptions:
     """Options of an append (batch or streaming); BkLedgerOptionError on any problem."""
-    check_known(options, (*COMMON, *READ, *WRITE, *extra_known), "writes")
+    check_known(options, (*COMMON, *READ, *WRITE, *WRITE_COMMIT, *extra_known), "writes")
     opts = _lowered(options)
     source = parse_source(options, allow_ledgers=False)
     ensemble = parse_int(opts, "ensembleSize", 3)
@@ -245,4 +247,5 @@ def parse_write_options(options: Mapping[str, str], extra_known: Iterable[str] =
         compression="" if compression == "none" else compression,
         envelope=parse_choice(opts, "envelope", "auto", ENVELOPE_MODES),
         max_in_flight=parse_int(opts, "maxInFlight", DEFAULT_MAX_IN_FLIGHT),
+        fence_live_writer=parse_bool(opts, "fenceLiveWriter", False),
     )

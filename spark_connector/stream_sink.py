@@ -34,7 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
+from client import BookKeeper, LogNotFoundError, NoSuchLedgerError
 from spark_connector.batch_writer import (
     JOB_KEY,
     LOG_KEY,
@@ -44,6 +44,7 @@ from spark_connector.batch_writer import (
     plan_layout,
 )
 from spark_connector.clients import planning_client
+from spark_connector.log_commit import commit_ledgers
 from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
 
 log = logging.getLogger("bkledger.spark.stream")
@@ -165,8 +166,8 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
         ids = ledger_ids(messages)
         src = self.opts.source
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
-            appended = append_ledgers(bk, self.log_name, ids, commit_marker=(self.identity, batchId),
-                                      password=src.password)
+            appended = commit_ledgers(bk, self.log_name, ids, commit_marker=(self.identity, batchId),
+                                      password=src.password, fence_live_writer=self.opts.fence_live_writer)
             if appended:
                 log.info("log %r: batch %d of %s appended ledgers %s", self.log_name, batchId, self.identity, ids)
             else:

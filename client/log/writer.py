@@ -40,6 +40,7 @@ from client.errors import (
 )
 from client.log.core import meta as lm
 from client.log.core.meta import LogMetadata, Position
+from client.log.liveness import WriterLeases
 from client.log.logs import seal_tail
 from client.log.store import (
     LoadedLog,
@@ -82,6 +83,7 @@ class LogWriter:
         self._started = time.monotonic()
         self._error: BKError | None = None
         self._closed = False
+        self._leases = WriterLeases(bk, name)     # "this writer is alive" (client.log.liveness)
 
     # ---- becoming the writer (R28) ------------------------------------------------------------
     @classmethod
@@ -110,8 +112,10 @@ class LogWriter:
 
     def _new_ledger(self) -> LedgerHandle:
         e, qw, qa = self._quorum
-        return self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
-                                      custom_metadata={"log": self.name.encode("utf-8")})
+        lh = self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
+                                    custom_metadata={"log": self.name.encode("utf-8")})
+        self._leases.hold(lh.ledger_id)         # before the ledger enters the list: no unleased open tail
+        return lh
 
     def _cas_owned(self, loaded: LoadedLog, change: Callable[[LogMetadata], LogMetadata]) -> LoadedLog:
         """CAS `change(meta)`; on a lost race re-read and retry only while nobody appended a ledger (the
@@ -130,6 +134,7 @@ class LogWriter:
 
     def _discard(self, lh: LedgerHandle) -> None:
         """Drop a ledger that never made it into the list (nobody can know of it)."""
+        self._leases.release(lh.ledger_id)
         with contextlib.suppress(BKError):
             lh.close()
         with contextlib.suppress(BKError):
@@ -264,6 +269,7 @@ class LogWriter:
             old.close()
         except BKError as exc:
             raise self._fail(self._close_error(old, exc)) from exc
+        self._leases.release(old.ledger_id)
         self._record_sealed(old)
         log.info("log %r: rolled from ledger %d (%d entries) to %d", self.name, old.ledger_id,
                  old.last_entry_id + 1, lh.ledger_id)
@@ -311,12 +317,15 @@ class LogWriter:
                 return
             self._closed = True
             lh = self._lh
-            if lh is None or isinstance(self._error, LogFencedError):
-                return
             try:
-                lh.close()
-            except BKError as exc:
-                raise self._fail(self._close_error(lh, exc)) from exc
+                if lh is None or isinstance(self._error, LogFencedError):
+                    return
+                try:
+                    lh.close()
+                except BKError as exc:
+                    raise self._fail(self._close_error(lh, exc)) from exc
+            finally:
+                self._leases.release_all()
             self._record_sealed(lh)
 
     def __enter__(self) -> LogWriter:
