@@ -20,11 +20,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from client.errors import BKError, ClientClosedError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
 from client.protocol import transforms
-from client.protocol.bulk import Bulk, Offsets, chunk_bounds, package_bulk
 from client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, Resend, SendAdd
@@ -33,6 +30,7 @@ from proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
     from client.bookkeeper import ClientContext
+    from client.protocol.bulk import Bulk, Offsets
 
 log = logging.getLogger("bkledger.client.writer")
 _LENGTH = struct.Struct(">q")
@@ -221,7 +219,7 @@ class LedgerWriter:
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
             for batch in batches:                       # E == Qw and no failure: each blob to everyone
                 entry_ids = range(batch.first, batch.last + 1)
-                sizes = np.diff(batch.offsets).tolist()
+                sizes = _sizes(batch.offsets)
                 for bookie_id in self.pending.ensemble:
                     self._send(bookie_id, entry_ids, sizes, batch.data)
         else:
@@ -229,6 +227,8 @@ class LedgerWriter:
 
     def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
         out: list[_SentBatch] = []
+        from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: imported on first use
+
         bounds = chunk_bounds(bulk.offsets, HEADER_LENGTH + self.digest.mac_length, BULK_CHUNK_BYTES)
         for lo, hi in itertools.pairwise(bounds):
             offsets = bulk.offsets[lo:hi + 1]
@@ -510,3 +510,9 @@ async def _quiet_write_lac(client: object, request: pb.WriteLacRequest) -> None:
         await client.write_lac(request, timeout=5)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - best effort: the next add carries the LAC anyway
         log.debug("explicit LAC to %s failed: %s", getattr(client, "bookie_id", "?"), exc)
+
+
+def _sizes(offsets: Offsets | list[int]) -> list[int]:
+    """Entry sizes from a batch's offsets (a list, or a bulk's numpy array)."""
+    bounds = offsets.tolist() if hasattr(offsets, "tolist") else offsets
+    return [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
