@@ -1,11 +1,12 @@
 # The two commands of the README: `make demo` and `make test`. Both make .venv and install into it.
+# `make demo-secure`: the same cluster with TLS, client certificates and ZooKeeper ACLs (examples/secure_pipeline.py).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEEDS ?= 200
 
-.PHONY: demo test lint proto unit integration sim bench bench-quick clean
+.PHONY: demo demo-secure test lint proto unit integration sim bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,6 +16,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python examples/pipeline.py
+
+demo-secure: $(STAMP)
+	$(BIN)/python examples/secure_pipeline.py
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests

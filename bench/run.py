@@ -27,12 +27,15 @@ from bench import (
     bookie_read,
     bookie_rss,
     client_add,
+    client_bulk,
     disk,
     ledger_read,
     metrics_overhead,
     recovery_time,
     rereplication,
+    slow_bookie,
     spark_batch,
+    tls,
 )
 from bench.core import Benchmark, Context, Row, Settings, size_label
 from bench.machine import machine_facts
@@ -42,13 +45,16 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("bookie_add", bookie_add.run),
     ("bookie_read", bookie_read.run),
     ("replicated_add", client_add.run_throughput),
+    ("bulk_add", client_bulk.run),
     ("add_latency", client_add.run_latency),
     ("ledger_read", ledger_read.run),
     ("recovery_time", recovery_time.run),
     ("bookie_rss", bookie_rss.run),
     ("spark_batch", spark_batch.run),
     ("rereplication", rereplication.run),
+    ("tls", tls.run),
     ("metrics_overhead", metrics_overhead.run),
+    ("slow_bookie", slow_bookie.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -111,6 +111,15 @@ class EntryTooLargeError(BKError):
     default_message = "entry too large: split the payload or raise the size limit on client and bookies"
 
 
+class InvalidBulkError(BKError, ValueError):
+    """A bulk add (`add_entries` / `append_many`) whose buffer or offsets do not describe entries."""
+
+    default_message = (
+        "invalid bulk add: pass a bytes-like buffer and its entry offsets (the start of each entry plus the "
+        "end: n + 1 non-decreasing integers within the buffer)"
+    )
+
+
 class ReadBeyondLastEntryError(BKError):
     default_message = (
         "read beyond the last readable entry (the LAC of an open ledger, the last entry id of a closed one); "
@@ -213,8 +222,8 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 
 __all__ = [
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
-    "DigestMismatchError", "EntryTooLargeError", "InvalidOptionError", "InvalidQuorumError",
-    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
+    "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
+    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LiveLogWriterError",
     "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
     "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",
 ]
@@ -238,6 +247,15 @@ class LogFencedError(LedgerFencedError):
 
 class LogWriterClosedError(LedgerClosedError):
     default_message = "this log writer is closed: open a new one with open_log_writer to append more"
+
+
+class LiveLogWriterError(BKError):
+    default_message = (
+        "the log's last ledger is open and its writer is alive (it holds the log's writer lease): appending "
+        "here would fence that writer. Close the writer first (or wait for it to die: its lease ends with its "
+        "ZooKeeper session), or ask for a takeover explicitly (Spark option fenceLiveWriter=true, "
+        "append_ledgers(..., fence_live_writer=True)); the writer's next append then fails with LogFencedError"
+    )
 
 
 class DataLossError(BKError):

@@ -9,21 +9,25 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import lz4.block
 
 from client.add_future import AddFuture
 from client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError
-from client.protocol.digest import make_digest
+from client.protocol.digest import Buffer, make_digest
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.reads import check_read_range
 from client.reader import LedgerReader, ReadChunk
 from client.writer import LedgerWriter
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from client.bookkeeper import ClientContext
+    from client.protocol.bulk import Bulk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +99,27 @@ class LedgerHandle:
         future = AddFuture()
         assert self._writer is not None
         self._writer.submit(data, future)
+        return future
+
+    def add_entries(self, data: Buffer | npt.NDArray[np.uint8],
+                    offsets: Sequence[int] | npt.NDArray[np.integer]) -> concurrent.futures.Future[int]:
+        """Add n entries at once: entry i is data[offsets[i]:offsets[i + 1]] (`offsets` holds the start of
+        each entry and then the end of the last: n + 1 non-decreasing integers, a list or a numpy array).
+        The future gives the entry id of the LAST entry once every entry is acknowledged; the ids are
+        consecutive, so the first is that id - n + 1. Same ordering, durability and failure semantics as n
+        calls of add_entry_async (a failure fails that entry and every later one, so the future fails),
+        with no Python object per entry. Bad offsets raise InvalidBulkError and an entry over maxEntrySize
+        raises EntryTooLargeError, before anything is queued. `data` is copied once unless it is bytes.
+        Blocks while the window is full (maxOutstandingAdds; a bulk takes one slot per entry)."""
+        if self._writer is None:
+            raise LedgerClosedError(f"ledger {self.ledger_id} was opened for reading; create a ledger to write")
+        from client.protocol.bulk import check_bulk  # numpy: imported on first use, not with the client
+
+        bulk = check_bulk(data, offsets, self._ctx.config.maxEntrySize)
+        if self.metadata.compression == "lz4":
+            bulk = _compress_bulk(bulk)
+        future = AddFuture()
+        self._writer.submit_bulk(bulk, future)
         return future
 
     def add_entry(self, payload: bytes | bytearray | memoryview, timeout: float | None = None) -> int:
@@ -202,3 +227,19 @@ class LedgerHandle:
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(ClientClosedError):
             self.close()
+
+
+def _compress_bulk(bulk: Bulk) -> Bulk:
+    """lz4 compresses each entry on its own (a reader decompresses entry by entry): one pass per entry."""
+    import numpy as np
+
+    from client.protocol.bulk import Bulk
+
+    parts = []
+    bounds = bulk.offsets.tolist()
+    data = bulk.data
+    for start, end in zip(bounds, bounds[1:]):  # noqa: B905 (bounds[1:] is one shorter)
+        parts.append(lz4.block.compress(data[start:end], store_size=True))
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    return Bulk(b"".join(parts), offsets)

@@ -17,11 +17,12 @@ import itertools
 import logging
 import struct
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from client.errors import BKError, ClientClosedError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
 from client.protocol import transforms
-from client.protocol.digest import make_digest, master_key, package_batch, package_lac
+from client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, Resend, SendAdd
 from client.protocol.write_set import write_set
@@ -29,10 +30,12 @@ from proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
     from client.bookkeeper import ClientContext
+    from client.protocol.bulk import Bulk, Offsets
 
 log = logging.getLogger("bkledger.client.writer")
 _LENGTH = struct.Struct(">q")
 TICK = 0.1
+BULK_CHUNK_BYTES = 4 * 1024 * 1024   # a bulk is packaged (and sent) in pieces of at most this size
 
 
 class LedgerWriter:
@@ -46,14 +49,18 @@ class LedgerWriter:
         self.digest = make_digest(md.digest_type, password)
         self.master_key = master_key(password)
         self.pending = PendingAdds(md.last_fragment.ensemble, md.write_quorum, md.ack_quorum)
-        self._incoming: list[tuple[bytes, concurrent.futures.Future[int]]] = []
+        self._incoming: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]] = []
+        self._bulk_queued = False                # some item of _incoming is a Bulk
         self._lock = threading.Lock()            # guards _incoming, _scheduled and the window
         self._scheduled = False
         self._window_limit = ctx.config.maxOutstandingAdds
         self._in_window = 0                      # adds queued or in flight (bounded memory)
         self._window_waiters = 0
+        self._bulk_waiters = 0
         self._window_space = threading.Condition(self._lock)
-        self._futures: dict[int, concurrent.futures.Future[int]] = {}
+        # (last entry id, future, window slots) of every pending add or bulk, ascending: a future
+        # completes once its last entry does (R6), and a bulk has one future for all its entries
+        self._futures: collections.deque[tuple[int, concurrent.futures.Future[int], int]] = collections.deque()
         self._sent: collections.deque[_SentBatch] = collections.deque()   # pending entries, packaged
         self._length = 0                 # cumulative payload bytes of every entry given an id
         self.lac_length = 0              # cumulative length at the LAC
@@ -100,11 +107,34 @@ class LedgerWriter:
             self.ctx.runtime.call_soon(self._drain)
         return True
 
-    def _wait_for_window(self) -> None:
-        """With the lock held: wait until an add in flight completes or fails."""
+    def submit_bulk(self, bulk: Bulk, future: concurrent.futures.Future[int]) -> None:
+        """Queue a bulk of adds; `future` gives the entry id of its last entry. It takes as many window
+        slots as it has entries, at most half the window, so two large bulks can be in flight at once (the
+        caller holds their bytes anyway; what the window bounds is the per-add state)."""
+        if self.error is not None or self.closing:
+            future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+            return
+        slots = _bulk_slots(bulk.count, self._window_limit)
+        with self._lock:
+            if self._in_window + slots > self._window_limit:
+                self._bulk_waiters += 1
+                try:
+                    self._wait_for_window(slots)
+                finally:
+                    self._bulk_waiters -= 1
+            self._in_window += slots
+            self._incoming.append((bulk, future))
+            self._bulk_queued = True
+            wake = not self._scheduled
+            self._scheduled = True
+        if wake:
+            self.ctx.runtime.call_soon(self._drain)
+
+    def _wait_for_window(self, slots: int = 1) -> None:
+        """With the lock held: wait until `slots` more adds fit in the window."""
         self._window_waiters += 1
         try:
-            while self._in_window >= self._window_limit:
+            while self._in_window + slots > self._window_limit:
                 self._window_space.wait()
         finally:
             self._window_waiters -= 1
@@ -114,39 +144,99 @@ class LedgerWriter:
             return
         with self._lock:
             self._in_window -= count
-            if self._window_waiters:
+            if self._bulk_waiters:
+                self._window_space.notify_all()      # a bulk waits for many slots: let everyone re-check
+            elif self._window_waiters:
                 self._window_space.notify(count)
 
     def _drain(self) -> None:
         with self._lock:
             items, self._incoming = self._incoming, []
+            bulk, self._bulk_queued = self._bulk_queued, False
             self._scheduled = False
         if not items:
             return
         if self.error is not None or self.closing:
             error = self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
-            self._release_window(len(items))
+            self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
+                                     for p, _ in items))
             for _, fut in items:
                 fut.set_exception(error)
             return
         if not self._futures:
             self._last_progress = asyncio.get_running_loop().time()
         self._idle.clear()
+        if bulk:
+            self._drain_mixed(items)
+            return
         sends = self.pending.on_adds(len(items))
         first = sends.first_entry_id
-        payloads = [p for p, _ in items]
+        payloads: list[bytes] = [p for p, _ in items]  # type: ignore[misc]  # no Bulk in this drain
         lac = self.pending.last_add_confirmed
         data, sizes = package_batch(self.digest, self.ledger_id, first, lac, self._length, payloads)
         self._length += sum(map(len, payloads))
         self._lac_sent = max(self._lac_sent, lac)
-        self._sent.append(_SentBatch(first, data, sizes))
-        self._futures.update(zip(sends.entry_ids, [f for _, f in items], strict=True))
+        self._sent.append(_SentBatch(first, data, _offsets_of(sizes)))
+        self._futures.extend(zip(sends.entry_ids, [f for _, f in items], itertools.repeat(1)))
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
             entry_ids = list(sends.entry_ids)
             for bookie_id in self.pending.ensemble:     # E == Qw and no failure: one blob for everyone
                 self._send(bookie_id, entry_ids, sizes, data)
         else:
             self._route(sends.targets(self.md.ensemble_size, self.md.write_quorum))
+
+    def _drain_mixed(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]]) -> None:
+        """A drain holding bulks: single adds and bulks in their order, packaged as consecutive entries;
+        a bulk is packaged in chunks (no Python object per entry) and has one future, for its last entry."""
+        count = sum(1 if isinstance(p, bytes) else p.count for p, _ in items)
+        sends = self.pending.on_adds(count)
+        lac = self.pending.last_add_confirmed
+        self._lac_sent = max(self._lac_sent, lac)
+        entry_id = sends.first_entry_id
+        batches: list[_SentBatch] = []
+        run: list[bytes] = []
+
+        def flush_run() -> None:
+            nonlocal entry_id
+            if run:
+                data, sizes = package_batch(self.digest, self.ledger_id, entry_id, lac, self._length, run)
+                self._length += sum(map(len, run))
+                batches.append(_SentBatch(entry_id, data, _offsets_of(sizes)))
+                entry_id += len(run)
+                run.clear()
+
+        for payload, fut in items:
+            if isinstance(payload, bytes):
+                run.append(payload)
+                self._futures.append((entry_id + len(run) - 1, fut, 1))
+                continue
+            flush_run()
+            batches += self._package_bulk(payload, entry_id, lac)
+            entry_id += payload.count
+            self._futures.append((entry_id - 1, fut, _bulk_slots(payload.count, self._window_limit)))
+        flush_run()
+        self._sent.extend(batches)
+        if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
+            for batch in batches:                       # E == Qw and no failure: each blob to everyone
+                entry_ids = range(batch.first, batch.last + 1)
+                sizes = _sizes(batch.offsets)
+                for bookie_id in self.pending.ensemble:
+                    self._send(bookie_id, entry_ids, sizes, batch.data)
+        else:
+            self._route(sends.targets(self.md.ensemble_size, self.md.write_quorum))
+
+    def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
+        out: list[_SentBatch] = []
+        from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: imported on first use
+
+        bounds = chunk_bounds(bulk.offsets, HEADER_LENGTH + self.digest.mac_length, BULK_CHUNK_BYTES)
+        for lo, hi in itertools.pairwise(bounds):
+            offsets = bulk.offsets[lo:hi + 1]
+            data, packaged = package_bulk(self.digest, self.ledger_id, first + lo, lac, self._length,
+                                          bulk.data, offsets)
+            self._length += int(offsets[-1] - offsets[0])
+            out.append(_SentBatch(first + lo, data, packaged))
+        return out
 
     def _entry(self, entry_id: int) -> memoryview:
         """The packaged bytes of a pending entry (binary search: the batches hold ascending ids)."""
@@ -173,7 +263,7 @@ class LedgerWriter:
             views = [self._entry(e) for e in entry_ids]
             self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views))
 
-    def _send(self, bookie_id: str, entry_ids: list[int], sizes: list[int], data: bytes) -> None:
+    def _send(self, bookie_id: str, entry_ids: Sequence[int], sizes: list[int], data: bytes) -> None:
         client = self.ctx.pool.cached(bookie_id)
         if client is None:
             self.on_bookie_failed(bookie_id)
@@ -218,13 +308,12 @@ class LedgerWriter:
     def _complete(self, action: CompleteAdds) -> None:
         last = action.last_add_confirmed
         self.lac_length = self._length_at(last)
-        pop = self._futures.pop
+        futures = self._futures
         done = 0
-        for entry_id in action.entry_ids:
-            fut = pop(entry_id, None)
-            if fut is not None:
-                done += 1
-                fut.set_result(entry_id)
+        while futures and futures[0][0] <= last:
+            entry_id, fut, slots = futures.popleft()
+            done += slots
+            fut.set_result(entry_id)
         self._release_window(done)
         self.ctx.metrics.adds.inc(done)
         self._last_progress = asyncio.get_running_loop().time()
@@ -239,21 +328,29 @@ class LedgerWriter:
         if not sent or sent[0].first > entry_id:
             return self.lac_length                  # its adds were failed already (close timed out)
         batch = sent[0]
-        length: int = _LENGTH.unpack_from(batch.data, batch.offsets[entry_id - batch.first] + 24)[0]
+        length: int = _LENGTH.unpack_from(batch.data, int(batch.offsets[entry_id - batch.first]) + 24)[0]
         if batch.last == entry_id:
             sent.popleft()
         return length
 
-    def _fail(self, entry_ids: tuple[int, ...] | list[int], error: BKError) -> None:
+    def _fail(self, entry_ids: Sequence[int], error: BKError) -> None:
+        """Fail the adds of these entries (the pending ones: from the lowest on) and every later one: a
+        bulk whose first entries are acknowledged but not its last fails whole, as its last add would."""
         if self.error is None:
             self.error = error
             log.warning("ledger %d: adds fail: %s", self.ledger_id, error)
+        if not entry_ids:
+            return
+        lowest = min(entry_ids)
+        futures = self._futures
+        kept: list[tuple[int, concurrent.futures.Future[int], int]] = []
+        while futures and futures[0][0] < lowest:
+            kept.append(futures.popleft())
+        failing, self._futures = futures, collections.deque(kept)
         failed = 0
-        for entry_id in entry_ids:
-            fut = self._futures.pop(entry_id, None)
-            if fut is not None:
-                failed += 1
-                fut.set_exception(error)
+        for _, fut, slots in failing:
+            failed += slots
+            fut.set_exception(error)
         self._release_window(failed)
         self.ctx.metrics.add_failures.inc(failed)
         if not self._futures:
@@ -347,7 +444,8 @@ class LedgerWriter:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
-            self._fail(list(self._futures), LedgerClosedError(f"ledger {self.ledger_id} closed with adds pending"))
+            self._fail([e for e, _, _ in self._futures],
+                       LedgerClosedError(f"ledger {self.ledger_id} closed with adds pending"))
         if self._change_task is not None:
             await asyncio.gather(self._change_task, return_exceptions=True)
         lac, length = self.pending.last_add_confirmed, self.lac_length
@@ -382,19 +480,29 @@ class LedgerWriter:
 
 
 class _SentBatch:
-    """The packaged entries of one drain, kept until acknowledged (for resends and the LAC length)."""
+    """Packaged consecutive entries (a drain's single adds, or a chunk of a bulk), kept until acknowledged
+    (for resends and the LAC length): one blob and the n + 1 offsets of its entries in it."""
 
     __slots__ = ("first", "last", "data", "offsets")
 
-    def __init__(self, first: int, data: bytes, sizes: list[int]):
+    def __init__(self, first: int, data: bytes, offsets: Offsets | list[int]):
         self.first = first
-        self.last = first + len(sizes) - 1
+        self.last = first + len(offsets) - 2
         self.data = data
-        self.offsets = [0, *itertools.accumulate(sizes)]
+        self.offsets = offsets
 
     def view(self, entry_id: int) -> memoryview:
         i = entry_id - self.first
-        return memoryview(self.data)[self.offsets[i] : self.offsets[i + 1]]
+        return memoryview(self.data)[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+
+def _bulk_slots(count: int, window: int) -> int:
+    """Window slots a bulk of `count` entries takes: one per entry, at most half the window."""
+    return min(count, max(1, window // 2))
+
+
+def _offsets_of(sizes: list[int]) -> list[int]:
+    return [0, *itertools.accumulate(sizes)]
 
 
 async def _quiet_write_lac(client: object, request: pb.WriteLacRequest) -> None:
@@ -402,3 +510,9 @@ async def _quiet_write_lac(client: object, request: pb.WriteLacRequest) -> None:
         await client.write_lac(request, timeout=5)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - best effort: the next add carries the LAC anyway
         log.debug("explicit LAC to %s failed: %s", getattr(client, "bookie_id", "?"), exc)
+
+
+def _sizes(offsets: Offsets | list[int]) -> list[int]:
+    """Entry sizes from a batch's offsets (a list, or a bulk's numpy array)."""
+    bounds = offsets.tolist() if hasattr(offsets, "tolist") else offsets
+    return [b - a for a, b in zip(bounds, bounds[1:], strict=False)]

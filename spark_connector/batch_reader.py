@@ -88,13 +88,13 @@ def discover(bk: BookKeeper, opts: ReadOptions) -> list[LedgerView]:
 
 
 def discover_schema(opts: ReadOptions) -> StructType:
-    with planning_client(opts.source.metadata_service_uri) as bk:
+    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         views = discover(bk, opts)
     return read_schema(any(v.envelope != env.NONE for v in views))
 
 
 def plan(opts: ReadOptions) -> list[LedgerPartition]:
-    with planning_client(opts.source.metadata_service_uri) as bk:
+    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         views = discover(bk, opts)
     bounds = resolve_bounds(opts.source.log, views, opts.starting, opts.ending, opts.fail_on_data_loss)
     return plan_partitions(opts.source.log, views, bounds, opts.max_entries_per_partition)
@@ -104,7 +104,7 @@ def plan(opts: ReadOptions) -> list[LedgerPartition]:
 def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Entries first..last of the partition's ledger as RecordBatches (one per read chunk)."""
     source = opts.source
-    bk = shared_client(source.metadata_service_uri)
+    bk = shared_client(source.metadata_service_uri, source.client_settings)
     try:
         rh = bk.open_ledger(part.ledger_id, source.password, recovery=False)
         if not rh.is_closed and rh.last_add_confirmed < part.last_entry_id:

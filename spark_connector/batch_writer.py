@@ -2,8 +2,8 @@
 
 Mirrors a BookKeeper writer per ledger (one writer per ledger, R1-R10) and the "ledgers to logs"
 recipe: a task creates a ledger (tagged in its custom metadata with the job id and the envelope
-version), adds its rows with `add_entry_async` and a bounded number of adds in flight, closes it and
-returns its ledger id. The driver's `commit` appends the job's ledgers to the log with
+version), adds its rows with one `add_entries` bulk per Arrow batch (a bounded number of rows in
+flight), closes it and returns its ledger id. The driver's `commit` appends the job's ledgers to the log with
 `client.log.logs.append_ledgers` in one compare-and-swap, in ledger-id order (a log's ledger ids strictly
 increase); `abort` deletes them. A task that fails deletes its own ledger before raising, and commit /
 abort sweep ledgers of this job that no message names (killed or losing task attempts), found by the
@@ -25,13 +25,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
-from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
+from client import BookKeeper, LogNotFoundError, NoSuchLedgerError
 from client.ledger_handle import LedgerHandle
 from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector import envelope as env
 from spark_connector.arrow_io import byte_parts, timestamp_parts
 from spark_connector.clients import planning_client, shared_client
 from spark_connector.envelope import I64, U8
+from spark_connector.log_commit import commit_ledgers
 from spark_connector.options import BkLedgerOptionError, WriteOptions
 
 log = logging.getLogger("bkledger.spark")
@@ -134,9 +135,9 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
         partition_id = _partition_id()
-        bk = shared_client(self.opts.source.metadata_service_uri)
+        bk = shared_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings)
         lh: LedgerHandle | None = None
-        pending: collections.deque[concurrent.futures.Future[int]] = collections.deque()
+        pending: collections.deque[tuple[concurrent.futures.Future[int], int]] = collections.deque()
         entries = nbytes = 0
         try:
             for batch in iterator:
@@ -149,7 +150,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
                 entries += batch.num_rows
                 nbytes += int(offsets[-1])
             while pending:
-                pending.popleft().result(ADD_TIMEOUT_S)
+                pending.popleft()[0].result(ADD_TIMEOUT_S)
             if lh is not None:
                 lh.close()
         except BaseException:
@@ -158,31 +159,33 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         return LedgerCommitMessage(lh.ledger_id if lh is not None else None, partition_id, entries, nbytes)
 
     def _add_all(self, lh: LedgerHandle, data: U8, offsets: I64,
-                 pending: collections.deque[concurrent.futures.Future[int]]) -> None:
-        view = memoryview(np.ascontiguousarray(data).data) if len(data) else memoryview(b"")
-        bounds = offsets.tolist()
-        limit = self.opts.max_in_flight
-        add = lh.add_entry_async
-        for start, end in zip(bounds, bounds[1:]):        # noqa: B905 (bounds[1:] is one shorter)
-            pending.append(add(view[start:end]))
-            if len(pending) > limit:
-                pending.popleft().result(ADD_TIMEOUT_S)
+                 pending: collections.deque[tuple[concurrent.futures.Future[int], int]]) -> None:
+        """One bulk add per Arrow batch (no Python object per row); waits for the oldest bulks while more
+        than maxInFlight rows are in flight (always keeping this one going)."""
+        buffer = np.ascontiguousarray(data) if len(data) else b""
+        pending.append((lh.add_entries(buffer, offsets), len(offsets) - 1))
+        in_flight = sum(count for _, count in pending)
+        while len(pending) > 1 and in_flight > self.opts.max_in_flight:
+            future, count = pending.popleft()
+            future.result(ADD_TIMEOUT_S)
+            in_flight -= count
 
     # ---- driver ----------------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         ids = ledger_ids(messages)
         src = self.opts.source
         assert src.log is not None
-        with planning_client(src.metadata_service_uri) as bk:
+        with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             if ids:
-                append_ledgers(bk, src.log, ids, password=src.password)
+                commit_ledgers(bk, src.log, ids, password=src.password,
+                               fence_live_writer=self.opts.fence_live_writer)
             log.info("appended ledgers %s to log %r (job %s)", ids, src.log, self.job_id)
             self._sweep(bk, keep=set(ids))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         src = self.opts.source
         assert src.log is not None
-        with planning_client(src.metadata_service_uri) as bk:
+        with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             try:
                 listed = set(bk.log_metadata(src.log).ledger_ids)
             except LogNotFoundError:
@@ -218,6 +221,6 @@ def plan_writer(opts: WriteOptions, schema: StructType, overwrite: bool) -> BkLe
         raise BkLedgerOptionError("mode", "overwrite is not supported: a bkledger log is append-only; use "
                                           "mode(\"append\") (or truncate the log with the client first)")
     layout = plan_layout(schema, opts.envelope)
-    with planning_client(opts.source.metadata_service_uri) as bk:
+    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         floor = max(bk.list_ledgers(), default=-1)
     return BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)

@@ -4,7 +4,9 @@ Spark reuses its Python worker processes across tasks (spark.python.worker.reuse
 client (ZooKeeper session, bookie connections, event loop thread) that an earlier task of the same
 process opened, like a Kafka consumer pool on executors. The driver-side planning code opens a
 short-lived client with `planning_client` instead, closed when planning is done. Clients are never
-pickled: readers and writers carry only options and call `shared_client` where they run.
+pickled: readers and writers carry only options and call `shared_client` where they run. Security
+settings (TLS, ZooKeeper credentials) given as options travel with them and key the cache with the URI;
+settings in the file named by BKLEDGER_CLIENT_CONF apply underneath (client.config).
 """
 
 from __future__ import annotations
@@ -15,34 +17,41 @@ import threading
 from collections.abc import Iterator
 
 from client import BookKeeper
+from client.config import ClientConfig
 
+Settings = tuple[tuple[str, str], ...]
 _lock = threading.Lock()
-_clients: dict[str, BookKeeper] = {}
+_clients: dict[tuple[str, Settings], BookKeeper] = {}
 
 
-def shared_client(uri: str) -> BookKeeper:
-    """This process's client for `uri` (opened on first use, closed at exit)."""
+def open_client(uri: str, settings: Settings = ()) -> BookKeeper:
+    """A new client (the caller closes it) with the query's security settings over BKLEDGER_CLIENT_CONF's."""
+    return BookKeeper(uri, config=ClientConfig.from_environment(dict(settings)))
+
+
+def shared_client(uri: str, settings: Settings = ()) -> BookKeeper:
+    """This process's client for `uri` and `settings` (opened on first use, closed at exit)."""
     with _lock:
-        bk = _clients.get(uri)
+        bk = _clients.get((uri, settings))
         if bk is None:
-            bk = BookKeeper(uri)
-            _clients[uri] = bk
+            bk = open_client(uri, settings)
+            _clients[(uri, settings)] = bk
         return bk
 
 
-def drop_client(uri: str) -> None:
+def drop_client(uri: str, settings: Settings = ()) -> None:
     """Close and forget the cached client (after it broke), so the next task opens a fresh one."""
     with _lock:
-        bk = _clients.pop(uri, None)
+        bk = _clients.pop((uri, settings), None)
     if bk is not None:
         with contextlib.suppress(Exception):
             bk.close()
 
 
 @contextlib.contextmanager
-def planning_client(uri: str) -> Iterator[BookKeeper]:
+def planning_client(uri: str, settings: Settings = ()) -> Iterator[BookKeeper]:
     """A client for driver-side planning or commit, closed afterwards."""
-    bk = BookKeeper(uri)
+    bk = open_client(uri, settings)
     try:
         yield bk
     finally:
@@ -52,5 +61,5 @@ def planning_client(uri: str) -> Iterator[BookKeeper]:
 
 @atexit.register
 def _close_all() -> None:
-    for uri in list(_clients):
-        drop_client(uri)
+    for uri, settings in list(_clients):
+        drop_client(uri, settings)

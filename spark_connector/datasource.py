@@ -7,6 +7,8 @@ Spark 4 finds it with no register call through the top-level module `pyspark_bkl
 `DefaultSource`); `spark.dataSource.register(BkLedgerDataSource)` works too. This class only parses
 options (`spark_connector.options`, errors at planning time) and hands over to the reader/writer
 modules; streaming lives in `spark_connector.stream_source` / `spark_connector.stream_sink`.
+Importing it also makes format("bkledger") resolvable from any thread and session of a classic driver
+(`spark_connector.active_session`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
+from spark_connector import active_session
 from spark_connector.options import parse_read_options, parse_write_options
+
+active_session.install()
 
 
 class BkLedgerDataSource(DataSource):

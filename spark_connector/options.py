@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from client import InvalidOptionError
+from client.config import SECURITY_KEYS
 
 PositionSpec = Literal["earliest", "latest"] | dict[int, int]
 EARLIEST = -2
@@ -31,9 +32,10 @@ DIGEST_TYPES = ("crc32c", "crc32", "hmac", "dummy")
 COMPRESSIONS = ("none", "lz4")
 ENVELOPE_MODES = ("auto", "true", "false")
 
-COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path")
+COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path", *SECURITY_KEYS)
 READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition")
 WRITE = ("ensembleSize", "writeQuorum", "ackQuorum", "compression", "envelope", "maxInFlight")
+WRITE_COMMIT = ("fenceLiveWriter",)     # how a commit treats a live LogWriter of the log
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
 DEFAULT_MAX_IN_FLIGHT = 10_000
 
@@ -55,6 +57,7 @@ class SourceOptions:
     ledgers: tuple[int, ...] | None
     password: bytes = b""
     digest_type: str | None = None      # None: not given (reads take the ledger's; writes use crc32c)
+    client_settings: tuple[tuple[str, str], ...] = ()   # TLS / ZooKeeper security keys (README "Security")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +78,7 @@ class WriteOptions:
     compression: str = ""
     envelope: str = "auto"
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    fence_live_writer: bool = False
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -157,7 +161,14 @@ def parse_source(options: Mapping[str, str], *, allow_ledgers: bool = True) -> S
         raise BkLedgerOptionError("log", f"is required: give option {which}")
     ledgers = parse_ledger_list(raw_ledgers) if raw_ledgers is not None else None
     digest = parse_choice(opts, "digestType", "", DIGEST_TYPES) or None
-    return SourceOptions(uri, log, ledgers, opts.get("password", "").encode("utf-8"), digest)
+    return SourceOptions(uri, log, ledgers, opts.get("password", "").encode("utf-8"), digest,
+                         parse_security(opts))
+
+
+def parse_security(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The client's TLS and ZooKeeper settings given as options, by their BookKeeper names (checked when
+    the client is made: a bad one fails the query on the driver)."""
+    return tuple((key, opts[key.lower()]) for key in SECURITY_KEYS if key.lower() in opts)
 
 
 # ---- positions ---------------------------------------------------------------------------------
@@ -220,7 +231,7 @@ def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = 
 
 def parse_write_options(options: Mapping[str, str], extra_known: Iterable[str] = ()) -> WriteOptions:
     """Options of an append (batch or streaming); BkLedgerOptionError on any problem."""
-    check_known(options, (*COMMON, *READ, *WRITE, *extra_known), "writes")
+    check_known(options, (*COMMON, *READ, *WRITE, *WRITE_COMMIT, *extra_known), "writes")
     opts = _lowered(options)
     source = parse_source(options, allow_ledgers=False)
     ensemble = parse_int(opts, "ensembleSize", 3)
@@ -236,4 +247,5 @@ def parse_write_options(options: Mapping[str, str], extra_known: Iterable[str] =
         compression="" if compression == "none" else compression,
         envelope=parse_choice(opts, "envelope", "auto", ENVELOPE_MODES),
         max_in_flight=parse_int(opts, "maxInFlight", DEFAULT_MAX_IN_FLIGHT),
+        fence_live_writer=parse_bool(opts, "fenceLiveWriter", False),
     )

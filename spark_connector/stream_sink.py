@@ -34,7 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
+from client import BookKeeper, LogNotFoundError, NoSuchLedgerError
 from spark_connector.batch_writer import (
     JOB_KEY,
     LOG_KEY,
@@ -44,6 +44,7 @@ from spark_connector.batch_writer import (
     plan_layout,
 )
 from spark_connector.clients import planning_client
+from spark_connector.log_commit import commit_ledgers
 from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
 
 log = logging.getLogger("bkledger.spark.stream")
@@ -164,9 +165,9 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ids = ledger_ids(messages)
         src = self.opts.source
-        with planning_client(src.metadata_service_uri) as bk:
-            appended = append_ledgers(bk, self.log_name, ids, commit_marker=(self.identity, batchId),
-                                      password=src.password)
+        with planning_client(src.metadata_service_uri, src.client_settings) as bk:
+            appended = commit_ledgers(bk, self.log_name, ids, commit_marker=(self.identity, batchId),
+                                      password=src.password, fence_live_writer=self.opts.fence_live_writer)
             if appended:
                 log.info("log %r: batch %d of %s appended ledgers %s", self.log_name, batchId, self.identity, ids)
             else:
@@ -176,7 +177,7 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
             self._sweep(bk, keep=set(ids))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with planning_client(self.opts.source.metadata_service_uri) as bk:
+        with planning_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings) as bk:
             gone = delete_unlisted(bk, self.log_name, ledger_ids(messages))
             log.warning("log %r: batch %d of %s aborted; deleted its ledgers %s", self.log_name, batchId,
                         self.identity, gone)
@@ -216,7 +217,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     opts = parse_write_options(options, extra_known=STREAM_WRITE)
     sink_identity_check(options)
     layout = plan_layout(schema, opts.envelope)
-    with planning_client(opts.source.metadata_service_uri) as bk:
+    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         floor = max(bk.list_ledgers(), default=-1)
     tasks = BkLedgerBatchWriter(opts, layout, f"{sink_tag(options)}#{uuid.uuid4().hex}", floor)
     return BkLedgerStreamWriter(opts, tasks, options)

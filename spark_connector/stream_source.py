@@ -246,9 +246,10 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def bk(self) -> BookKeeper:
         if self._bk is None:
-            from client import BookKeeper
+            from spark_connector.clients import open_client
 
-            self._bk = BookKeeper(self.opts.read.source.metadata_service_uri)
+            source = self.opts.read.source
+            self._bk = open_client(source.metadata_service_uri, source.client_settings)
         return self._bk
 
     def _ledger_ids(self) -> list[int]:

@@ -41,6 +41,7 @@ from client.errors import (
 )
 from client.log.core import meta as lm
 from client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
+from client.log.liveness import check_live_writer
 from client.log.store import (
     delete_log_znodes,
     now_ms,
@@ -154,13 +155,16 @@ def show_float(value: float | None) -> str:
 
 # ---- appending closed ledgers (the Spark sink's commit) ---------------------------------------
 def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
-                   commit_marker: tuple[str, int] | None = None, password: bytes = b"") -> bool:
+                   commit_marker: tuple[str, int] | None = None, password: bytes = b"",
+                   fence_live_writer: bool = False) -> bool:
     """Append CLOSED ledgers to the log and record `commit_marker=(query_id, batch_id)`, in ONE CAS.
 
     Returns False, appending nothing, if the marker shows that batch (or a later one) is already
     committed. Creates the log if missing. Like a new log writer (R28) it first fences and recovers the
-    log's last two ledgers if they are still open, so a live log writer of this log is fenced out. The
-    ledger ids must be above the log's last ledger id (InvalidLogUpdateError otherwise).
+    log's last two ledgers if they are still open; if the last one belongs to a live LogWriter (it holds
+    the writer lease, `client.log.liveness`) it raises LiveLogWriterError instead, unless
+    `fence_live_writer` asks to fence that writer out. The ledger ids must be above the log's last ledger
+    id (InvalidLogUpdateError otherwise).
     """
     ids = sorted(ledger_ids)
     if len(set(ids)) != len(ids):
@@ -179,6 +183,7 @@ def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
         appended[0] = False
         if commit_marker is not None and lm.batch_committed(meta, *commit_marker):
             return {}
+        check_live_writer(bk, meta, fence_live_writer)
         new = lm.with_sealed_ledgers_appended(seal_tail(bk, meta, password), closed, now_ms())
         if commit_marker is not None:
             new = lm.with_batch_marker(new, *commit_marker)
@@ -368,10 +373,12 @@ class LogsMixin:
         return RetentionTask(bk, interval_s, names)
 
     def append_ledgers(self, name: str, ledger_ids: Iterable[int], *,
-                       commit_marker: tuple[str, int] | None = None, password: bytes = b"") -> bool:
+                       commit_marker: tuple[str, int] | None = None, password: bytes = b"",
+                       fence_live_writer: bool = False) -> bool:
         bk = _bk(self)
         bk._check_open()
-        return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password)
+        return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password,
+                              fence_live_writer=fence_live_writer)
 
     def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""

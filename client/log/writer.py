@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from client.errors import (
@@ -36,6 +37,7 @@ from client.errors import (
 )
 from client.log.core import meta as lm
 from client.log.core.meta import LogMetadata, Position
+from client.log.liveness import WriterLeases
 from client.log.logs import seal_tail
 from client.log.store import (
     LoadedLog,
@@ -50,6 +52,9 @@ from client.log.store import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    import numpy as np
+    import numpy.typing as npt
 
     from client.bookkeeper import BookKeeper
     from client.ledger_handle import LedgerHandle
@@ -78,6 +83,7 @@ class LogWriter:
         self._started = time.monotonic()
         self._error: BKError | None = None
         self._closed = False
+        self._leases = WriterLeases(bk, name)     # "this writer is alive" (client.log.liveness)
 
     # ---- becoming the writer (R28) ------------------------------------------------------------
     @classmethod
@@ -106,8 +112,10 @@ class LogWriter:
 
     def _new_ledger(self) -> LedgerHandle:
         e, qw, qa = self._quorum
-        return self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
-                                      custom_metadata={"log": self.name.encode("utf-8")})
+        lh = self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
+                                    custom_metadata={"log": self.name.encode("utf-8")})
+        self._leases.hold(lh.ledger_id)         # before the ledger enters the list: no unleased open tail
+        return lh
 
     def _cas_owned(self, loaded: LoadedLog, change: Callable[[LogMetadata], LogMetadata]) -> LoadedLog:
         """CAS `change(meta)`; on a lost race re-read and retry only while nobody appended a ledger (the
@@ -126,6 +134,7 @@ class LogWriter:
 
     def _discard(self, lh: LedgerHandle) -> None:
         """Drop a ledger that never made it into the list (nobody can know of it)."""
+        self._leases.release(lh.ledger_id)
         with contextlib.suppress(BKError):
             lh.close()
         with contextlib.suppress(BKError):
@@ -167,6 +176,26 @@ class LogWriter:
             inner = lh.add_entry_async(payload)
             self._entries += 1
             self._bytes += len(payload)
+        outer: concurrent.futures.Future[Position] = concurrent.futures.Future()
+        ledger_id = lh.ledger_id
+        inner.add_done_callback(lambda fut: self._settle(ledger_id, fut, outer))
+        return outer
+
+    def append_many(self, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8],
+                    offsets: Sequence[int] | npt.NDArray[np.integer]) -> concurrent.futures.Future[Position]:
+        """Queue n records at once, record i being data[offsets[i]:offsets[i + 1]] (LedgerHandle.add_entries:
+        same offsets, errors and failure semantics); the future gives the Position of the last record. The
+        records go to one ledger, consecutive: a roll due happens before them, never among them."""
+        with self._lock:
+            self._check_usable()
+            nbytes = _span(offsets)
+            if self._should_roll(nbytes):
+                self._roll_locked()
+            lh = self._lh
+            assert lh is not None
+            inner = lh.add_entries(data, offsets)
+            self._entries += len(offsets) - 1
+            self._bytes += nbytes
         outer: concurrent.futures.Future[Position] = concurrent.futures.Future()
         ledger_id = lh.ledger_id
         inner.add_done_callback(lambda fut: self._settle(ledger_id, fut, outer))
@@ -240,6 +269,7 @@ class LogWriter:
             old.close()
         except BKError as exc:
             raise self._fail(self._close_error(old, exc)) from exc
+        self._leases.release(old.ledger_id)
         self._record_sealed(old)
         log.info("log %r: rolled from ledger %d (%d entries) to %d", self.name, old.ledger_id,
                  old.last_entry_id + 1, lh.ledger_id)
@@ -287,12 +317,15 @@ class LogWriter:
                 return
             self._closed = True
             lh = self._lh
-            if lh is None or isinstance(self._error, LogFencedError):
-                return
             try:
-                lh.close()
-            except BKError as exc:
-                raise self._fail(self._close_error(lh, exc)) from exc
+                if lh is None or isinstance(self._error, LogFencedError):
+                    return
+                try:
+                    lh.close()
+                except BKError as exc:
+                    raise self._fail(self._close_error(lh, exc)) from exc
+            finally:
+                self._leases.release_all()
             self._record_sealed(lh)
 
     def __enter__(self) -> LogWriter:
@@ -310,3 +343,11 @@ def _reseal(current: LogMetadata, sealed: LogMetadata) -> LogMetadata:
         if led.sealed and led.entries is not None:
             out = lm.with_ledger_sealed(out, led.ledger_id, led.entries - 1, led.size or 0, led.closed_ms or 0)
     return out
+
+
+def _span(offsets: Sequence[int] | npt.NDArray[np.integer]) -> int:
+    """The payload bytes of a bulk's offsets (0 when they are malformed: add_entries then says why)."""
+    try:
+        return max(0, int(offsets[-1]) - int(offsets[0]))
+    except (TypeError, ValueError, IndexError):
+        return 0

@@ -7,7 +7,7 @@ Mirrors BookKeeper's ledger managers and their path helpers (`StringUtils`, `*Le
 - `hierarchical` (BookKeeper's default): a hybrid, ids below 2^31-1 on the legacy path, larger ids on
   the long path.
 Also the fixed znodes of a cluster (`available`, `available/readonly`, `cookies`, `INSTANCEID`, `LAYOUT`,
-`idgen`, `idgen-long`, `underreplication`) and of this project (`logs`), and which root children are
+`idgen`, `idgen-long`, `underreplication`) and of this project (`logs`, `logwriters`), and which root children are
 "special" and skipped when listing ledgers (`AbstractZkLedgerManager.isSpecialZnode`). No I/O here.
 """
 
@@ -32,9 +32,10 @@ IDGEN_PREFIX = "ID-"
 HOB_PREFIX = "HOB-"
 UNDERREPLICATION = "underreplication"
 LOGS = "logs"
+LOG_WRITERS = "logwriters"
 
 SPECIAL_ZNODES = frozenset(
-    {AVAILABLE, COOKIES, INSTANCEID, LAYOUT, IDGEN, IDGEN_LONG, UNDERREPLICATION, LOGS}
+    {AVAILABLE, COOKIES, INSTANCEID, LAYOUT, IDGEN, IDGEN_LONG, UNDERREPLICATION, LOGS, LOG_WRITERS}
 )
 
 _LEGACY_SPLIT = (2, 4, 4)
@@ -217,6 +218,15 @@ class ZkLayout:
     @property
     def logs(self) -> str:
         return self.under_root(LOGS)
+
+    @property
+    def log_writers(self) -> str:
+        return self.under_root(LOG_WRITERS)
+
+    def log_writer_lease(self, name: str, ledger_id: int) -> str:
+        """The ephemeral znode a live log writer holds while `ledger_id` is its open ledger."""
+        _check_name(name, "log name")
+        return f"{self.log_writers}/{name}/{ledger_id}"
 
     def bookie(self, bookie_id: str, readonly: bool = False) -> str:
         _check_name(bookie_id, "bookie id")

@@ -9,7 +9,9 @@ from typing import Any
 
 from client.add_future import AddFuture
 from client.config import ClientConfig
+from client.errors import LedgerFencedError
 from client.metrics import NO_METRICS
+from client.protocol.bulk import check_bulk
 from client.protocol.digest import make_digest, unpack_entry
 from client.protocol.pending_adds import Resend
 from client.protocol.transforms import new_ledger_metadata
@@ -124,5 +126,84 @@ def test_resends_carry_the_packaged_entries_of_any_drain() -> None:
         writer._execute([Resend(e, (1,)) for e in (14, 0, 7, 3)])
         resent = {ids[0]: data for ids, _, data in bookies["b1"].sent}
         assert resent == {e: originals[e] for e in (14, 0, 7, 3)}
+
+    asyncio.run(scenario())
+
+
+def _entries(sent: list[tuple[list[int], list[int], bytes]]) -> dict[int, bytes]:
+    digest = make_digest("crc32c", b"pw")
+    out: dict[int, bytes] = {}
+    for ids, sizes, data in sent:
+        offset = 0
+        for entry_id, size in zip(ids, sizes, strict=True):
+            out[entry_id] = bytes(unpack_entry(digest, 7, entry_id, data[offset:offset + size]).payload)
+            offset += size
+    return out
+
+
+def test_a_bulk_between_single_adds_gets_consecutive_ids_and_one_future() -> None:
+    """A bulk takes the next ids in submission order, goes to each entry's write set (E > Qw too), and
+    its single future completes with its last entry id once every earlier entry is acknowledged (R6)."""
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 2, 2, window=100)
+        before = _submit(writer, b"first")
+        bulk_future = AddFuture()
+        writer.submit_bulk(check_bulk(b"aabbbc", [0, 2, 5, 5, 6], 100), bulk_future)
+        after = _submit(writer, b"last")
+        await asyncio.sleep(0)
+        held = {b: _entries(bookie.sent) for b, bookie in bookies.items()}
+        assert held["b1"] == {0: b"first", 1: b"aa", 3: b"", 4: b"c"}
+        assert {**held["b0"], **held["b1"], **held["b2"]} == {
+            0: b"first", 1: b"aa", 2: b"bbb", 3: b"", 4: b"c", 5: b"last"}
+        for entry_id in range(0, 4):
+            for b in ("b0", "b1", "b2"):
+                if entry_id in held[b]:
+                    _ack(writer, b, entry_id)
+        assert before is not None and before.result(0) == 0
+        assert not bulk_future.done()                             # entry 4 of the bulk is pending
+        _ack(writer, "b1", 4)
+        _ack(writer, "b2", 4)
+        assert bulk_future.result(0) == 4 and after is not None and not after.done()
+        assert writer.lac_length == len(b"first" + b"aabbbc")
+
+    asyncio.run(scenario())
+
+
+def test_a_failure_inside_a_bulk_fails_it_and_everything_after() -> None:
+    """EFENCED on an entry in the middle of a bulk: the entries before it that completed stay
+    completed, the bulk's future and every later add fail with LedgerFencedError (R21)."""
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 3, 2, window=100)
+        before = _submit(writer, b"x")
+        bulk_future = AddFuture()
+        writer.submit_bulk(check_bulk(b"0123456789", list(range(11)), 100), bulk_future)
+        after = _submit(writer, b"y")
+        await asyncio.sleep(0)
+        _ack(writer, "b0", 0, 1, 2)
+        _ack(writer, "b1", 0, 1, 2)
+        assert before is not None and before.result(0) == 0
+        writer.on_ack("b2", pb.AddAck(ledger_id=7, status=pb.EFENCED, entry_ids=[5]))
+        assert isinstance(bulk_future.exception(0), LedgerFencedError)
+        assert after is not None and isinstance(after.exception(0), LedgerFencedError)
+        assert writer.pending.last_add_confirmed == 2
+        assert writer._in_window == 0                              # every slot came back
+
+    asyncio.run(scenario())
+
+
+def test_a_bulk_larger_than_the_window_takes_half_of_it() -> None:
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 3, 2, window=4)
+        singles = [_submit(writer, b"s%d" % i) for i in range(3)]
+        await asyncio.sleep(0)
+        bulk = check_bulk(bytes(10), list(range(11)), 100)
+        waiting = asyncio.ensure_future(asyncio.to_thread(writer.submit_bulk, bulk, AddFuture()))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()                 # 1 slot free: a bulk takes half the window (2)...
+        _ack(writer, "b0", 0)
+        _ack(writer, "b1", 0)
+        await asyncio.wait_for(waiting, 30)       # ...which it gets once one single add completed
+        assert singles[0] is not None and singles[0].result(0) == 0
+        assert writer._in_window == 4
 
     asyncio.run(scenario())

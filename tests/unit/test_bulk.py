@@ -1,0 +1,74 @@
+"""Bulk adds, the pure part: offsets are checked before anything is queued, chunks stay within the byte
+bound, and packaging a bulk gives byte for byte what packaging its entries one by one gives (R7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client.errors import EntryTooLargeError, InvalidBulkError
+from client.protocol.bulk import check_bulk, chunk_bounds, package_bulk
+from client.protocol.digest import HEADER_LENGTH, make_digest, package_batch
+
+
+def test_offsets_may_be_a_list_or_a_numpy_array_and_need_not_start_at_zero() -> None:
+    for offsets in ([2, 4, 4, 7], np.array([2, 4, 4, 7], dtype=np.int32), np.array([2, 4, 4, 7], dtype=np.uint64)):
+        bulk = check_bulk(b"xxabcdefgh", offsets, 100)
+        assert bulk.count == 3 and bulk.nbytes == 5 and bulk.offsets.dtype == np.int64
+
+
+def test_a_mutable_buffer_is_copied_at_the_call() -> None:
+    buf = bytearray(b"abcd")
+    bulk = check_bulk(buf, [0, 2, 4], 100)
+    buf[:] = b"zzzz"
+    assert bulk.data == b"abcd"
+    assert check_bulk(np.frombuffer(b"abcd", dtype=np.uint8), [0, 4], 100).data == b"abcd"
+
+
+@pytest.mark.parametrize(("data", "offsets", "match"), [
+    ("text", [0, 1], "bytes-like"),
+    (b"abc", [0], "at least one entry"),
+    (b"abc", [], "at least one entry"),
+    (b"abc", [0, 4], "within the buffer"),
+    (b"abc", [-1, 2], "within the buffer"),
+    (b"abc", [0, 2, 1, 3], r"offsets\[1\]=2 > offsets\[2\]=1"),
+    (b"abc", [0.0, 1.5], "integers"),
+    (b"abc", np.array([[0, 1], [1, 2]]), "one-dimensional"),
+    (b"abc", np.array([0.0, 3.0]), "integers"),
+    (b"abc", ["a", "b"], "integers"),
+])
+def test_bad_bulks_get_invalid_bulk_error(data: object, offsets: object, match: str) -> None:
+    with pytest.raises(InvalidBulkError, match=match):
+        check_bulk(data, offsets, 100)  # type: ignore[arg-type]
+
+
+def test_an_oversized_entry_names_its_index_and_refuses_the_whole_bulk() -> None:
+    with pytest.raises(EntryTooLargeError, match="entry 2 of the bulk has 11 bytes.*nothing of this bulk"):
+        check_bulk(bytes(30), [0, 5, 10, 21, 25], 10)
+
+
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=60), st.integers(1, 2000), st.integers(0, 7))
+def test_chunks_cover_every_entry_once_within_the_bound(sizes: list[int], max_bytes: int, start: int) -> None:
+    offsets = np.concatenate(([start], start + np.cumsum(sizes))).astype(np.int64)
+    overhead = 36
+    bounds = chunk_bounds(offsets, overhead, max_bytes)
+    assert bounds[0] == 0 and bounds[-1] == len(sizes)
+    for lo, hi in zip(bounds, bounds[1:]):  # noqa: B905
+        assert hi > lo
+        packaged = sum(sizes[lo:hi]) + overhead * (hi - lo)
+        assert packaged <= max_bytes or hi - lo == 1
+
+
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=40), st.sampled_from(["crc32c", "crc32", "hmac",
+                                                                                    "dummy"]))
+def test_package_bulk_is_package_batch_byte_for_byte(payloads: list[bytes], digest_type: str) -> None:
+    digest = make_digest(digest_type, b"pw")
+    data = b"..." + b"".join(payloads)
+    offsets = np.concatenate(([3], 3 + np.cumsum([len(p) for p in payloads]))).astype(np.int64)
+    blob, packaged = package_bulk(digest, 9, 100, 95, 1000, data, offsets)
+    expected, sizes = package_batch(digest, 9, 100, 95, 1000, payloads)
+    assert blob == expected
+    assert packaged.tolist() == [0, *np.cumsum(sizes).tolist()]
+    assert int(packaged[1] - packaged[0]) == HEADER_LENGTH + digest.mac_length + len(payloads[0])
