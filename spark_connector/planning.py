@@ -26,8 +26,9 @@ class LedgerView:
     ledger_id: int
     fragment_starts: tuple[int, ...]   # first entry id of each fragment, ascending, starting at 0
     last_entry_id: int                 # last readable entry: last entry id if CLOSED, else the LAC (-1: none)
-    envelope: int = 0
+    envelope: int = 0                  # -1: not read while planning (the task takes it from the ledger)
     closed: bool = True
+    size: int | None = None            # bytes, when the log records them (closed ledgers)
 
 
 @dataclasses.dataclass(frozen=True)
