@@ -21,7 +21,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
 
 from client import BadPasswordError, BookKeeper, DataLossError, NoSuchEntryError, NoSuchLedgerError
-from client.log.core.meta import LogLedger
+from client.log.core import meta as lm
 from spark_connector import envelope as env
 from spark_connector.arrow_io import chunk_to_batch
 from spark_connector.clients import planning_client, shared_client
@@ -78,9 +78,13 @@ def ledger_view(bk: BookKeeper, ledger_id: int, source: SourceOptions) -> Ledger
                       env.version_of(md.custom_metadata), md.is_closed, md.length if md.is_closed else None)
 
 
-def recorded_view(led: LogLedger, opts: ReadOptions) -> LedgerView | None:
+def recorded_view(led: lm.Located, opts: ReadOptions) -> LedgerView | None:
     """A CLOSED ledger as the log records it (entries, bytes: no ZooKeeper read), when it fits one
-    partition: then where its fragments begin does not matter. None if planning must read its metadata."""
+    partition (then where its fragments begin does not matter) or was compacted into another (read
+    there). None if planning must read its metadata."""
+    if led.compacted:
+        return LedgerView(led.ledger_id, (0,), (led.entries or 0) - 1, ENVELOPE_AT_READ, True, led.size,
+                          led.physical, led.base)
     if led.entries is None or led.entries > opts.max_entries_per_partition \
             or (led.size or 0) > opts.target_partition_bytes:
         return None
@@ -93,13 +97,13 @@ def discover(bk: BookKeeper, opts: ReadOptions) -> list[LedgerView]:
     source = opts.source
     recorded: dict[int, LedgerView] = {}
     if source.log is not None:
-        meta = bk.log_metadata(source.log)
-        ids = meta.ledger_ids
-        recorded = {led.ledger_id: v for led in meta.ledgers if (v := recorded_view(led, opts)) is not None}
+        located = lm.logical_ledgers(bk.log_metadata(source.log))         # positions' ledger ids
+        ids = [led.ledger_id for led in located]
+        recorded = {led.ledger_id: v for led in located if (v := recorded_view(led, opts)) is not None}
     else:
         ids = sorted(source.ledgers or ())
     wanted = [i for i in ids if i not in recorded]
-    if ids and ids[0] in recorded:
+    if ids and ids[0] in recorded and recorded[ids[0]].physical is None:
         wanted.insert(0, ids[0])                  # the password and digest type are checked on one at least
     read = _read_views(bk, wanted, opts)
     return [v for i in ids if (v := read.get(i) or recorded.get(i)) is not None]
@@ -130,7 +134,7 @@ def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
     stopping at the first that does)."""
     if any(v.envelope > env.NONE for v in views):
         return True
-    unknown = [v.ledger_id for v in views if v.envelope == ENVELOPE_AT_READ]
+    unknown = list(dict.fromkeys(v.physical or v.ledger_id for v in views if v.envelope == ENVELOPE_AT_READ))
     for i in range(0, len(unknown), ENVELOPE_BATCH):
         if any(md is not None and env.version_of(md.custom_metadata) != env.NONE
                for md in bk.store.read_ledgers(unknown[i:i + ENVELOPE_BATCH])):
@@ -163,16 +167,18 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema) 
     source = opts.source
     bk = shared_client(source.metadata_service_uri)
     try:
-        rh = bk.open_ledger(part.ledger_id, source.password, recovery=False)
+        rh = bk.open_ledger(part.physical or part.ledger_id, source.password, recovery=False)
         if not rh.is_closed and rh.last_add_confirmed < part.last_entry_id:
             rh.wait_for_lac(part.last_entry_id - 1, LAC_WAIT_S)   # a bookie behind the one planning asked
             if rh.last_add_confirmed < part.last_entry_id:
                 rh.refresh()
-        position = part.first_entry_id
+        base = part.base                            # a compacted ledger: its entries sit from `base` on
+        position = base + part.first_entry_id
         envelope = part.envelope if part.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
-        while position <= part.last_entry_id:
-            chunk = rh.read_chunk(position, part.last_entry_id)
-            yield chunk_to_batch(schema, part.log, part.ledger_id, chunk.entry_ids, chunk.payloads, envelope)
+        while position <= base + part.last_entry_id:
+            chunk = rh.read_chunk(position, base + part.last_entry_id)
+            ids = chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
+            yield chunk_to_batch(schema, part.log, part.ledger_id, ids, chunk.payloads, envelope)
             position = chunk.entry_ids[-1] + 1
     except (NoSuchLedgerError, NoSuchEntryError) as exc:
         what = f"ledger {part.ledger_id} entries {part.first_entry_id}..{part.last_entry_id}"

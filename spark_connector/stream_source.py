@@ -42,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from client import DataLossError
+from client.log.core.meta import logical_ledgers
 from spark_connector.batch_reader import check_schema, coalesced, ledger_view, read_any, recorded_view
 from spark_connector.options import (
     EARLIEST,
@@ -258,11 +259,14 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             meta = self.bk.log_metadata(self.opts.log)
         except LogNotFoundError:
             return []
-        for led in meta.ledgers:                   # small CLOSED ledgers: the log's records are enough
-            if led.ledger_id not in self._closed_views and (view := recorded_view(led, self.opts.read)):
+        located = logical_ledgers(meta)            # positions' ledger ids (compaction keeps them)
+        for led in located:                        # small CLOSED ledgers: the log's records are enough
+            cached = self._closed_views.get(led.ledger_id)
+            moved = cached is not None and led.compacted and cached.physical != led.physical
+            if (cached is None or moved) and (view := recorded_view(led, self.opts.read)):
                 self._closed_views[led.ledger_id] = view
                 self._closed_sizes[led.ledger_id] = view.size or 0
-        return meta.ledger_ids
+        return [led.ledger_id for led in located]
 
     def _view(self, ledger_id: int) -> LedgerView:
         """The ledger as planning sees it (batch_reader.ledger_view); CLOSED ones are cached (immutable)."""
