@@ -143,7 +143,7 @@ def _print_http(bookies: list[dict[str, Any]]) -> None:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    """`bkledger log list|describe NAME|tail NAME`: the logs stored under a metadata service URI."""
+    """`bkledger log list|describe NAME|tail NAME|compact NAME`: the logs under a metadata service URI."""
     from client import BookKeeper
     from client.errors import BKError
     from client.log.core.meta import Position
@@ -164,6 +164,13 @@ def cmd_log(args: argparse.Namespace) -> int:
                     print(json.dumps(meta.to_dict(), indent=2, sort_keys=True))
                 else:
                     print("\n".join(describe_log(meta)))
+            elif args.action == "compact":
+                done = bk.compact_log(args.name, target_bytes=args.target_bytes, min_ledgers=args.min_ledgers,
+                                      grace_s=args.grace_s, password=args.password.encode())
+                for new, old in done.compacted:
+                    print(f"ledger {new} replaces {len(old)} ledgers ({old[0]}..{old[-1]})")
+                print(f"compacted {done.replaced} ledgers into {len(done.compacted)}; skipped {done.skipped} runs "
+                      f"(the log changed); deleted {len(done.deleted)} ledgers whose grace period ended")
             else:
                 start: Any = args.start if args.start in ("earliest", "latest") else Position.parse(args.start)
                 with bk.open_log_reader(args.name, start, password=args.password.encode()) as reader:
@@ -210,16 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TLS with client certificates and ZooKeeper ACLs; material in DIR/secure (up)")
     p.set_defaults(func=cmd_local)
 
-    p = sub.add_parser("log", help="logs made of ledgers: list, describe, tail")
-    p.add_argument("action", choices=["list", "describe", "tail"])
-    p.add_argument("name", nargs="?", help="the log (describe, tail)")
+    p = sub.add_parser("log", help="logs made of ledgers: list, describe, tail, compact")
+    p.add_argument("action", choices=["list", "describe", "tail", "compact"])
+    p.add_argument("name", nargs="?", help="the log (describe, tail, compact)")
     p.add_argument("--uri", required=True, help="metadata service URI, e.g. zk://127.0.0.1:2181/ledgers")
     p.add_argument("--from", dest="start", default="earliest", help="earliest, latest or LEDGER:ENTRY (tail)")
     p.add_argument("--max", type=int, default=None, help="stop after this many records (tail)")
     p.add_argument("--timeout", type=float, default=2.0, help="stop after this many idle seconds (tail)")
     p.add_argument("--follow", action="store_true", help="keep tailing until interrupted (tail)")
     p.add_argument("--hex", action="store_true", help="print payloads as hex (tail)")
-    p.add_argument("--password", default="", help="the log's ledger password (tail)")
+    p.add_argument("--password", default="", help="the log's ledger password (tail, compact)")
+    p.add_argument("--target-bytes", type=int, default=64 << 20, help="bytes of a compacted ledger (compact)")
+    p.add_argument("--min-ledgers", type=int, default=4, help="fewest ledgers in a run worth compacting (compact)")
+    p.add_argument("--grace-s", type=float, default=600.0,
+                   help="seconds before replaced ledgers are deleted, by a later run (compact)")
     p.add_argument("--json", action="store_true", help="metadata as JSON (describe)")
     p.set_defaults(func=cmd_log)
     return parser

@@ -1,26 +1,31 @@
 """Batch read of a log (or of raw ledgers): schema discovery and planning on the driver, reads in tasks.
 
 Mirrors a BookKeeper ReadHandle opened without recovery (R12: a reader never fences the writer):
-planning reads the log's ledger list and each ledger's metadata from ZooKeeper, takes the LAC of an
-OPEN ledger (as it is now) or the last entry id of a CLOSED one as the bound, and cuts partitions with
-`spark_connector.planning`. Each task opens its ledger without recovery and streams its entry range
-with `read_chunk`, yielding one Arrow RecordBatch per chunk (`spark_connector.arrow_io`).
-Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
+planning reads the log's ledger list; small CLOSED ledgers are planned from what the log records of them
+(entries, bytes), the others from their metadata (read concurrently): the LAC of an OPEN ledger (as it
+is now) or the last entry id of a CLOSED one is the bound. `spark_connector.planning` cuts the pieces,
+`spark_connector.coalesce` packs them into few partitions. Each task opens its ledgers without recovery
+and streams each entry range with `read_chunk`, yielding one Arrow RecordBatch per chunk
+(`spark_connector.arrow_io`). Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any
+ledger carries the envelope.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
 
 from client import BadPasswordError, BookKeeper, DataLossError, NoSuchEntryError, NoSuchLedgerError
+from client.log.core import meta as lm
 from spark_connector import envelope as env
 from spark_connector.arrow_io import chunk_to_batch
 from spark_connector.clients import planning_client, shared_client
+from spark_connector.coalesce import CoalescedPartition, coalesce, entry_bytes
 from spark_connector.options import BkLedgerOptionError, ReadOptions, SourceOptions
 from spark_connector.planning import LedgerPartition, LedgerView, plan_partitions, resolve_bounds
 
@@ -33,6 +38,9 @@ COLUMNS: dict[str, DataType] = {
 BASE_COLUMNS = ("log", "ledger_id", "entry_id", "value")
 ENVELOPE_COLUMNS = ("key", "timestamp")
 LAC_WAIT_S = 10.0
+ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from the log's records alone
+PLAN_THREADS = 16              # ledger metadata read at once while planning
+ENVELOPE_BATCH = 1000
 
 
 def read_schema(with_envelope: bool) -> StructType:
@@ -67,37 +75,90 @@ def ledger_view(bk: BookKeeper, ledger_id: int, source: SourceOptions) -> Ledger
         rh = bk.open_ledger(ledger_id, source.password, recovery=False)
         md, last = rh.metadata, rh.last_entry_id
     return LedgerView(ledger_id, tuple(f.first_entry_id for f in md.fragments), last,
-                      env.version_of(md.custom_metadata), md.is_closed)
+                      env.version_of(md.custom_metadata), md.is_closed, md.length if md.is_closed else None)
+
+
+def recorded_view(led: lm.Located, opts: ReadOptions) -> LedgerView | None:
+    """A CLOSED ledger as the log records it (entries, bytes: no ZooKeeper read), when it fits one
+    partition (then where its fragments begin does not matter) or was compacted into another (read
+    there). None if planning must read its metadata."""
+    if led.compacted:
+        return LedgerView(led.ledger_id, (0,), (led.entries or 0) - 1, ENVELOPE_AT_READ, True, led.size,
+                          led.physical, led.base)
+    if led.entries is None or led.entries > opts.max_entries_per_partition \
+            or (led.size or 0) > opts.target_partition_bytes:
+        return None
+    return LedgerView(led.ledger_id, (0,), led.entries - 1, ENVELOPE_AT_READ, True, led.size)
 
 
 def discover(bk: BookKeeper, opts: ReadOptions) -> list[LedgerView]:
-    """The ledgers to read, ascending: the log's (from its metadata) or the `ledgers` option's."""
+    """The ledgers to read, ascending: the log's (small CLOSED ones from the log's own records, the others
+    from their metadata, read concurrently) or the `ledgers` option's."""
     source = opts.source
-    ids = bk.log_metadata(source.log).ledger_ids if source.log is not None else sorted(source.ledgers or ())
-    views: list[LedgerView] = []
-    for ledger_id in ids:
+    recorded: dict[int, LedgerView] = {}
+    if source.log is not None:
+        located = lm.logical_ledgers(bk.log_metadata(source.log))         # positions' ledger ids
+        ids = [led.ledger_id for led in located]
+        recorded = {led.ledger_id: v for led in located if (v := recorded_view(led, opts)) is not None}
+    else:
+        ids = sorted(source.ledgers or ())
+    wanted = [i for i in ids if i not in recorded]
+    if ids and ids[0] in recorded and recorded[ids[0]].physical is None:
+        wanted.insert(0, ids[0])                  # the password and digest type are checked on one at least
+    read = _read_views(bk, wanted, opts)
+    return [v for i in ids if (v := read.get(i) or recorded.get(i)) is not None]
+
+
+def _read_views(bk: BookKeeper, ids: Sequence[int], opts: ReadOptions) -> dict[int, LedgerView]:
+    def one(ledger_id: int) -> LedgerView | None:
         try:
-            views.append(ledger_view(bk, ledger_id, source))
+            return ledger_view(bk, ledger_id, opts.source)
         except NoSuchLedgerError:
-            where = f"log {source.log!r} lists" if source.log is not None else "option ledgers names"
+            where = f"log {opts.source.log!r} lists" if opts.source.log is not None else "option ledgers names"
             if opts.fail_on_data_loss:
                 raise DataLossError(f"{where} ledger {ledger_id}, which does not exist (deleted?); set "
                                     "failOnDataLoss=false to read the others") from None
             log.warning("%s ledger %d, which does not exist; skipped (failOnDataLoss=false)", where, ledger_id)
-    return views
+            return None
+
+    if len(ids) <= 1:
+        found = [one(i) for i in ids]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(min(PLAN_THREADS, len(ids))) as pool:
+            found = list(pool.map(one, ids))
+    return {v.ledger_id: v for v in found if v is not None}
+
+
+def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
+    """Whether any ledger carries the key/timestamp envelope (metadata of unread ones read concurrently,
+    stopping at the first that does)."""
+    if any(v.envelope > env.NONE for v in views):
+        return True
+    unknown = list(dict.fromkeys(v.physical or v.ledger_id for v in views if v.envelope == ENVELOPE_AT_READ))
+    for i in range(0, len(unknown), ENVELOPE_BATCH):
+        if any(md is not None and env.version_of(md.custom_metadata) != env.NONE
+               for md in bk.store.read_ledgers(unknown[i:i + ENVELOPE_BATCH])):
+            return True
+    return False
 
 
 def discover_schema(opts: ReadOptions) -> StructType:
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
-        views = discover(bk, opts)
-    return read_schema(any(v.envelope != env.NONE for v in views))
+        return read_schema(has_envelope(bk, discover(bk, opts)))
 
 
-def plan(opts: ReadOptions) -> list[LedgerPartition]:
+def coalesced(opts: ReadOptions, views: Sequence[LedgerView], pieces: Sequence[LedgerPartition]
+              ) -> list[CoalescedPartition]:
+    """Pieces packed into partitions of up to maxEntriesPerPartition / targetPartitionBytes (log order)."""
+    sizes = {v.ledger_id: (v.last_entry_id + 1, v.size) for v in views if v.size is not None and v.closed}
+    return coalesce(pieces, entry_bytes(sizes), opts.max_entries_per_partition, opts.target_partition_bytes)
+
+
+def plan(opts: ReadOptions) -> list[CoalescedPartition]:
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         views = discover(bk, opts)
     bounds = resolve_bounds(opts.source.log, views, opts.starting, opts.ending, opts.fail_on_data_loss)
-    return plan_partitions(opts.source.log, views, bounds, opts.max_entries_per_partition)
+    return coalesced(opts, views, plan_partitions(opts.source.log, views, bounds, opts.max_entries_per_partition))
 
 
 # ---- tasks: reading --------------------------------------------------------------------------------
@@ -106,15 +167,18 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema) 
     source = opts.source
     bk = shared_client(source.metadata_service_uri, source.client_settings)
     try:
-        rh = bk.open_ledger(part.ledger_id, source.password, recovery=False)
+        rh = bk.open_ledger(part.physical or part.ledger_id, source.password, recovery=False)
         if not rh.is_closed and rh.last_add_confirmed < part.last_entry_id:
             rh.wait_for_lac(part.last_entry_id - 1, LAC_WAIT_S)   # a bookie behind the one planning asked
             if rh.last_add_confirmed < part.last_entry_id:
                 rh.refresh()
-        position = part.first_entry_id
-        while position <= part.last_entry_id:
-            chunk = rh.read_chunk(position, part.last_entry_id)
-            yield chunk_to_batch(schema, part.log, part.ledger_id, chunk.entry_ids, chunk.payloads, part.envelope)
+        base = part.base                            # a compacted ledger: its entries sit from `base` on
+        position = base + part.first_entry_id
+        envelope = part.envelope if part.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
+        while position <= base + part.last_entry_id:
+            chunk = rh.read_chunk(position, base + part.last_entry_id)
+            ids = chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
+            yield chunk_to_batch(schema, part.log, part.ledger_id, ids, chunk.payloads, envelope)
             position = chunk.entry_ids[-1] + 1
     except (NoSuchLedgerError, NoSuchEntryError) as exc:
         what = f"ledger {part.ledger_id} entries {part.first_entry_id}..{part.last_entry_id}"
@@ -122,6 +186,15 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema) 
             raise DataLossError(f"{what} are gone since planning ({exc}); set failOnDataLoss=false to skip "
                                 "them") from exc
         log.warning("%s are gone since planning; skipped (failOnDataLoss=false)", what)
+
+
+def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """A task's rows: the pieces of a coalesced partition one after the other (log order), or one piece."""
+    if isinstance(partition, CoalescedPartition):
+        for piece in partition.pieces:
+            yield from read_partition(opts, piece, schema)
+    elif isinstance(partition, LedgerPartition):
+        yield from read_partition(opts, partition, schema)
 
 
 class BkLedgerBatchReader(DataSourceReader):
@@ -138,6 +211,5 @@ class BkLedgerBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        if not isinstance(partition, LedgerPartition):
-            return          # nothing to read: Spark plans one InputPartition(None) for an empty list
-        yield from read_partition(self.opts, partition, to_arrow_schema(self.schema, timezone="UTC"))
+        # a plain InputPartition(None), planned by Spark for an empty list, reads nothing
+        yield from read_any(self.opts, partition, to_arrow_schema(self.schema, timezone="UTC"))

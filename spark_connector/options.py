@@ -33,10 +33,11 @@ COMPRESSIONS = ("none", "lz4")
 ENVELOPE_MODES = ("auto", "true", "false")
 
 COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path", *SECURITY_KEYS)
-READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition")
+READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition", "targetPartitionBytes")
 WRITE = ("ensembleSize", "writeQuorum", "ackQuorum", "compression", "envelope", "maxInFlight")
 WRITE_COMMIT = ("fenceLiveWriter",)     # how a commit treats a live LogWriter of the log
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
+DEFAULT_TARGET_PARTITION_BYTES = 128 * 1024 * 1024     # as Spark's spark.sql.files.maxPartitionBytes
 DEFAULT_MAX_IN_FLIGHT = 10_000
 
 
@@ -67,6 +68,7 @@ class ReadOptions:
     ending: PositionSpec = "latest"
     fail_on_data_loss: bool = True
     max_entries_per_partition: int = DEFAULT_MAX_ENTRIES_PER_PARTITION
+    target_partition_bytes: int = DEFAULT_TARGET_PARTITION_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,6 +228,7 @@ def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = 
         ending=parse_positions(opts, "endingPositions", source.log, "latest"),
         fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
         max_entries_per_partition=parse_int(opts, "maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION),
+        target_partition_bytes=parse_int(opts, "targetPartitionBytes", DEFAULT_TARGET_PARTITION_BYTES),
     )
 
 

@@ -26,8 +26,11 @@ class LedgerView:
     ledger_id: int
     fragment_starts: tuple[int, ...]   # first entry id of each fragment, ascending, starting at 0
     last_entry_id: int                 # last readable entry: last entry id if CLOSED, else the LAC (-1: none)
-    envelope: int = 0
+    envelope: int = 0                  # -1: not read while planning (the task takes it from the ledger)
     closed: bool = True
+    size: int | None = None            # bytes, when the log records them (closed ledgers)
+    physical: int | None = None        # compacted: the ledger now holding its entries, from entry `base` on
+    base: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +42,8 @@ class LedgerPartition(InputPartition):
     first_entry_id: int
     last_entry_id: int
     envelope: int = 0
+    physical: int | None = None        # compacted: entries first..last are base+first..base+last of it
+    base: int = 0
 
     @property
     def entries(self) -> int:
@@ -139,6 +144,6 @@ def plan_partitions(log: str | None, ledgers: Sequence[LedgerView], bounds: Mapp
             continue
         first, end = bounds[view.ledger_id]
         for lo, hi in fragment_ranges(view, first, end):
-            out += [LedgerPartition(log, view.ledger_id, a, b, view.envelope)
+            out += [LedgerPartition(log, view.ledger_id, a, b, view.envelope, view.physical, view.base)
                     for a, b in split_range(lo, hi, max_entries)]
     return out

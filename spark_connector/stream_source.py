@@ -42,7 +42,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from client import DataLossError
-from spark_connector.batch_reader import check_schema, ledger_view, read_partition
+from client.log.core.meta import logical_ledgers
+from spark_connector.batch_reader import check_schema, coalesced, ledger_view, read_any, recorded_view
 from spark_connector.options import (
     EARLIEST,
     BkLedgerOptionError,
@@ -52,7 +53,7 @@ from spark_connector.options import (
     parse_int,
     parse_read_options,
 )
-from spark_connector.planning import LedgerPartition, LedgerView, plan_partitions
+from spark_connector.planning import LedgerView, plan_partitions
 
 if TYPE_CHECKING:
     from client import BookKeeper
@@ -256,9 +257,17 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from client import LogNotFoundError
 
         try:
-            return self.bk.log_metadata(self.opts.log).ledger_ids
+            meta = self.bk.log_metadata(self.opts.log)
         except LogNotFoundError:
             return []
+        located = logical_ledgers(meta)            # positions' ledger ids (compaction keeps them)
+        for led in located:                        # small CLOSED ledgers: the log's records are enough
+            cached = self._closed_views.get(led.ledger_id)
+            moved = cached is not None and led.compacted and cached.physical != led.physical
+            if (cached is None or moved) and (view := recorded_view(led, self.opts.read)):
+                self._closed_views[led.ledger_id] = view
+                self._closed_sizes[led.ledger_id] = view.size or 0
+        return [led.ledger_id for led in located]
 
     def _view(self, ledger_id: int) -> LedgerView:
         """The ledger as planning sees it (batch_reader.ledger_view); CLOSED ones are cached (immutable)."""
@@ -268,7 +277,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         view = ledger_view(self.bk, ledger_id, self.opts.read.source)
         if view.closed:
             self._closed_views[ledger_id] = view
-            self._closed_sizes[ledger_id] = self.bk.ledger_metadata(ledger_id).length
+            self._closed_sizes[ledger_id] = view.size or 0
         return view
 
     def _segments(self, from_ledger: int) -> list[Segment]:
@@ -382,15 +391,14 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise AssertionError(f"ledger {seg.ledger_id} of log {self.opts.log!r} is still OPEN but a "
                                      f"batch ends after it ({stop}): offsets not made by this source?")
         bounds = ranges(segments, begin, stop)
-        return plan_partitions(self.opts.log, views, bounds, self.opts.read.max_entries_per_partition)
+        pieces = plan_partitions(self.opts.log, views, bounds, self.opts.read.max_entries_per_partition)
+        return coalesced(self.opts.read, views, pieces)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs in a task: the partition's entries as Arrow batches, exactly as a batch read returns them."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        if not isinstance(partition, LedgerPartition):
-            return
-        yield from read_partition(self.opts.read, partition, to_arrow_schema(self.schema, timezone="UTC"))
+        yield from read_any(self.opts.read, partition, to_arrow_schema(self.schema, timezone="UTC"))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the position lives in Spark's checkpoint; runs a batch late, maybe never for the

@@ -56,6 +56,7 @@ from client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
+    from client.log.compaction import CompactionResult, CompactionTask
     from client.log.reader import LogReader, StartSpec
     from client.log.writer import LogWriter
 
@@ -108,7 +109,7 @@ def uncommitted_job_ledgers(bk: BookKeeper, older_than_s: float, log_name: str |
                 got = read_log(bk.store, name)
             except InvalidOptionError:    # not a log name: not ours to judge
                 continue
-            listed[name] = set(got[0].ledger_ids) if got is not None else set()
+            listed[name] = got[0].listed_ids if got is not None else set()
         if ledger_id not in listed[name]:
             out.append(UncommittedLedger(ledger_id, name, job.decode(errors="replace"), age))
     return out
@@ -119,7 +120,7 @@ def delete_uncommitted(bk: BookKeeper, found: Iterable[UncommittedLedger]) -> li
     gone = []
     for led in found:
         got = read_log(bk.store, led.log)
-        if got is not None and led.ledger_id in got[0].ledger_ids:
+        if got is not None and led.ledger_id in got[0].listed_ids:
             continue
         with contextlib.suppress(NoSuchLedgerError):
             bk.delete_ledger(led.ledger_id)
@@ -144,8 +145,11 @@ def describe_log(meta: LogMetadata) -> list[str]:
         lines.append(f"committed batches   {dict(sorted(meta.committed_batches.items()))}")
     lines.append(f"{'ledger_id':>12}{'first_pos':>12}{'entries':>10}{'bytes':>12}  state")
     for led in meta.ledgers:
+        state = "closed" if led.sealed else "open"
+        if led.replaced:
+            state += f", compacted: replaces {len(led.replaced)} ledgers {led.replaced[0][0]}..{led.replaced[-1][0]}"
         lines.append(f"{led.ledger_id:>12}{show(led.first_position):>12}{show(led.entries):>10}"
-                     f"{show(led.size):>12}  {'closed' if led.sealed else 'open'}")
+                     f"{show(led.size):>12}  {state}")
     return lines
 
 
@@ -372,6 +376,30 @@ class LogsMixin:
         bk._check_open()
         return RetentionTask(bk, interval_s, names)
 
+    def compact_log(self, name: str, *, target_bytes: int = 64 * 1024 * 1024, min_ledgers: int = 4,
+                    grace_s: float = 600.0, password: bytes = b"") -> CompactionResult:
+        """Rewrite runs of at least `min_ledgers` small CLOSED ledgers (together at most `target_bytes`) into
+        one ledger each, same payloads in the same order, and swap them in with one CAS; positions keep
+        working. The old ledgers are deleted after `grace_s` seconds (by a later run). See
+        `client.log.compaction`."""
+        from client.log.compaction import compact_log
+
+        bk = _bk(self)
+        bk._check_open()
+        return compact_log(bk, name, target_bytes=target_bytes, min_ledgers=min_ledgers, grace_s=grace_s,
+                           password=password)
+
+    def start_log_compaction(self, interval_s: float = 600.0, names: Iterable[str] | None = None, *,
+                             target_bytes: int = 64 * 1024 * 1024, min_ledgers: int = 4,
+                             grace_s: float = 600.0) -> CompactionTask:
+        """Compact every log (or `names`) every `interval_s` seconds in a daemon thread; `.stop()` it."""
+        from client.log.compaction import CompactionTask
+
+        bk = _bk(self)
+        bk._check_open()
+        return CompactionTask(bk, interval_s, names, target_bytes=target_bytes, min_ledgers=min_ledgers,
+                              grace_s=grace_s)
+
     def append_ledgers(self, name: str, ledger_ids: Iterable[int], *,
                        commit_marker: tuple[str, int] | None = None, password: bytes = b"",
                        fence_live_writer: bool = False) -> bool:
@@ -390,4 +418,4 @@ class LogsMixin:
         except NoSuchNodeError:
             raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
         if delete_ledgers_too:
-            delete_ledgers(bk, loaded.meta.ledger_ids)
+            delete_ledgers(bk, sorted(loaded.meta.listed_ids))

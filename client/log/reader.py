@@ -67,6 +67,7 @@ class LogReader:
         self._ledger_id: int | None = None          # the ledger being read (None: before the first one)
         self._next = 0                               # next entry id to fetch from it
         self._rh: LedgerHandle | None = None
+        self._where: lm.Located | None = None        # where the current ledger's entries are (compaction)
         self._buffer: collections.deque[LogRecord] = collections.deque()
         self._position: Position | None = None
         self._first_offset: int | None = None        # log-wide offset of the current ledger's entry 0
@@ -81,7 +82,7 @@ class LogReader:
     # ---- start --------------------------------------------------------------------------------
     def _seek(self, start: StartSpec) -> None:
         if start == "earliest":
-            self._go(self._meta.ledgers[0].ledger_id if self._meta.ledgers else None, 0)
+            self._go(self._meta.ledgers[0].key if self._meta.ledgers else None, 0)
         elif start == "latest":
             self._seek_latest()
         elif isinstance(start, Position):
@@ -109,7 +110,11 @@ class LogReader:
                 return
 
     def _go(self, ledger_id: int | None, entry_id: int) -> None:
-        self._ledger_id, self._next, self._rh = ledger_id, entry_id, None
+        where = None if ledger_id is None else lm.locate(self._meta, ledger_id)
+        keep = self._rh if (where is not None and where.compacted and self._rh is not None
+                            and self._rh.ledger_id == where.physical) else None
+        self._ledger_id, self._next, self._rh = ledger_id, entry_id, keep
+        self._where = where if where is not None and where.compacted else None
         self._first_offset = None
         self._note_first_offset()
         self._position = None if ledger_id is None else Position(ledger_id, entry_id)
@@ -119,7 +124,7 @@ class LogReader:
             raise DataLossError(f"log {self.name!r}: {what}; restart from 'earliest' or open the reader with "
                                 "fail_on_data_loss=False to skip to the earliest available record")
         log.warning("log %r: %s; skipping to the earliest available record", self.name, what)
-        self._go(self._meta.ledgers[0].ledger_id if self._meta.ledgers else None, 0)
+        self._go(self._meta.ledgers[0].key if self._meta.ledgers else None, 0)
 
     # ---- public ---------------------------------------------------------------------------------
     @property
@@ -198,6 +203,8 @@ class LogReader:
             if rh is None:
                 continue                      # its ledger was gone; the reader skipped ahead
             last = rh.last_entry_id if rh.is_closed else rh.last_add_confirmed
+            if self._where is not None:                   # a ledger compacted into a part of this one
+                last = (self._where.entries or 0) - 1
             if self._next <= last:
                 if self._fetch(rh, last):
                     return True
@@ -232,23 +239,27 @@ class LogReader:
         return False
 
     def _finished(self, rh: LedgerHandle) -> bool:
+        if self._where is not None:
+            return self._next >= (self._where.entries or 0)
         return rh.is_closed and self._next > rh.last_entry_id
 
     def _handle(self) -> LedgerHandle | None:
         if self._rh is None:
             assert self._ledger_id is not None
-            ledger_id = self._ledger_id
+            ledger_id = self._ledger_id if self._where is None else self._where.physical
             self._rh = self._guard(lambda: self._bk.open_ledger(ledger_id, self._password, recovery=False))
         return self._rh
 
     def _fetch(self, rh: LedgerHandle, last: int) -> bool:
-        chunk = self._guard(lambda: rh.read_chunk(self._next, last))
+        base = 0 if self._where is None else self._where.base      # positions stay the replaced ledger's
+        chunk = self._guard(lambda: rh.read_chunk(base + self._next, base + last))
         if chunk is None:
             return False
-        lid = rh.ledger_id
-        self._buffer.extend(LogRecord(Position(lid, e), bytes(p))
+        lid = self._ledger_id
+        assert lid is not None
+        self._buffer.extend(LogRecord(Position(lid, e - base), bytes(p))
                             for e, p in zip(chunk.entry_ids, chunk.payloads, strict=True))
-        self._next = chunk.entry_ids[-1] + 1
+        self._next = chunk.entry_ids[-1] + 1 - base
         return True
 
     def _guard(self, call: Callable[[], T]) -> T | None:
@@ -258,13 +269,25 @@ class LogReader:
             return call()
         except (NoSuchLedgerError, NoSuchEntryError):
             self._meta, _ = require_log(self._bk.store, self.name)
-            if self._ledger_id in self._meta.ledger_ids:
-                raise
+            if self._ledger_id in self._meta.logical_ids:
+                where = lm.locate(self._meta, self._ledger_id)
+                physical = self._ledger_id if self._where is None else self._where.physical
+                if where is None or where.physical == physical:
+                    raise
+                self._go(self._ledger_id, self._next)     # compacted meanwhile: read it where it is now
+                return None
             self._data_lost(f"ledger {self._ledger_id} was truncated while this reader was at {self._position}")
             return None
 
     def _advance(self, deadline: float | None) -> bool:
         """Move to the ledger after the current one (fully read) once the log lists it."""
+        current = self._ledger_id
+        if self._where is not None and current is not None:            # next in the same compacted ledger?
+            following = lm.next_ledger(self._meta, current)
+            where = lm.locate(self._meta, following) if following is not None else None
+            if where is not None and where.physical == self._where.physical:
+                self._go(following, 0)
+                return True
         while True:
             old = self._meta
             self._log_changed.clear()           # a change after this read wakes the wait below
@@ -273,12 +296,12 @@ class LogReader:
             if current is not None:
                 self._note_first_offset(old)
                 end = None if self._first_offset is None or self._rh is None else \
-                    self._first_offset + self._rh.last_entry_id + 1
+                    self._first_offset + (self._rh.last_entry_id + 1 if self._where is None else self._next)
                 if lm.lost_after(old, self._meta, current, end):
                     self._data_lost(f"ledgers after ledger {current} were truncated before this reader read them")
                     return True
             following = (lm.next_ledger(self._meta, current) if current is not None
-                         else (self._meta.ledgers[0].ledger_id if self._meta.ledgers else None))
+                         else (self._meta.ledgers[0].key if self._meta.ledgers else None))
             if following is not None:
                 self._go(following, 0)
                 return True
@@ -292,7 +315,7 @@ class LogReader:
         if self._first_offset is not None or self._ledger_id is None:
             return
         for meta in (*metas, self._meta):
-            led = meta.ledger(self._ledger_id)
+            led = lm.locate(meta, self._ledger_id)
             if led is not None and led.first_position is not None:
                 self._first_offset = led.first_position
                 return

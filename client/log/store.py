@@ -107,6 +107,8 @@ def load_log(store: MetadataStore, name: str, *, whole: bool = True) -> LoadedLo
                         if r is not None]
             return LoadedLog(name, path, version, st.assemble(base, head, segments))
         except ValueError as exc:
+            if not whole and _moved(store, path, version):
+                continue                           # segments newer than the head read: read again
             raise MetadataFormatError(str(exc)) from exc
     raise LogUpdateConflictError(f"log {name!r} changed {SNAPSHOT_ATTEMPTS} times while being read; retry later")
 

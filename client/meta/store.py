@@ -246,6 +246,11 @@ class MetadataStore(ZkSession):
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist (no metadata in ZooKeeper)")
         return serde.deserialize(ledger_id, got[0]), int(got[1].version)
 
+    def read_ledgers(self, ledger_ids: list[int]) -> list[LedgerMetadata | None]:
+        """The metadata of many ledgers, read concurrently (None for a ledger that does not exist)."""
+        got = self.get_many([self.layout.ledger(lid) for lid in ledger_ids])
+        return [None if g is None else serde.deserialize(lid, g[0]) for lid, g in zip(ledger_ids, got, strict=True)]
+
     def write_ledger(self, md: LedgerMetadata, expected_version: int) -> int:
         """CAS the metadata at `expected_version`; MetadataVersionError if it changed. The new version."""
         try:

@@ -53,7 +53,8 @@ def test_round_trip_100k_rows_across_ledgers(spark, cluster, bk) -> None:
 
     out = reader(spark, uri, log=log)
     assert out.columns == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]
-    assert out.rdd.getNumPartitions() == 4
+    assert out.rdd.getNumPartitions() == 1          # 4 ledgers of 25,000 small entries: coalesced into one task
+    assert reader(spark, uri, log=log, maxEntriesPerPartition="25000").rdd.getNumPartitions() == 4
     table = to_arrow(out)
     assert table.num_rows == rows
     ids = [int(v) for v in table.column("value").to_pylist()]
@@ -240,3 +241,28 @@ def test_bad_writes_fail_at_planning(spark, cluster, bk) -> None:
             run()
     with pytest.raises(LogNotFoundError):
         bk.log_metadata(log)
+
+
+def test_many_one_entry_ledgers_read_in_few_partitions_in_order(spark, cluster, bk) -> None:
+    """300 one-entry ledgers (what streaming micro-batches leave): planned from the log's own records into
+    one partition by default, a few with maxEntriesPerPartition, rows in log order either way."""
+    from client.log.logs import append_ledgers
+
+    uri, log = cluster.metadata_service_uri, fresh("tiny")
+    ids = []
+    for i in range(300):
+        lh = bk.create_ledger(2, 2, 2)
+        lh.add_entry(b"r%03d" % i)
+        lh.close()
+        ids.append(lh.ledger_id)
+    for start in range(0, 300, 100):
+        assert append_ledgers(bk, log, ids[start:start + 100])
+    default = reader(spark, uri, log=log)
+    assert default.rdd.getNumPartitions() == 1
+    rows = default.collect()
+    assert [bytes(r.value) for r in rows] == [b"r%03d" % i for i in range(300)]
+    assert [(r.ledger_id, r.entry_id) for r in rows] == [(lid, 0) for lid in ids]
+    capped = reader(spark, uri, log=log, maxEntriesPerPartition="64")
+    assert capped.rdd.getNumPartitions() == 5
+    assert [bytes(r.value) for r in capped.collect()] == [b"r%03d" % i for i in range(300)]
+    assert reader(spark, uri, log=log, targetPartitionBytes="400").rdd.getNumPartitions() == 300 // 100

@@ -107,6 +107,16 @@ class LogMetadata:
         return [led.ledger_id for led in self.ledgers]
 
     @property
+    def logical_ids(self) -> list[int]:
+        """The ids positions use, in log order: each ledger's, or the ids a compacted ledger replaced."""
+        return [old for led in self.ledgers for old in ([r[0] for r in led.replaced] or [led.ledger_id])]
+
+    @property
+    def listed_ids(self) -> set[int]:
+        """Every ledger id the log refers to: its ledgers and those compacted ledgers replaced."""
+        return {led.ledger_id for led in self.ledgers} | {r[0] for led in self.ledgers for r in led.replaced}
+
+    @property
     def last_ledger_id(self) -> int | None:
         return self.ledgers[-1].ledger_id if self.ledgers else None
 
@@ -285,9 +295,13 @@ def truncated_before(meta: LogMetadata, before: Position) -> tuple[LogMetadata, 
         raise InvalidPositionError(f"cannot truncate log {meta.name!r} before {before}: its last ledger is "
                                    f"{meta.ledgers[-1].ledger_id}; give a position of this log")
     keep_from = 0
-    while keep_from < last and meta.ledgers[keep_from].ledger_id < before.ledger_id:
+    while keep_from < last and _last_id(meta.ledgers[keep_from]) < before.ledger_id:
         keep_from += 1
     return _drop_front(meta, keep_from)
+
+
+def _last_id(led: LogLedger) -> int:
+    return led.replaced[-1][0] if led.replaced else led.ledger_id
 
 
 def _drop_front(meta: LogMetadata, count: int) -> tuple[LogMetadata, list[int]]:
@@ -336,10 +350,54 @@ def with_batch_marker(meta: LogMetadata, query_id: str, batch_id: int) -> LogMet
 
 
 def next_ledger(meta: LogMetadata, ledger_id: int) -> int | None:
-    """The first ledger of the log after `ledger_id` (which need not be in the log), else None."""
+    """The first (logical) ledger of the log after `ledger_id` (which need not be in the log), else None."""
     for led in meta.ledgers:
-        if led.ledger_id > ledger_id:
-            return led.ledger_id
+        last = led.replaced[-1][0] if led.replaced else led.ledger_id
+        if last > ledger_id:
+            return next(old for old in ([r[0] for r in led.replaced] or [led.ledger_id]) if old > ledger_id)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """Where the entries of a (logical) ledger of the log are: ledger `physical` from entry `base` on;
+    `entries`/`first_position`/`size` as recorded (None if unknown)."""
+
+    ledger_id: int
+    physical: int
+    base: int = 0
+    entries: int | None = None
+    first_position: int | None = None
+    size: int | None = None
+
+    @property
+    def compacted(self) -> bool:
+        return self.physical != self.ledger_id
+
+
+def logical_ledgers(meta: LogMetadata) -> list[Located]:
+    """Every ledger positions name, in log order, with where its entries are now (compaction moves the
+    entries of many ledgers into one, keeping their positions)."""
+    out: list[Located] = []
+    for led in meta.ledgers:
+        if not led.replaced:
+            out.append(Located(led.ledger_id, led.ledger_id, 0, led.entries, led.first_position, led.size))
+            continue
+        starts = [r[1] for r in led.replaced[1:]] + [led.entries or 0]
+        for (old, base, size), end in zip(led.replaced, starts, strict=True):
+            first = None if led.first_position is None else led.first_position + base
+            out.append(Located(old, led.ledger_id, base, end - base, first, size))
+    return out
+
+
+def locate(meta: LogMetadata, ledger_id: int) -> Located | None:
+    """Where the (logical) ledger's entries are now, or None if the log does not hold it."""
+    for led in meta.ledgers:
+        if led.ledger_id == ledger_id and not led.replaced:
+            return Located(ledger_id, ledger_id, 0, led.entries, led.first_position, led.size)
+        if led.replaced and led.replaced[0][0] <= ledger_id <= led.replaced[-1][0]:
+            return next((x for x in logical_ledgers(dataclasses.replace(meta, ledgers=(led,)))
+                         if x.ledger_id == ledger_id), None)
     return None
 
 
@@ -347,20 +405,21 @@ def lost_after(old: LogMetadata, new: LogMetadata, current: int, end_offset: int
     """Whether a reader that read ledger `current` to its CLOSED end lost data by moving on: the ledger
     that followed it in the list it knew (`old`) is gone, or the next listed ledger starts past
     `end_offset` (the log-wide offset after `current`'s last entry, when known)."""
-    if current in new.ledger_ids:
+    ids = set(new.logical_ids)
+    if current in ids:
         return False
     follower = next_ledger(old, current)
-    if follower is not None and follower not in new.ledger_ids:
+    if follower is not None and follower not in ids:
         return True
     following = next_ledger(new, current)
-    led = new.ledger(following) if following is not None else None
+    led = locate(new, following) if following is not None else None
     if led is None or led.first_position is None or end_offset is None:
         return False
     return led.first_position > end_offset
 
 
 def earliest(meta: LogMetadata) -> Position | None:
-    return Position(meta.ledgers[0].ledger_id, 0) if meta.ledgers else None
+    return Position(meta.ledgers[0].key, 0) if meta.ledgers else None
 
 
 def check_start(meta: LogMetadata, start: Position) -> str:
@@ -368,11 +427,12 @@ def check_start(meta: LogMetadata, start: Position) -> str:
     its data is gone) or raise InvalidPositionError (no such ledger in this log)."""
     if start.entry_id < 0:
         raise InvalidPositionError(f"position {start}: entry ids start at 0")
-    ids = meta.ledger_ids
+    ids = meta.logical_ids
     if start.ledger_id in ids:
         return "ok"
     if ids and start.ledger_id < ids[0]:
         return "truncated"
+    shown = f"{ids}" if len(ids) <= 10 else f"[{ids[0]}, ..., {ids[-1]}] ({len(ids)} ledgers)"
     raise InvalidPositionError(
         f"position {start} is not in log {meta.name!r}: ledger {start.ledger_id} is not one of its ledgers "
-        f"{ids}; start from 'earliest', 'latest' or a position a reader or writer of this log returned")
+        f"{shown}; start from 'earliest', 'latest' or a position a reader or writer of this log returned")

@@ -1,0 +1,237 @@
+"""Compaction of a log: rewrite runs of small CLOSED ledgers into one ledger each, swap them in with one
+CAS, delete the old ledgers after a grace period; and the background task that runs it on a schedule.
+
+Like Delta Lake's OPTIMIZE: readers see the same records at the same positions before and after (the
+log records which old ledger ids each new ledger replaced and where each began: `client.log.core.
+compaction`). The copy reads each old ledger without recovery and adds its payloads, unchanged and in
+order (the key/timestamp envelope is inside the payload; the ledger's custom metadata is carried over,
+without the job tag). The swap is one compare-and-swap of the whole log's head: a writer's roll, a
+sink's commit or a truncation racing it makes one side retry, never both land half. Old ledgers wait
+on the log's pending list for `grace_s` so a reader in the middle of one finishes; every compaction run
+(and `bk.start_log_compaction`) first deletes the ones whose grace period ended.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from client.errors import BKError, ClientClosedError, InvalidOptionError, NoSuchLedgerError
+from client.log.core import compaction as cp
+from client.log.core.meta import LogLedger, LogMetadata
+from client.log.store import now_ms, require_log, update_log
+
+if TYPE_CHECKING:
+    from client.bookkeeper import BookKeeper
+
+log = logging.getLogger("bkledger.logs")
+JOB_KEY = "bkledger.job"
+COMPACTED_KEY = "bkledger.compacted"      # custom metadata of a ledger compaction wrote
+DEFAULT_TARGET_BYTES = 64 * 1024 * 1024
+DEFAULT_MIN_LEDGERS = 4
+DEFAULT_GRACE_S = 600.0
+READ_THREADS = 8                          # old ledgers read at once while copying (in order)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionResult:
+    """What one compaction did: (new ledger id, the listed ledger ids it replaced) per run swapped in,
+    runs written but not swapped (the log changed under them; their ledger was deleted), ledgers deleted
+    whose grace period had ended."""
+
+    compacted: list[tuple[int, list[int]]]
+    skipped: int
+    deleted: list[int]
+
+    @property
+    def replaced(self) -> int:
+        return sum(len(ids) for _, ids in self.compacted)
+
+
+def check_options(target_bytes: int, min_ledgers: int, grace_s: float) -> None:
+    if target_bytes < 1:
+        raise InvalidOptionError(f"target_bytes must be >= 1, got {target_bytes}")
+    if min_ledgers < 2:
+        raise InvalidOptionError(f"min_ledgers must be >= 2 (a run of one ledger has nothing to merge), "
+                                 f"got {min_ledgers}")
+    if grace_s < 0:
+        raise InvalidOptionError(f"grace_s must be >= 0, got {grace_s}")
+
+
+def compact_log(bk: BookKeeper, name: str, *, target_bytes: int = DEFAULT_TARGET_BYTES,
+                min_ledgers: int = DEFAULT_MIN_LEDGERS, grace_s: float = DEFAULT_GRACE_S,
+                password: bytes = b"") -> CompactionResult:
+    check_options(target_bytes, min_ledgers, grace_s)
+    deleted = delete_due(bk, name)
+    meta, _ = require_log(bk.store, name)
+    written: list[tuple[cp.Run, LogLedger]] = []
+    for run in cp.plan_runs(meta, target_bytes, min_ledgers):
+        for part in _same_kind(bk, meta, run, min_ledgers):
+            elements = [led for led in meta.ledgers if led.ledger_id in set(part.ledger_ids)]
+            new_id = copy_run(bk, elements, password)
+            written.append((part, cp.compacted_ledger(elements, new_id, now_ms())))
+    swapped: list[tuple[int, list[int]]] = []
+
+    def swap(current: LogMetadata) -> LogMetadata:
+        swapped.clear()
+        out = current
+        for run, led in written:
+            changed = cp.with_compacted(out, run, led)
+            if changed is not None:
+                out = changed
+                swapped.append((led.ledger_id, list(run.ledger_ids)))
+        old = [i for _, ids in swapped for i in ids]
+        return cp.with_pending(out, old, now_ms() + int(grace_s * 1000))
+
+    if written:
+        update_log(bk.store, name, swap, whole=True)
+    done = {new for new, _ in swapped}
+    for _, led in written:
+        if led.ledger_id not in done:
+            with contextlib.suppress(NoSuchLedgerError):
+                bk.delete_ledger(led.ledger_id)
+    if grace_s == 0 and swapped:
+        deleted += delete_due(bk, name)
+    if swapped:
+        log.info("log %r: compacted %d ledgers into %s", name, sum(len(i) for _, i in swapped), sorted(done))
+    return CompactionResult(swapped, len(written) - len(swapped), deleted)
+
+
+def _same_kind(bk: BookKeeper, meta: LogMetadata, run: cp.Run, min_ledgers: int) -> list[cp.Run]:
+    """The run cut where the ledgers' kind changes (custom metadata but the job tag: the envelope, the
+    log; digest type, password), so a compacted ledger is read exactly as its parts were."""
+    mds = bk.store.read_ledgers(list(run.ledger_ids))
+    parts: list[list[int]] = []
+    kind: object = None
+    for ledger_id, md in zip(run.ledger_ids, mds, strict=True):
+        if md is None:                            # gone (truncated meanwhile): the swap would skip it
+            kind = None
+            parts.append([])
+            continue
+        this = (sorted((k, v) for k, v in md.custom_metadata.items() if k not in (JOB_KEY, COMPACTED_KEY)),
+                md.digest_type, md.password, md.compression)
+        if not parts or this != kind:
+            parts.append([])
+            kind = this
+        parts[-1].append(ledger_id)
+    return [cp.Run(tuple(p)) for p in parts if len(p) >= max(2, min_ledgers)]
+
+
+def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes) -> int:
+    """A new CLOSED ledger with the entries of `elements`, in order; its id."""
+    first = bk.ledger_metadata(elements[0].ledger_id)
+    custom = {k: v for k, v in first.custom_metadata.items() if k != JOB_KEY}
+    custom[COMPACTED_KEY] = b"1"
+    lh = bk.create_ledger(first.ensemble_size, first.write_quorum, first.ack_quorum,
+                          digest_type=first.digest_type, password=password, custom_metadata=custom,
+                          compression=first.compression)
+    try:
+        pending: list[concurrent.futures.Future[int]] = []
+        with concurrent.futures.ThreadPoolExecutor(READ_THREADS) as pool:   # read ahead, add in order
+            for payloads in pool.map(lambda led: _payloads(bk, led.ledger_id, password), elements):
+                pending += [lh.add_entry_async(p) for p in payloads]
+                if len(pending) > 5000:
+                    _wait(pending)
+                    pending = []
+        _wait(pending)
+        lh.close()
+    except BaseException:
+        with contextlib.suppress(BKError):
+            lh.close()
+        with contextlib.suppress(BKError):
+            bk.delete_ledger(lh.ledger_id)
+        raise
+    return lh.ledger_id
+
+
+def _payloads(bk: BookKeeper, ledger_id: int, password: bytes) -> list[bytes]:
+    """Every entry of a CLOSED ledger, in order (opened without recovery)."""
+    rh = bk.open_ledger(ledger_id, password, recovery=False)
+    out: list[bytes] = []
+    position, last = 0, rh.last_entry_id
+    while position <= last:
+        chunk = rh.read_chunk(position, last)
+        out += [bytes(p) for p in chunk.payloads]
+        position = chunk.entry_ids[-1] + 1
+    return out
+
+
+def _wait(futures: Iterable[concurrent.futures.Future[int]]) -> None:
+    for fut in futures:
+        fut.result(120)
+
+
+def delete_due(bk: BookKeeper, name: str) -> list[int]:
+    """Delete the replaced ledgers whose grace period ended (after taking them off the log's list)."""
+    due: list[int] = []
+
+    def take(meta: LogMetadata) -> LogMetadata:
+        new, ids = cp.without_due(meta, now_ms())
+        due[:] = ids
+        return new
+
+    if not cp.pending(require_log(bk.store, name)[0]):
+        return []
+    update_log(bk.store, name, take, whole=False)
+    for ledger_id in due:
+        with contextlib.suppress(NoSuchLedgerError):
+            bk.delete_ledger(ledger_id)
+    return list(due)
+
+
+class CompactionTask:
+    """A daemon thread compacting every log (or `names`) each `interval_s` seconds."""
+
+    def __init__(self, bk: BookKeeper, interval_s: float, names: Iterable[str] | None = None,
+                 **options: float) -> None:
+        if interval_s <= 0:
+            raise InvalidOptionError(f"compaction interval must be > 0 seconds, got {interval_s}")
+        check_options(int(options.get("target_bytes", DEFAULT_TARGET_BYTES)),
+                      int(options.get("min_ledgers", DEFAULT_MIN_LEDGERS)), options.get("grace_s", DEFAULT_GRACE_S))
+        self._bk, self._interval, self._options = bk, interval_s, options
+        self._names = None if names is None else list(names)
+        self._stop = threading.Event()
+        self.runs = 0
+        self.results: list[CompactionResult] = []
+        self._thread = threading.Thread(target=self._run, name="bkledger-log-compaction", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.run_once()
+
+    def run_once(self) -> None:
+        try:
+            names = self._names if self._names is not None else self._bk.list_logs()
+            for name in names:
+                if self._stop.is_set():
+                    return
+                try:
+                    self.results.append(compact_log(
+                        self._bk, name, target_bytes=int(self._options.get("target_bytes", DEFAULT_TARGET_BYTES)),
+                        min_ledgers=int(self._options.get("min_ledgers", DEFAULT_MIN_LEDGERS)),
+                        grace_s=float(self._options.get("grace_s", DEFAULT_GRACE_S))))
+                except ClientClosedError:
+                    raise
+                except BKError as exc:
+                    log.warning("log compaction of %r failed (retried next round): %s", name, exc)
+        except ClientClosedError:
+            self._stop.set()
+            return
+        self.runs += 1
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> CompactionTask:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,183 @@
+"""Compaction of a log on real bookies and a real ZooKeeper: same records at the same positions after it,
+positions held before it still work, and it races a live writer, a reader and a sink's commits safely."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from bookie.cli import main as cli_main
+from client import BookKeeper
+from client.errors import LogNotFoundError, LogUpdateConflictError
+from client.log.core.meta import Position
+from client.log.logs import append_ledgers
+from client.log.reader import LogRecord
+from tests.integration.conftest import start_cluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator:
+    made = start_cluster(tmp_path_factory.mktemp("compaction"), zookeeper, 3)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+@pytest.fixture
+def bk(cluster) -> Iterator[BookKeeper]:
+    client = BookKeeper(cluster.metadata_service_uri)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def name() -> str:
+    return f"log-{uuid.uuid4().hex[:8]}"
+
+
+def read_all(bk: BookKeeper, name: str, start: object = "earliest") -> list[LogRecord]:
+    with bk.open_log_reader(name, start) as reader:  # type: ignore[arg-type]
+        return list(reader.read(timeout=0.5))
+
+
+def write_small_ledgers(bk: BookKeeper, name: str, ledgers: int, per_ledger: int) -> list[Position]:
+    with bk.open_log_writer(name, roll_entries=per_ledger) as w:
+        return [w.append(b"rec-%04d" % i) for i in range(ledgers * per_ledger)]
+
+
+def test_positions_work_across_a_compaction(bk, name, cluster, capsys):
+    """Same records at the same positions; a Position taken before compaction starts a reader at the same
+    record after it; truncate_log(before=...) with an old position; the CLI verb does the same."""
+    positions = write_small_ledgers(bk, name, 12, 3)
+    before = [(r.position, r.payload) for r in read_all(bk, name)]
+    assert [p for p, _ in before] == positions
+    done = bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0)
+    meta = bk.log_metadata(name)
+    ledgers = [p.ledger_id for p in positions[::3]]
+    assert done.replaced == 10 and len(meta.ledgers) == 3                    # the last two are left alone
+    assert meta.logical_ids == ledgers and meta.ledger_ids[1:] == ledgers[-2:]
+    assert sorted(done.deleted) == ledgers[:10]                               # grace 0: deleted at once
+    assert [(r.position, r.payload) for r in read_all(bk, name)] == before
+    assert [(r.position, r.payload) for r in read_all(bk, name, positions[20])] == before[20:]
+    assert bk.truncate_log(name, before=positions[20]) == []              # inside the compacted ledger: kept
+    assert [(r.position, r.payload) for r in read_all(bk, name, positions[4])] == before[4:]
+    more = write_small_ledgers(bk, name, 3, 2)
+    assert cli_main(["log", "compact", name, "--uri", cluster.metadata_service_uri, "--min-ledgers", "2",
+                     "--grace-s", "0"]) == 0
+    assert "compacted 4 ledgers into 1" in capsys.readouterr().out
+    everything = read_all(bk, name)
+    assert [r.payload for r in everything] == [p for _, p in before] + [b"rec-%04d" % i for i in range(6)]
+    assert [r.position for r in everything] == positions + more
+    listed = bk.log_metadata(name).ledger_ids
+    assert len(listed) == 3 and listed[2] == more[4].ledger_id
+    assert bk.truncate_log(name, before=more[4]) == listed[:2]
+    assert [r.position for r in read_all(bk, name)] == more[4:]
+
+
+def test_compaction_races_a_writer_and_a_reader(bk, name, cluster):
+    """A writer rolls every 3 records and a reader tails while compaction runs again and again (grace
+    0.2 s, so old ledgers vanish under the reader): nothing lost, nothing twice, order kept."""
+    acked: list[tuple[Position, bytes]] = []
+    got: list[LogRecord] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with BookKeeper(cluster.metadata_service_uri) as client, \
+                    client.open_log_writer(name, roll_entries=3) as w:
+                i = 0
+                while not stop.is_set() or i < 60:
+                    payload = b"w-%05d" % i
+                    acked.append((w.append(payload), payload))
+                    i += 1
+        except BaseException as exc:          # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            written.set()
+
+    written = threading.Event()
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 30
+    while not acked and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    def read() -> None:
+        try:
+            with BookKeeper(cluster.metadata_service_uri) as client, \
+                    client.open_log_reader(name, "earliest", poll_interval_s=0.05) as r:
+                while not (written.is_set() and len(got) >= len(acked)) and time.monotonic() < deadline + 60:
+                    rec = r.read_next(timeout=0.2)
+                    if rec is not None:
+                        got.append(rec)
+        except BaseException as exc:          # noqa: BLE001
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    compactions = 0
+    try:
+        while compactions < 6 and time.monotonic() < deadline:
+            try:
+                done = bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0.2)
+                compactions += bool(done.compacted)
+            except LogUpdateConflictError:
+                pass
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        writer.join(60)
+        reader.join(90)
+    assert not errors, errors
+    assert compactions >= 2
+    assert [(r.position, r.payload) for r in got] == acked
+    assert [(r.position, r.payload) for r in read_all(bk, name)] == acked
+
+
+def test_compaction_races_sink_commits(bk, name):
+    """append_ledgers with batch markers (a streaming sink's commit) while compaction runs: each commit
+    lands once, markers survive, order is the commit order."""
+    stop = threading.Event()
+    committed: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def sink() -> None:
+        try:
+            for batch in range(25):
+                lh = bk.create_ledger(2, 2, 2)
+                payload = b"batch-%03d" % batch
+                lh.add_entry(payload)
+                lh.close()
+                assert append_ledgers(bk, name, [lh.ledger_id], commit_marker=("query", batch))
+                assert not append_ledgers(bk, name, [], commit_marker=("query", batch))     # replay: no-op
+                committed.append(payload)
+        except BaseException as exc:          # noqa: BLE001
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=sink)
+    thread.start()
+    swaps = 0
+    while not stop.is_set():
+        try:
+            swaps += len(bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0).compacted)
+        except (LogUpdateConflictError, LogNotFoundError):      # raced / the first commit not there yet
+            time.sleep(0.01)
+    thread.join(60)
+    swaps += len(bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0).compacted)
+    assert not errors, errors
+    assert swaps >= 1
+    meta = bk.log_metadata(name)
+    assert meta.committed_batches == {"query": 24} and len(meta.ledgers) <= 3
+    assert [r.payload for r in read_all(bk, name)] == committed
