@@ -64,28 +64,25 @@ def _ledger_rows(cluster: LocalCluster, entries: int, timeout: float) -> list[Ro
                 f"1.5 x the healthy read ({healthy:.3f} s) + speculativeReadTimeout ({timeout:.1f} s)")]
 
 
-def _spark_rows(cluster: LocalCluster, rows: int, timeout: float) -> list[Row]:
+def _spark_rows(ctx: Context, cluster: LocalCluster, rows: int, timeout: float) -> list[Row]:
     uri = cluster.metadata_service_uri
-    spark = start_spark()
-    try:
-        df = spark.range(0, rows, numPartitions=2).selectExpr("cast(repeat('v', 1000) as binary) as value")
-        df.write.format("bkledger").options(metadataServiceUri=uri, log="slow").mode("append").save()
-        reader = spark.read.format("bkledger").options(metadataServiceUri=uri, log="slow")
+    spark = start_spark()                 # the session spark_batch started, if it ran: no second JVM start
+    ctx.stack.callback(spark.stop)
+    df = spark.range(0, rows, numPartitions=2).selectExpr("cast(repeat('v', 1000) as binary) as value")
+    df.write.format("bkledger").options(metadataServiceUri=uri, log="slow").mode("append").save()
+    reader = spark.read.format("bkledger").options(metadataServiceUri=uri, log="slow")
 
-        def read() -> float:
-            start = time.perf_counter()
-            reader.load().write.format("noop").mode("overwrite").save()
-            return time.perf_counter() - start
+    def read() -> float:
+        start = time.perf_counter()
+        reader.load().write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - start
 
-        healthy = min(read() for _ in range(2))
-        with BookKeeper(uri) as bk:
-            ledger_id = bk.ledger_metadata(max(bk.list_ledgers())).ledger_id
-            first = bk.ledger_metadata(ledger_id).last_fragment.ensemble[0]
-        tasks = 2
-        with paused(cluster, first):
-            slow = read()
-    finally:
-        spark.stop()
+    healthy = min(read() for _ in range(2))
+    with BookKeeper(uri) as bk:          # E=3 of 3 bookies: every ledger of the log has it
+        first = bk.ledger_metadata(max(bk.list_ledgers())).last_fragment.ensemble[0]
+    tasks = 2
+    with paused(cluster, first):
+        slow = read()
     return [Row(NAME, f"Spark log read, 1 of 3 bookies paused ({rows:,} rows x 1000 B)", slow, "s",
                 1.5 * healthy + tasks * timeout,
                 f"1.5 x the healthy Spark read ({healthy:.2f} s) + speculativeReadTimeout per task ({tasks})")]
@@ -98,7 +95,7 @@ def run(ctx: Context) -> list[Row]:
     ctx.stack.callback(cluster.down)
     cluster.up(3, dict(CONF), autorecovery=False)
     rows = _ledger_rows(cluster, entries, timeout)
-    rows += _spark_rows(cluster, log_rows, timeout)
+    rows += _spark_rows(ctx, cluster, log_rows, timeout)
     ctx.facts[NAME] = {"speculativeReadTimeout_ms": ClientConfig().speculativeReadTimeout, "entries": entries,
                        "log_rows": log_rows}
     return rows

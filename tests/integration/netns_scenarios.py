@@ -8,6 +8,7 @@ traceback on stderr). Every wait is bounded.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -159,7 +160,63 @@ def scenario_bookie_cut_from_zookeeper(world: World) -> dict[str, object]:
     return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "kept_in_ensemble": still_in}
 
 
+def start_spark():  # noqa: ANN201 - a SparkSession
+    """A local SparkSession in the client namespace (its driver on that namespace's own loopback)."""
+    import os
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")]))
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bkledger-netns")
+             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_child(uri: str, log: str) -> None:
+    """Run by `scenario_spark_client_cut_off` through `ip netns exec cl` (a JVM started from a process
+    that only called setns does not start: `ip netns exec` also gives it the namespace's /sys)."""
+    spark = start_spark()
+    try:
+        reader = spark.read.format("bkledger").option("metadataServiceUri", uri).option("log", log)
+        start = time.monotonic()
+        rows = sorted(r.value for r in reader.load().select("value").collect())
+        elapsed = time.monotonic() - start
+        assert rows == [b"row-%06d" % i for i in range(3000)], f"{len(rows)} rows differ"
+        extra = spark.range(0, 500, numPartitions=2).selectExpr("cast(concat('more-', id) as binary) as value")
+        extra.write.format("bkledger").option("metadataServiceUri", uri).option("log", log) \
+            .option("ensembleSize", "3").option("writeQuorum", "3").option("ackQuorum", "2").mode("append").save()
+        assert reader.load().count() == 3500
+    finally:
+        spark.stop()
+    print("SPARK", round(elapsed, 2), flush=True)
+
+
+def scenario_spark_client_cut_off(world: World) -> dict[str, object]:
+    """The Spark connector between separate addresses: a log is read (and appended to) by Spark while
+    the client namespace is cut off from one bookie of its ensemble; every row comes back."""
+    bk = client(world)
+    log = "netns-log"
+    writer = bk.open_log_writer(log, ensemble_size=3, write_quorum=3, ack_quorum=2)
+    for future in [writer.append_async(b"row-%06d" % i) for i in range(3000)]:
+        future.result(30)
+    writer.close()
+    victim_id = bk.ledger_metadata(bk.list_ledgers()[0]).last_fragment.ensemble[0]
+    bk.close()
+    world.cut(CLIENT_ADDRESS, bookie_address(world.index_of(victim_id)))
+    done = subprocess.run(["ip", "netns", "exec", "cl", sys.executable, "-m", "tests.integration.netns_scenarios",
+                           "spark_child", world.uri, log], capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, f"Spark child failed:\n{done.stderr[-4000:]}"
+    elapsed = float(next(line for line in done.stdout.splitlines() if line.startswith("SPARK")).split()[1])
+    return {"victim": victim_id, "spark_read_s": elapsed}
+
+
 SCENARIOS = {
+    "spark_client_cut_off": scenario_spark_client_cut_off,
     "client_cut_off": scenario_client_cut_off,
     "asymmetric": scenario_asymmetric,
     "bookie_cut_from_zookeeper": scenario_bookie_cut_from_zookeeper,
@@ -180,4 +237,7 @@ def main(name: str, base: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    if sys.argv[1] == "spark_child":
+        spark_child(sys.argv[2], sys.argv[3])
+    else:
+        main(sys.argv[1], Path(sys.argv[2]))

@@ -23,6 +23,7 @@ import pytest
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_TIMEOUT = 240.0
+SPARK_SCENARIO_TIMEOUT = 480.0       # a JVM and Python workers start inside the client namespace
 
 
 @functools.cache
@@ -42,7 +43,7 @@ def namespaces_unavailable() -> str | None:
     return None
 
 
-def run_scenario(name: str, base: Path) -> str:
+def run_scenario(name: str, base: Path, timeout: float = SCENARIO_TIMEOUT) -> str:
     reason = namespaces_unavailable()
     if reason:
         pytest.skip(reason)
@@ -51,12 +52,12 @@ def run_scenario(name: str, base: Path) -> str:
          "tests.integration.netns_scenarios", name, str(base)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=SCENARIO_TIMEOUT)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)      # the scenario and the bookies it started
         out, err = proc.communicate(timeout=30)
         _kill_zookeeper(base)
-        pytest.fail(f"scenario {name} did not finish within {SCENARIO_TIMEOUT:.0f}s:\n{err[-4000:]}")
+        pytest.fail(f"scenario {name} did not finish within {timeout:.0f}s:\n{err[-4000:]}")
     assert proc.returncode == 0, f"scenario {name} failed:\n{err[-6000:]}"
     return next(line for line in out.splitlines() if line.startswith("RESULT"))
 
@@ -84,3 +85,11 @@ def test_bookie_partitioned_from_zookeeper_but_not_from_clients(tmp_path):
     """A bookie cut from ZooKeeper only: its registration expires (new ensembles leave it out), it keeps
     serving its ledgers' reads and adds, and registers again once ZooKeeper is back."""
     print(run_scenario("bookie_cut_from_zookeeper", tmp_path))
+
+
+@pytest.mark.spark
+def test_r13_spark_connector_with_the_client_cut_off_from_a_bookie(tmp_path):
+    """The Spark connector (driver and Python workers in the client namespace) reads a log while cut
+    off from one bookie of its ensemble, and appends to it: nothing assumes 127.0.0.1 for bookies or
+    ZooKeeper."""
+    print(run_scenario("spark_client_cut_off", tmp_path, SPARK_SCENARIO_TIMEOUT))

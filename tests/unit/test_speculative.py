@@ -172,3 +172,19 @@ def test_sequence_read_invariants(n, events):
     assert sent == list(bookies[:len(sent)])
     assert ends <= 1
     assert ends == int(read.finished)
+
+
+def test_client_settings_use_bookkeeper_names_and_parse_booleans():
+    """speculativeReadTimeout in ms (0 disables), reorderReadSequenceEnabled as Spark/properties give it."""
+    from client.config import ClientConfig
+    from client.errors import InvalidOptionError
+
+    default = ClientConfig()
+    assert default.speculativeReadTimeout == 500 and default.reorderReadSequenceEnabled
+    config = ClientConfig.from_options({"speculativeReadTimeout": "0", "reorderReadSequenceEnabled": "false",
+                                        "maxSpeculativeReadTimeout": "2000"})
+    assert config.speculativeReadTimeout == 0 and config.reorderReadSequenceEnabled is False
+    assert not SpeculativePolicy.from_ms(config.speculativeReadTimeout, config.maxSpeculativeReadTimeout).enabled
+    assert ClientConfig.from_options({"reorderReadSequenceEnabled": "TRUE"}).reorderReadSequenceEnabled is True
+    with pytest.raises(InvalidOptionError, match="reorderReadSequenceEnabled"):
+        ClientConfig.from_options({"reorderReadSequenceEnabled": "maybe"})
