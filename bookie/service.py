@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from bookie import tuning
 from bookie.bookie import Bookie, dirs_have_data
 from bookie.config import BookieConfig
 from bookie.core import decisions
@@ -136,6 +137,7 @@ class BookieServer:
             raise OSError(f"cannot listen on {address}: the port is taken")
         await self.server.start()
         await asyncio.to_thread(self._register)
+        tuning.freeze_startup_heap()  # full GC passes skip what start-up loaded (see bookie.tuning)
         log.info("bookie %s serving on %s (journal %s, ledgers %s)", cfg.bookie_id, address,
                  cfg.journal_dir, ",".join(cfg.ledgerDirectories))
         assert self.bookie.storage is not None

@@ -29,6 +29,8 @@ class ClientConfig:
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure
     readBatchBytes: int = 4 * 1024 * 1024    # range read batch size asked from bookies
     recoveryReadWindow: int = 64             # recovery reads in flight (BookKeeper: recoveryReadBatchSize)
+    gcFreezeOnStart: bool = True             # the first client of a process gc.freeze()s the heap (see
+                                             # client.bookkeeper: full collections stall every add)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> ClientConfig:
@@ -41,7 +43,18 @@ class ClientConfig:
                 raise InvalidOptionError(f"unknown client setting {key!r}; known: {', '.join(sorted(fields))}")
             kind: type = type(fields[key].default)
             try:
-                kwargs[key] = kind(raw)
+                kwargs[key] = _parse_bool(raw) if kind is bool else kind(raw)
             except (TypeError, ValueError):
                 raise InvalidOptionError(f"client setting {key} must be a {kind.__name__}, got {raw!r}") from None
         return cls(**kwargs)
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(raw)
