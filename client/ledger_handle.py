@@ -13,12 +13,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import lz4.block
-import numpy as np
-import numpy.typing as npt
 
 from client.add_future import AddFuture
 from client.errors import ClientClosedError, EntryTooLargeError, LedgerClosedError
-from client.protocol.bulk import Bulk, check_bulk
 from client.protocol.digest import Buffer, make_digest
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.reads import check_read_range
@@ -26,7 +23,11 @@ from client.reader import LedgerReader, ReadChunk
 from client.writer import LedgerWriter
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from client.bookkeeper import ClientContext
+    from client.protocol.bulk import Bulk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +113,8 @@ class LedgerHandle:
         Blocks while the window is full (maxOutstandingAdds; a bulk takes one slot per entry)."""
         if self._writer is None:
             raise LedgerClosedError(f"ledger {self.ledger_id} was opened for reading; create a ledger to write")
+        from client.protocol.bulk import check_bulk  # numpy: not at import (the bookie imports the client)
+
         bulk = check_bulk(data, offsets, self._ctx.config.maxEntrySize)
         if self.metadata.compression == "lz4":
             bulk = _compress_bulk(bulk)
@@ -222,6 +225,9 @@ class LedgerHandle:
 
 def _compress_bulk(bulk: Bulk) -> Bulk:
     """lz4 compresses each entry on its own (a reader decompresses entry by entry): one pass per entry."""
+    import numpy as np
+
+    from client.protocol.bulk import Bulk
     parts = []
     bounds = bulk.offsets.tolist()
     data = bulk.data

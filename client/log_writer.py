@@ -24,9 +24,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
-
 from client.errors import (
     BKError,
     LedgerClosedError,
@@ -44,6 +41,9 @@ from client.protocol.log_meta import LogMetadata, Position
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    import numpy as np
+    import numpy.typing as npt
 
     from client.bookkeeper import BookKeeper
     from client.ledger_handle import LedgerHandle

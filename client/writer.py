@@ -20,11 +20,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from client.errors import BKError, ClientClosedError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
 from client.protocol import transforms
-from client.protocol.bulk import Bulk, Offsets, chunk_bounds, package_bulk
 from client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, Resend, SendAdd
@@ -33,6 +30,7 @@ from proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
     from client.bookkeeper import ClientContext
+    from client.protocol.bulk import Bulk, Offsets
 
 log = logging.getLogger("bkledger.client.writer")
 _LENGTH = struct.Struct(">q")
@@ -219,6 +217,8 @@ class LedgerWriter:
         flush_run()
         self._sent.extend(batches)
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
+            import numpy as np  # only with bulks: importing the client must not import numpy (its threads)
+
             for batch in batches:                       # E == Qw and no failure: each blob to everyone
                 entry_ids = range(batch.first, batch.last + 1)
                 sizes = np.diff(batch.offsets).tolist()
@@ -228,6 +228,8 @@ class LedgerWriter:
             self._route(sends.targets(self.md.ensemble_size, self.md.write_quorum))
 
     def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
+        from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: only once bulks are used
+
         out: list[_SentBatch] = []
         bounds = chunk_bounds(bulk.offsets, HEADER_LENGTH + self.digest.mac_length, BULK_CHUNK_BYTES)
         for lo, hi in itertools.pairwise(bounds):
