@@ -9,7 +9,9 @@ checkpoint (LastLogMark) before anything is served (R22, R23).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -106,10 +108,23 @@ class Bookie:
 
     # ---- checkpoint -----------------------------------------------------------------------
     def _checkpoint_loop(self) -> None:
+        """Every flushInterval: take the journal's mark between two groups (every record before it is in
+        ledger storage), then flush storage and record the mark HERE, on the checkpoint thread, as
+        BookKeeper's SyncThread does. Run on the journal thread, the flush's fsyncs stalled every add of
+        this bookie for their whole length (30-100 ms measured at 6k adds/s), and the bookies of a local
+        cluster, started together, stalled together, so that no add could reach its ack quorum."""
         interval = max(self.config.flushInterval, 10) / 1000.0
         while not self._checkpoint_stop.wait(interval):
-            if self.journal is not None and not self.journal.failed:
-                self.journal.request_checkpoint(self._checkpoint)
+            if self.journal is None or self.journal.failed:
+                continue
+            marks: queue.SimpleQueue[LogMark] = queue.SimpleQueue()
+            self.journal.request_checkpoint(marks.put)
+            mark = None
+            while mark is None and not self._checkpoint_stop.is_set():
+                with contextlib.suppress(queue.Empty):
+                    mark = marks.get(timeout=0.5)
+            if mark is not None and not self.journal.failed:
+                self._checkpoint(mark)
 
     def _checkpoint(self, mark: LogMark) -> None:
         """Flush ledger storage, then record that the journal before `mark` is no longer needed."""

@@ -92,10 +92,17 @@ class EntryLogger:
             self._active_fd = -1
 
     def flush(self) -> None:
-        """fsync the active log (rolled logs were fsynced when they were closed)."""
+        """fsync the active log (rolled logs were fsynced when they were closed): everything appended before
+        this call is durable when it returns. The fsync runs on a duplicate of the descriptor, outside the
+        lock, so appends (the journal thread's) do not wait for it; a roll meanwhile closes only the original."""
         with self._lock:
-            if self._active_fd >= 0:
-                os.fsync(self._active_fd)
+            if self._active_fd < 0:
+                return
+            fd = os.dup(self._active_fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _read_fd(self, log_id: int) -> int:
         with self._read_lock:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from bookie import tuning
 from bookie.bookie import Bookie, dirs_have_data
 from bookie.config import BookieConfig, ConfigError
 from bookie.core import decisions
@@ -170,6 +171,7 @@ class BookieServer:
         self.http = start_bookie_http(self)
         await self.server.start()
         await asyncio.to_thread(self._register)
+        tuning.freeze_startup_heap()  # full GC passes skip what start-up loaded (see bookie.tuning)
         log.info("bookie %s serving %s on %s (journal %s, ledgers %s)", cfg.bookie_id,
                  "TLS" if self.credentials else "plaintext", address,
                  cfg.journal_dir, ",".join(cfg.ledgerDirectories))

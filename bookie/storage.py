@@ -111,7 +111,8 @@ class LedgerStorage:
         for i, index_dir in enumerate(self._index_dirs):
             self._ledgers.update(load_index_dir(index_dir, i, self._geometry))
         self._lock = threading.Lock()  # in-memory state (short holds; readers take it too)
-        self._write_lock = threading.RLock()  # adds, flush, delete: one at a time
+        self._write_lock = threading.RLock()  # adds, delete, a flush's snapshot: one at a time
+        self._flush_lock = threading.Lock()   # one flush at a time (taken with the write lock held)
         self._closed = False
 
     # ---- state ---------------------------------------------------------------------------------
@@ -315,32 +316,49 @@ class LedgerStorage:
                 remove_ledger_files(self._index_dirs[led.dir_index], ledger_id)
 
     def flush(self) -> None:
-        """Checkpoint: fsync the entry logs, then write and fsync the dirty index pages and meta files."""
+        """Checkpoint: fsync the entry logs, then write and fsync the dirty index pages and meta files.
+
+        What is flushed is decided under the write lock (the dirty pages and metas, each page at its
+        version); the fsyncs and page writes run after it is released, so adds go on meanwhile (a caller
+        that holds the write lock, like _make_room, keeps it throughout). Pages snapshotted name only data
+        appended before the snapshot, which the entry-log fsync that follows makes durable first. Flushes
+        are serialized: a page written by an older flush after a newer one would be marked clean wrongly."""
         with self._write_lock:
             self._check_open()
+            self._flush_lock.acquire()
+            try:
+                with self._lock:
+                    metas = [(led, led.encode_meta()) for led in self._ledgers.values() if led.meta_dirty]
+                    for led, _ in metas:
+                        led.meta_dirty = False
+                    by_ledger: dict[int, list[PageKey]] = {}
+                    for key, _ in self._pages.dirty_pages():
+                        by_ledger.setdefault(key[0], []).append(key)
+            except BaseException:
+                self._flush_lock.release()
+                raise
+        try:
+            self._flush_snapshot(metas, by_ledger)
+        finally:
+            self._flush_lock.release()
+
+    def _flush_snapshot(self, metas: list[tuple[LedgerIndex, bytes]], by_ledger: dict[int, list[PageKey]]) -> None:
+        try:
             for logger in self._logs:
                 logger.flush()
-            with self._lock:
-                metas = [(led, led.encode_meta()) for led in self._ledgers.values() if led.meta_dirty]
-                for led, _ in metas:
-                    led.meta_dirty = False
-                by_ledger: dict[int, list[PageKey]] = {}
-                for key, _ in self._pages.dirty_pages():
-                    by_ledger.setdefault(key[0], []).append(key)
             touched: set[int] = set()
-            try:
-                for ledger_id, keys in by_ledger.items():
-                    touched |= self._write_pages(ledger_id, keys)
-                for led, meta in metas:
-                    write_meta(self._index_dirs[led.dir_index], led.ledger_id, meta)
-                    touched.add(led.dir_index)
-            except OSError:
-                with self._lock:
-                    for led, _ in metas:
-                        led.meta_dirty = True  # dirty pages stay dirty until reported written
-                raise
-            for i in touched:
-                fsync_dir(self._index_dirs[i])
+            for ledger_id, keys in by_ledger.items():
+                touched |= self._write_pages(ledger_id, keys)
+            for led, meta in metas:
+                write_meta(self._index_dirs[led.dir_index], led.ledger_id, meta)
+                touched.add(led.dir_index)
+        except OSError:
+            with self._lock:
+                for led, _ in metas:
+                    led.meta_dirty = True  # dirty pages stay dirty until reported written
+            raise
+        for i in touched:
+            fsync_dir(self._index_dirs[i])
 
     def _write_pages(self, ledger_id: int, keys: list[PageKey]) -> set[int]:
         """Write one ledger's dirty pages and fsync its index file; they become clean (evictable) only then."""

@@ -52,6 +52,8 @@ class ClientConfig:
     zkEnableSecurity: bool = False           # znodes this client creates get ACLs (needs digest credentials)
     zkDigestUser: str = ""                   # ZooKeeper digest auth user ...
     zkDigestPasswordPath: str = ""           # ... and the file holding its password
+    gcFreezeOnStart: bool = True             # the first client of a process gc.freeze()s the heap (see
+                                             # client.bookkeeper: full collections stall every add)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> ClientConfig:

@@ -217,6 +217,7 @@ class LedgerWriter:
         flush_run()
         self._sent.extend(batches)
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
+
             for batch in batches:                       # E == Qw and no failure: each blob to everyone
                 entry_ids = range(batch.first, batch.last + 1)
                 sizes = _sizes(batch.offsets)
@@ -226,8 +227,9 @@ class LedgerWriter:
             self._route(sends.targets(self.md.ensemble_size, self.md.write_quorum))
 
     def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
+        from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: only once bulks are used
+
         out: list[_SentBatch] = []
-        from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: imported on first use
 
         bounds = chunk_bounds(bulk.offsets, HEADER_LENGTH + self.digest.mac_length, BULK_CHUNK_BYTES)
         for lo, hi in itertools.pairwise(bounds):
