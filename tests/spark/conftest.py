@@ -38,6 +38,9 @@ def spark() -> Iterator:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
+        # a Python worker's connect back to the JVM times out after 15 s by default: too short when the
+        # machine is loaded (seen at load 20 on 2 cores: "Python worker failed to connect back")
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
