@@ -54,7 +54,7 @@ def zk_only(cluster: LocalCluster) -> dict[str, str]:
 
 
 def failed_add(cluster: LocalCluster, **options: object) -> BookieTlsError:
-    with BookKeeper(cluster.metadata_service_uri, **{**FAST, **options}) as bk:
+    with BookKeeper(cluster.metadata_service_uri, config=ClientConfig.from_options({**FAST, **options})) as bk:
         handle = bk.create_ledger(3, 2, 2)
         with pytest.raises(BookieTlsError) as info:
             handle.add_entry(b"refused", timeout=60)
