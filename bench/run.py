@@ -29,6 +29,7 @@ from bench import (
     client_add,
     disk,
     ledger_read,
+    metrics_overhead,
     recovery_time,
     rereplication,
     spark_batch,
@@ -49,6 +50,7 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("spark_batch", spark_batch.run),
     ("rereplication", rereplication.run),
     ("tls", tls.run),
+    ("metrics_overhead", metrics_overhead.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -126,14 +126,28 @@ def _print_status(status: dict[str, Any]) -> None:
         ar_state = f"{ar} {'up' if b.get('autorecovery_alive') else 'DOWN'}" if ar else "-"
         print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {ar_state:<14}  {b['journal_dir']} "
               f"{','.join(b['ledger_dirs'])}")
+    _print_http(status["bookies"])
+
+
+def _print_http(bookies: list[dict[str, Any]]) -> None:
+    """Where each bookie and autorecovery daemon serves metrics and the admin API (local status)."""
+    rows = [(b["bookie_id"], b.get("metrics_port", 0), b.get("http_port", 0), b.get("autorecovery_metrics_port", 0))
+            for b in bookies]
+    if not any(any(r[1:]) for r in rows):
+        return
+    print(f"{'bookie':<22}{'metrics':<32}{'admin http':<32}autorecovery metrics")
+    for bookie_id, metrics, http, ar in rows:
+        def url(port: int, path: str) -> str:
+            return f"http://127.0.0.1:{port}{path}" if port else "-"
+        print(f"{bookie_id:<22}{url(metrics, '/metrics'):<32}{url(http, '/api/v1'):<32}{url(ar, '/metrics')}")
 
 
 def cmd_log(args: argparse.Namespace) -> int:
     """`bkledger log list|describe NAME|tail NAME`: the logs stored under a metadata service URI."""
     from client import BookKeeper
     from client.errors import BKError
-    from client.logs import describe_log
-    from client.protocol.log_meta import Position
+    from client.log.core.meta import Position
+    from client.log.logs import describe_log
 
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     if args.action != "list" and not args.name:

@@ -57,6 +57,11 @@ class BookieConfig:
     rereplicationEntryBatchSize: int = 10  # entries per re-replication batch (range read and add)
     rwRereplicateBackoffMs: int = 5000     # a worker retries a ledger it could not finish after this
     longPollMaxTimeoutMs: int = 10000
+    # operations (bookie.metrics, bookie.http_admin); both servers bind listenAddress
+    prometheusStatsHttpPort: int = 0       # serve Prometheus metrics at /metrics on this port (0: off)
+    httpServerEnabled: bool = False        # the admin HTTP API (/heartbeat, /metrics, /api/v1/...)
+    httpServerPort: int = 8080
+    httpServerAdminToken: str = ""         # bearer token for state-changing endpoints ("": they are refused)
     # ---- security (README "Security"): TLS (bookie.tls; also the autorecovery daemon's client keys) ...
     tlsProviderFactoryClass: str = ""      # org.apache.bookkeeper.tls.TLSContextFactory: serve TLS
     tlsProvider: str = "OpenSSL"
@@ -158,8 +163,22 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("pageSize must be at least 24 (one index slot) and pageLimit at least 1")
     if config.rereplicationEntryBatchSize < 1:
         raise ConfigError("rereplicationEntryBatchSize must be at least 1")
+    _validate_http(config)
     if len(config.journalDirectories) != 1:
         raise ConfigError("exactly one journal directory is supported (journalDirectories)")
+
+
+def _validate_http(config: BookieConfig) -> None:
+    ports = {"bookiePort": config.bookiePort}
+    if config.prometheusStatsHttpPort:
+        ports["prometheusStatsHttpPort"] = config.prometheusStatsHttpPort
+    if config.httpServerEnabled:
+        ports["httpServerPort"] = config.httpServerPort
+    for key, port in ports.items():
+        if not 0 < port < 65536:
+            raise ConfigError(f"{key} must be 1..65535, got {port}")
+    if len(set(ports.values())) < len(ports):
+        raise ConfigError(f"{', '.join(ports)} must be different ports, got {ports}")
 
 
 def parse_properties(text: str) -> dict[str, str]:

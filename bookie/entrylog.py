@@ -45,6 +45,7 @@ class EntryLogger:
         self._read_fds: dict[int, int] = {}
         self._read_lock = threading.Lock()
         self.rolls = 0
+        self.bytes_written = 0          # records appended since start (metrics)
 
     def path(self, log_id: int) -> Path:
         return self.current / f"{log_id:x}.log"
@@ -80,6 +81,7 @@ class EntryLogger:
                 self._abandon_active()
                 raise
             self._active_size += len(record)
+            self.bytes_written += len(record)
             return self._active_id, offset
 
     def _abandon_active(self) -> None:

@@ -60,6 +60,8 @@ class GarbageCollector:
         self._last_minor = now
         self._last_major = now
         self.rounds = 0
+        self.minor_compactions = 0          # compaction passes (metrics)
+        self.major_compactions = 0
         self.total = GcRound()
         self._last_overreplicated = now
         self._overreplicated_seen: dict[int, int] = {}    # ledger -> metadata version at the last check
@@ -167,8 +169,10 @@ class GarbageCollector:
                 candidates.append((dir_index, log_id))
         if major:
             self._last_major = self._last_minor = now
+            self.major_compactions += 1
         elif minor:
             self._last_minor = now
+            self.minor_compactions += 1
         before = len(candidates)
         out.bytes_freed = self.storage.remove_dead_entry_logs(candidates)
         out.logs_removed = before if out.bytes_freed else 0

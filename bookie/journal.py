@@ -159,6 +159,8 @@ class Journal:
         self.max_backups = max_backups
         self.on_fatal = on_fatal
         self.stats = JournalStats()
+        self.on_sync: Callable[[float], None] | None = None       # metrics: seconds one fdatasync took
+        self.on_group: Callable[[int, int], None] | None = None   # metrics: (items, bytes) of a written group
         self.error: BaseException | None = None
         self._cond = threading.Condition()
         self._queue: collections.deque[_Item] = collections.deque()
@@ -173,6 +175,11 @@ class Journal:
     @property
     def failed(self) -> bool:
         return self.error is not None
+
+    @property
+    def queue_size(self) -> int:
+        """Records waiting for the journal thread (metrics; read without the lock)."""
+        return len(self._queue)
 
     # ---- replay -------------------------------------------------------------------------------
 
@@ -350,9 +357,12 @@ class Journal:
         if data:
             _write_all(self._fd, data)
         if need_sync:
+            started = time.monotonic()
             os.fdatasync(self._fd)
             self.stats.fsyncs += 1
             self._unsynced, self._last_sync = False, time.monotonic()
+            if self.on_sync is not None:
+                self.on_sync(self._last_sync - started)
         elif data:
             self._unsynced = True
 
@@ -390,6 +400,8 @@ class Journal:
             self._offset += len(data)
         self.stats.groups += 1
         self.stats.bytes_written += len(data)
+        if self.on_group is not None:
+            self.on_group(len(group), len(data))
         for item in group:
             _call(item.callback, None)
 

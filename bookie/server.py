@@ -18,6 +18,7 @@ import grpc
 
 from bookie.bookie import Bookie
 from bookie.core import decisions
+from bookie.metrics import NO_STATS, NoServerStats
 from bookie.storage import StorageError
 from proto import bookie_pb2 as pb
 from proto import bookie_pb2_grpc as pb_grpc
@@ -36,6 +37,7 @@ class BookieService(pb_grpc.BookieServicer):
         self._lac: dict[int, int] = {}
         self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self.max_entry_size = bookie.config.nettyMaxFrameSizeBytes
+        self.stats: NoServerStats = NO_STATS       # bookie.metrics.ServerStats when metrics are on
         assert bookie.storage is not None
         for ledger_id in bookie.storage.ledgers():
             self._lac[ledger_id] = bookie.storage.max_lac(ledger_id)
@@ -112,8 +114,10 @@ class BookieService(pb_grpc.BookieServicer):
         entry_ids = list(batch.entry_ids)
         sizes = list(batch.sizes)
         data = batch.data
+        started = self.stats.add_started()
 
         def answer(status: int, why: str = "") -> None:
+            self.stats.add_done(started, status == pb.EOK, len(entry_ids), len(data))
             if status != pb.EOK:
                 log.debug("add to ledger %d refused with %s: %s", ledger_id, pb.StatusCode.Name(status), why)
             reply(pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=batch.entry_ids))  # type: ignore[arg-type]
@@ -183,6 +187,15 @@ class BookieService(pb_grpc.BookieServicer):
 
     # ---- reads ----------------------------------------------------------------------------
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:
+        started = self.stats.read_started()
+        if request.fence or request.has_previous_lac:
+            self.stats.request("fence" if request.fence else "long_poll")
+        response = await self._read(request)
+        self.stats.read_done(started, response.status == pb.EOK, 1 if response.body else 0, len(response.body),
+                             timed=not request.has_previous_lac)
+        return response
+
+    async def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         ledger_id = request.ledger_id
         if request.fence:
             status = await self._fence(ledger_id, request.master_key)
@@ -242,10 +255,22 @@ class BookieService(pb_grpc.BookieServicer):
     async def ReadRange(
         self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadRangeBatch]:
+        started, read = self.stats.read_started(), [0, 0]
+        async for batch in self._read_range(request):
+            read[0] += len(batch.entry_ids)
+            read[1] += len(batch.data)
+            yield batch
+            if batch.status != pb.EOK:
+                self.stats.read_done(started, False, read[0], read[1])
+                return
+        self.stats.read_done(started, True, read[0], read[1])
+
+    async def _read_range(self, request: pb.ReadRangeRequest) -> AsyncIterator[pb.ReadRangeBatch]:
         storage = self.bookie.storage
         assert storage is not None
         ledger_id = request.ledger_id
         if request.fence:
+            self.stats.request("fence")
             status = await self._fence(ledger_id, request.master_key)
             if status != pb.EOK:
                 yield pb.ReadRangeBatch(status=status, ledger_id=ledger_id)  # type: ignore[arg-type]
@@ -292,6 +317,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     async def WriteLac(self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext) -> pb.WriteLacResponse:
         ledger_id = request.ledger_id
+        self.stats.request("write_lac")
         status = decisions.decide_write_lac(self.bookie.view(ledger_id), request.master_key)
         if status == pb.EOK:
             fut, done = self._journal_future()
@@ -305,6 +331,7 @@ class BookieService(pb_grpc.BookieServicer):
     async def ForceLedger(
         self, request: pb.ForceLedgerRequest, context: grpc.aio.ServicerContext
     ) -> pb.ForceLedgerResponse:
+        self.stats.request("force_ledger")
         fut, done = self._journal_future()
         self.bookie.force_ledger(done)
         status = pb.EIO if await fut is not None else pb.EOK

@@ -23,6 +23,7 @@ from bookie.config import BookieConfig, ConfigError
 from bookie.core import decisions
 from bookie.core.cookie import Cookie, CookieError, decide
 from bookie.gc import GarbageCollector
+from bookie.http_admin import AdminHttpServer, start_bookie_http
 from bookie.memory import pin_mmap_threshold
 from bookie.server import GRPC_OPTIONS, BookieService
 from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
@@ -77,6 +78,8 @@ class BookieServer:
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.gc: GarbageCollector | None = None
+        self.http: list[AdminHttpServer] = []     # metrics and admin HTTP (bookie.http_admin), off by default
+        self.admin_read_only = False              # put read-only through the admin API (held until put back)
 
     def _on_journal_fatal(self, exc: BaseException) -> None:
         if self._loop is not None:
@@ -85,7 +88,7 @@ class BookieServer:
     def _set_read_only(self, read_only: bool, why: str) -> None:
         if self.service is None or self.service.read_only == read_only:
             return
-        if not read_only and (self.bookie.journal_failed or self.config.forceReadOnlyBookie):
+        if not read_only and (self.bookie.journal_failed or self.config.forceReadOnlyBookie or self.admin_read_only):
             return
         if read_only and not self.config.readOnlyModeEnabled:
             log.error("%s and readOnlyModeEnabled=false: shutting down", why)
@@ -94,6 +97,29 @@ class BookieServer:
         self.service.read_only = read_only
         log.warning("bookie is now %s: %s", "read-only" if read_only else "writable", why)
         self._register()
+
+    def set_admin_read_only(self, read_only: bool) -> None:
+        """`PUT /api/v1/bookie/state/readonly` (on the loop): the disk check does not undo it."""
+        self.admin_read_only = read_only
+        self._set_read_only(read_only, "set through the admin HTTP API")
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._stop.is_set()
+
+    def status_code(self) -> int:
+        """BookKeeper's SERVER_STATUS: 1 writable, 0 read-only, -1 not serving (starting or stopping)."""
+        if self.service is None or self._stop.is_set():
+            return -1
+        return 0 if self.service.read_only else 1
+
+    def state_name(self) -> str:
+        code = self.status_code()
+        return {1: "writable", 0: "read-only"}.get(code, "stopping" if self._stop.is_set() else "starting")
 
     def _register(self) -> None:
         assert self.service is not None
@@ -141,6 +167,7 @@ class BookieServer:
                  else self.server.add_insecure_port(address))
         if bound == 0:
             raise OSError(f"cannot listen on {address}: the port is taken")
+        self.http = start_bookie_http(self)
         await self.server.start()
         await asyncio.to_thread(self._register)
         log.info("bookie %s serving %s on %s (journal %s, ledgers %s)", cfg.bookie_id,
@@ -166,6 +193,8 @@ class BookieServer:
             log.warning("could not unregister: %s", exc)
         if self.server is not None:
             await self.server.stop(grace=2)
+        for http in self.http:
+            await asyncio.to_thread(http.stop)
         if self.gc is not None:
             await asyncio.to_thread(self.gc.stop)
         await asyncio.to_thread(self.bookie.close)

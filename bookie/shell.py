@@ -6,8 +6,9 @@ lostbookierecoverydelay. The cluster is named with `--uri`, `--conf` (a bookie c
 metadataServiceUri) or, by default, the local cluster in `--dir`. Security settings (TLS, ZooKeeper
 credentials) come from `--client-conf FILE`, else the bookie configuration's keys (`--conf`), else the
 local cluster's (a `--secure` one), on top of the file named by BKLEDGER_CLIENT_CONF. Output is an
-aligned table for people, or JSON with `--json`; long operations print a progress line on stderr. Logs
-made of ledgers have their own command: `bkledger log list|describe|tail`.
+aligned table for people, or JSON with `--json`; long operations (recover, decommission) show progress on
+stderr (`bookie.progress`: a bar on a terminal, periodic lines otherwise, nothing with --json) and stop
+cleanly on Ctrl-C. Logs made of ledgers have their own command: `bkledger log list|describe|tail`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from bookie.progress import Progress, stop_on_interrupt
 from client import BookKeeper
 from client.admin import Admin, ReplicationStats
 from client.config import ClientConfig
@@ -58,29 +60,6 @@ def emit(args: argparse.Namespace, data: Any, headers: Sequence[str] = (),
         print(text)
     else:
         print(table(headers, rows))
-
-
-class Progress:
-    """A counter line on stderr, rewritten in place on a terminal."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.quiet = quiet
-        self.tty = sys.stderr.isatty()
-        self.count = 0
-
-    def __call__(self, message: str) -> None:
-        if self.quiet:
-            return
-        self.count += 1
-        if self.tty:
-            sys.stderr.write(f"\r\033[K{message}")
-        else:
-            sys.stderr.write(f"{message}\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.tty and self.count and not self.quiet:
-            sys.stderr.write("\n")
 
 
 def _ms(ts: int) -> str:
@@ -243,18 +222,30 @@ def _stats_rows(stats: ReplicationStats) -> list[tuple[str, object]]:
                                       ("entries", stats.entries), ("bytes", stats.bytes),
                                       ("seconds", round(stats.seconds, 2)), ("MB/s", round(mb_s, 2)),
                                       ("failed", len(stats.failed))]
+    if stats.interrupted:
+        rows.append(("left", len(stats.left)))
     rows += [(f"failed ledger {k}", v) for k, v in sorted(stats.failed.items())]
     return rows
 
 
+def _interrupted_text(verb: str, stats: ReplicationStats) -> str:
+    gone_through = stats.total_ledgers - len(stats.left)
+    kept = "; the cookie was kept" if verb == "decommission" else ""
+    return (f"{verb} interrupted (Ctrl-C): {gone_through} of {stats.total_ledgers} ledgers gone through, "
+            f"{len(stats.left)} left (first: {stats.left[:10]}). Every fragment copied so far is in the "
+            f"metadata and nothing is half-swapped{kept}; run the same command again to finish.")
+
+
 def _run_replication(args: argparse.Namespace, action: Callable[[Admin, Progress], ReplicationStats]) -> int:
-    progress = Progress(args.json)
-    with connect(args) as bk:
-        try:
-            stats = action(Admin(bk), progress)
-        finally:
-            progress.done()
-    emit(args, stats.as_dict(), text="\n".join(f"{k:<20}{v}" for k, v in _stats_rows(stats)))
+    """Run recover/decommission with a progress bar (or lines, or nothing with --json); Ctrl-C stops it
+    between two fragments, prints what was done and exits 130."""
+    with connect(args) as bk, Progress(args.verb, json_output=args.json) as progress, stop_on_interrupt(progress):
+        stats = action(Admin(bk), progress)
+    rows = "\n".join(f"{k:<20}{v}" for k, v in _stats_rows(stats))
+    text = f"{rows}\n{_interrupted_text(args.verb, stats)}" if stats.interrupted else rows
+    emit(args, stats.as_dict(), text=text)
+    if stats.interrupted:
+        return 130
     return 1 if stats.failed else 0
 
 
@@ -275,10 +266,11 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
         handle = bk.create_ledger(args.ensemble, args.write_quorum, args.ack_quorum, password=b"simpletest")
         ledger_id, ensemble = handle.ledger_id, list(handle.metadata.fragments[0].ensemble)
         futures = [handle.add_entry_async(payload) for _ in range(args.num_entries)]
-        for n, fut in enumerate(futures, 1):
-            fut.result(60)
-            if n % 1000 == 0 and not args.json:
-                print(f"{n}/{args.num_entries} written", file=sys.stderr)
+        with Progress("simpletest", json_output=args.json, unit="entries") as progress:
+            progress.begin(args.num_entries, args.num_entries * args.size)
+            for fut in futures:
+                fut.result(60)
+                progress.advance(items=1, nbytes=args.size)
         handle.close()
         write_s = time.monotonic() - start
         reader = bk.open_ledger(ledger_id, b"simpletest", recovery=False)
@@ -369,7 +361,7 @@ def cmd_lostbookierecoverydelay(args: argparse.Namespace) -> int:
 
 
 def cmd_sweepjobs(args: argparse.Namespace) -> int:
-    from client.logs import delete_uncommitted, uncommitted_job_ledgers
+    from client.log.logs import delete_uncommitted, uncommitted_job_ledgers
 
     with connect(args) as bk:
         found = uncommitted_job_ledgers(bk, args.older_than, args.log)

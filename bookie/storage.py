@@ -16,6 +16,8 @@ raises `StorageError` (R22).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 import threading
 from collections.abc import Iterator, Sequence
@@ -468,6 +470,18 @@ class LedgerStorage:
         return None if (slots[:, 0] == 0).any() else slots
 
     # ---- garbage collection and compaction ----------------------------------------------------
+
+    def directory_stats(self) -> list[tuple[Path, int, int, int]]:
+        """(ledger dir, entry-log bytes on disk, index bytes on disk, bytes appended since start) per
+        directory (metrics and the admin API; stats the files, so not for hot paths)."""
+        out = []
+        for current, index_dir, logger in zip(self._currents, self._index_dirs, self._logs, strict=True):
+            logs = sum(logger.size(log_id) for log_id in logger.log_ids())
+            index = 0
+            with contextlib.suppress(FileNotFoundError), os.scandir(index_dir) as it:
+                index = sum(e.stat().st_size for e in it if e.is_file())
+            out.append((current.parent, logs, index, logger.bytes_written))
+        return out
 
     def entry_log_usage(self) -> list[tuple[int, int, int, int]]:
         """(dir index, log id, live bytes, total bytes) of every entry log except the active ones.

@@ -2,7 +2,7 @@
 
     from client import BookKeeper
     bk = BookKeeper("zk://127.0.0.1:2181/ledgers")
-    w = bk.open_log_writer("orders"); pos = w.append(b"...")     # logs made of ledgers (client.logs)
+    w = bk.open_log_writer("orders"); pos = w.append(b"...")     # logs made of ledgers (client.log.logs)
 """
 
 from client.bookkeeper import BookKeeper
@@ -27,10 +27,10 @@ from client.errors import (
     ReadBeyondLastEntryError,
 )
 from client.ledger_handle import LedgerEntry, LedgerHandle
-from client.log_reader import LogReader, LogRecord
-from client.log_writer import LogWriter
-from client.logs import append_ledgers
-from client.protocol.log_meta import LogMetadata, Position
+from client.log.core.meta import LogMetadata, Position
+from client.log.logs import append_ledgers
+from client.log.reader import LogReader, LogRecord
+from client.log.writer import LogWriter
 
 __all__ = [
     "BKError",

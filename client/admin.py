@@ -35,6 +35,7 @@ from client.bookie_client import BookieClient
 from client.bookkeeper import BookKeeper, ClientContext
 from client.errors import BKError, BookieUnavailableError, NoSuchLedgerError
 from client.meta.underreplication import UnderReplicationManager
+from client.progress import NO_PROGRESS, ProgressSink
 from client.protocol.digest import DigestManager, make_digest, master_key, unpack_batch
 from client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
 from client.protocol.write_set import bookie_holds, entries_for_index
@@ -42,7 +43,6 @@ from proto import bookie_pb2 as pb
 
 log = logging.getLogger("bkledger.admin")
 
-Progress = Callable[[str], None]
 T = TypeVar("T")
 
 
@@ -60,6 +60,9 @@ class ReplicationStats:
     bytes: int = 0
     seconds: float = 0.0
     failed: dict[int, str] = dataclasses.field(default_factory=dict)
+    total_ledgers: int = 0          # ledgers that named a lost bookie when the run started
+    interrupted: bool = False       # stopped on request (Ctrl-C) between two fragments or ledgers
+    left: list[int] = dataclasses.field(default_factory=list)   # ledgers not gone through (interrupted)
 
     def add(self, other: ReplicationStats) -> None:
         self.ledgers += other.ledgers
@@ -71,6 +74,7 @@ class ReplicationStats:
     def as_dict(self) -> dict[str, object]:
         mb_s = self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
         return {**dataclasses.asdict(self), "failed": {str(k): v for k, v in self.failed.items()},
+                "seconds": round(self.seconds, 3),
                 "mb_per_s": round(mb_s, 3)}
 
 
@@ -94,6 +98,15 @@ def fragment_end(md: LedgerMetadata, index: int) -> int | None:
 
 def names_any(md: LedgerMetadata, bookies: Collection[str]) -> bool:
     return any(b in bookies for f in md.fragments for b in f.ensemble)
+
+
+def estimated_copy_bytes(md: LedgerMetadata, lost: Collection[str]) -> int:
+    """About how many bytes re-replicating the lost bookies' share of the ledger copies (progress only:
+    fragments weigh the same; an open ledger's length is not known yet, so it counts 0)."""
+    if not md.fragments or md.ensemble_size == 0:
+        return 0
+    slots = sum(b in lost for f in md.fragments for b in f.ensemble) / len(md.fragments)
+    return int(md.length * slots * md.write_quorum / md.ensemble_size)
 
 
 class _AddSink:
@@ -187,7 +200,7 @@ class Admin:
     # ---- one ledger ----------------------------------------------------------------------
     def replicate_ledger(self, ledger_id: int, lost: Collection[str], *, target: str | None = None,
                          fence_open: bool = True, stats: ReplicationStats | None = None,
-                         progress: Progress | None = None) -> LedgerOutcome:
+                         progress: ProgressSink = NO_PROGRESS) -> LedgerOutcome:
         """Copy every fragment of the ledger that names a bookie of `lost` to a new bookie, CAS each one.
 
         `target`: the new bookie (a replication worker's local bookie); None picks a random writable
@@ -214,6 +227,9 @@ class Admin:
         reason = ""
         waiting_open = False
         for index, fragment in enumerate(md.fragments):
+            if progress.stop_requested():       # between fragments: every CAS so far is complete
+                reason = "interrupted"
+                break
             end = fragment_end(md, index)
             slots = [i for i, b in enumerate(fragment.ensemble) if b in lost]
             if not slots:
@@ -233,9 +249,9 @@ class Admin:
                 stats.fragments += 1
                 stats.entries += copied[0]
                 stats.bytes += copied[1]
-                if progress is not None:
-                    progress(f"ledger {ledger_id} entries {fragment.first_entry_id}..{end}: "
-                             f"{fragment.ensemble[slot]} -> {new}, {copied[0]} entries")
+                progress.advance(nbytes=copied[1])
+                progress.note(f"ledger {ledger_id} entries {fragment.first_entry_id}..{end}: "
+                              f"{fragment.ensemble[slot]} -> {new}, {copied[0]} entries")
                 if target is not None:
                     break           # one local bookie takes one slot of a fragment
         try:
@@ -347,8 +363,11 @@ class Admin:
 
     # ---- bookies -------------------------------------------------------------------------
     def recover_bookies(self, bookies: Iterable[str], *, target: str | None = None, force: bool = False,
-                        progress: Progress | None = None) -> ReplicationStats:
-        """Manual recovery: re-replicate every ledger that names one of `bookies` (fencing open ones)."""
+                        progress: ProgressSink = NO_PROGRESS) -> ReplicationStats:
+        """Manual recovery: re-replicate every ledger that names one of `bookies` (fencing open ones).
+
+        When `progress.stop_requested()` turns true the run stops between two fragments (each copied
+        fragment is already swapped in by its CAS) and returns with `interrupted` and the ledgers `left`."""
         lost = set(bookies)
         registered = lost & self.registered_bookies()
         if registered and not force:
@@ -358,26 +377,37 @@ class Admin:
             raise BKError(f"target {target} is one of the bookies being recovered")
         start = time.monotonic()
         stats = ReplicationStats()
-        ledgers = self.ledgers_on_bookies(lost)
-        for n, ledger_id in enumerate(ledgers, 1):
-            if progress is not None:
-                progress(f"[{n}/{len(ledgers)}] ledger {ledger_id}")
+        ledgers = [(ledger_id, estimated_copy_bytes(md, lost))
+                   for ledger_id, md in self.store.ledgers_with_metadata() if names_any(md, lost)]
+        stats.total_ledgers = len(ledgers)
+        progress.begin(len(ledgers), sum(est for _, est in ledgers))
+        for n, (ledger_id, _) in enumerate(ledgers):
+            if progress.stop_requested():
+                stats.interrupted, stats.left = True, [lid for lid, _ in ledgers[n:]]
+                break
             try:
                 outcome = self.replicate_ledger(ledger_id, lost, target=target, fence_open=True, stats=stats,
                                                 progress=progress)
+                if outcome.reason == "interrupted" and not outcome.done:
+                    stats.interrupted, stats.left = True, [lid for lid, _ in ledgers[n:]]
+                    break
                 if not outcome.done:
                     stats.failed[ledger_id] = outcome.reason or "still names a lost bookie"
             except (BKError, OSError, TimeoutError) as exc:
                 log.warning("ledger %d: recovery failed: %s", ledger_id, exc)
                 stats.failed[ledger_id] = str(exc) or type(exc).__name__
+            progress.advance(items=1)
         stats.seconds = time.monotonic() - start
         return stats
 
-    def decommission(self, bookie_id: str, progress: Progress | None = None) -> ReplicationStats:
-        """Move every fragment off a bookie that is down, check no metadata names it, delete its cookie."""
+    def decommission(self, bookie_id: str, progress: ProgressSink = NO_PROGRESS) -> ReplicationStats:
+        """Move every fragment off a bookie that is down, check no metadata names it, delete its cookie.
+        Interrupted (see `recover_bookies`), it keeps the cookie and returns: run it again to finish."""
         if bookie_id in self.registered_bookies():
             raise BKError(f"bookie {bookie_id} is still registered (running): stop it before decommissioning")
         stats = self.recover_bookies([bookie_id], progress=progress)
+        if stats.interrupted:
+            return stats
         left = self.ledgers_on_bookies([bookie_id])
         if left:
             raise BKError(f"decommission of {bookie_id} incomplete: ledgers {left[:20]} still name it "

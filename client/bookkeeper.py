@@ -18,13 +18,15 @@ from client.bookies import BookiePool
 from client.config import ClientConfig
 from client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
 from client.ledger_handle import LedgerHandle
-from client.logs import LogsMixin
+from client.log.logs import LogsMixin
 from client.meta.store import MetadataStore
 from client.meta.zkauth import zk_auth
+from client.metrics import NO_METRICS, ClientMetrics, client_metrics
 from client.placement import PlacementPolicy, RandomPlacementPolicy
 from client.protocol import transforms
 from client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
 from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from client.protocol.speculative import BookieHealth, SpeculativePolicy
 from client.reader import LedgerReader
 from client.recovery_driver import RecoveryRun
 from client.runtime import EventLoopThread
@@ -45,11 +47,17 @@ class ClientContext:
     config: ClientConfig
     placement: PlacementPolicy
     writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
+    metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
+    health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
+
+    @property
+    def speculative(self) -> SpeculativePolicy:
+        return SpeculativePolicy.from_ms(self.config.speculativeReadTimeout, self.config.maxSpeculativeReadTimeout)
 
 
 class BookKeeper(LogsMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
-                 placement: PlacementPolicy | None = None, **options: Any):
+                 placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri
         self.config = config or ClientConfig.from_environment(options)
         pool_tls = settings_of(self.config)
@@ -58,7 +66,10 @@ class BookKeeper(LogsMixin):
                               auth=zk_auth(self.config)).start()
         runtime = EventLoopThread()
         pool = BookiePool(store, self.config.maxAddRequestsInFlight, pool_tls)
-        self._ctx = ClientContext(runtime, store, pool, self.config, placement or RandomPlacementPolicy())
+        health = BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
+                              self.config.reorderReadSequenceEnabled)
+        self._ctx = ClientContext(runtime, store, pool, self.config, placement or RandomPlacementPolicy(),
+                                  metrics=client_metrics(metrics_registry), health=health)
         self._closed = False
 
     @property

@@ -23,7 +23,12 @@ class ClientConfig:
     zkTimeout: float = 10.0                  # s, ZooKeeper session timeout
     addEntryTimeoutSec: float = 5.0          # an add not acked by a bookie in this time: the bookie failed
     readTimeout: float = 5.0                 # s, per read request
-    speculativeReadTimeout: float = 2.0      # s, then also ask the next bookie of the write set
+    speculativeReadTimeout: int = 500        # ms without an answer from a bookie: also ask the next bookie of
+                                             # the write set; the first valid answer wins (0: never speculate)
+    maxSpeculativeReadTimeout: int = 0       # ms, cap of the backoff (x2) between further speculations of one
+                                             # read (0: same as speculativeReadTimeout, so it never grows)
+    reorderReadSequenceEnabled: bool = True  # read from bookies that were slow or failed recently last
+    bookieFailureHistoryExpirationMSec: int = 60000   # how long a bookie counts as "recently slow"
     fenceTimeout: float = 5.0                # s, recovery's fencing reads
     metadataMaxAttempts: int = 20            # CAS attempts before giving up with a clear error
     maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit

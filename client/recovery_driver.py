@@ -271,6 +271,7 @@ class RecoveryRun:
 
         md, version = await asyncio.to_thread(self.ctx.store.update_ledger, self.ledger_id, closing,
                                               max_attempts=self.ctx.config.metadataMaxAttempts)
+        self.ctx.metrics.recoveries.inc()
         log.info("ledger %d: recovered %d entries, closed with last entry %d%s", self.ledger_id, self.recovered,
                  md.last_entry_id, "" if md.last_entry_id == close.last_entry_id else " (adopted another close)")
         return md, version

@@ -226,6 +226,7 @@ class LedgerWriter:
                 done += 1
                 fut.set_result(entry_id)
         self._release_window(done)
+        self.ctx.metrics.adds.inc(done)
         self._last_progress = asyncio.get_running_loop().time()
         if not self._futures:
             self._idle.set()
@@ -254,6 +255,7 @@ class LedgerWriter:
                 failed += 1
                 fut.set_exception(error)
         self._release_window(failed)
+        self.ctx.metrics.add_failures.inc(failed)
         if not self._futures:
             self._sent.clear()
             self._idle.set()
@@ -291,6 +293,7 @@ class LedgerWriter:
             self.ctx.store.update_ledger, self.ledger_id, change, max_attempts=self.ctx.config.metadataMaxAttempts
         )
         self.md, self.version = md, version
+        self.ctx.metrics.ensemble_changes.inc()
         new_ensemble = md.last_fragment.ensemble
         log.info("ledger %d: ensemble change from entry %d: %s -> %s", self.ledger_id, first,
                  [ensemble[i] for i in failed], [replacements[i] for i in failed])

@@ -4,7 +4,7 @@ Mirrors a BookKeeper writer per ledger (one writer per ledger, R1-R10) and the "
 recipe: a task creates a ledger (tagged in its custom metadata with the job id and the envelope
 version), adds its rows with `add_entry_async` and a bounded number of adds in flight, closes it and
 returns its ledger id. The driver's `commit` appends the job's ledgers to the log with
-`client.logs.append_ledgers` in one compare-and-swap, in ledger-id order (a log's ledger ids strictly
+`client.log.logs.append_ledgers` in one compare-and-swap, in ledger-id order (a log's ledger ids strictly
 increase); `abort` deletes them. A task that fails deletes its own ledger before raising, and commit /
 abort sweep ledgers of this job that no message names (killed or losing task attempts), found by the
 job tag among the ledgers created since planning. Nothing half-written is ever listed in the log.
@@ -27,7 +27,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
 from client import BookKeeper, LogNotFoundError, NoSuchLedgerError, append_ledgers
 from client.ledger_handle import LedgerHandle
-from client.logs import JOB_KEY, LOG_KEY
+from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector import envelope as env
 from spark_connector.arrow_io import byte_parts, timestamp_parts
 from spark_connector.clients import planning_client, shared_client

@@ -3,7 +3,7 @@
 Mirrors the batch append (`spark_connector.batch_writer`: each task writes and closes its own ledger)
 plus the idempotent commit Spark asks of a streaming sink (`StreamingWrite`: "commit may be called
 multiple times for the same epoch"). The driver's `commit(messages, batchId)` calls
-`client.logs.append_ledgers` with `commit_marker=(sink id, batchId)`: ONE compare-and-swap of the log
+`client.log.logs.append_ledgers` with `commit_marker=(sink id, batchId)`: ONE compare-and-swap of the log
 znode appends the batch's ledgers AND records the batch id. If that batch (or a later one) of this sink
 is already recorded, nothing is appended; the replay's freshly written ledgers (those not in the log)
 are deleted. So a batch replayed after a crash, or committed twice, lands in the log exactly once.

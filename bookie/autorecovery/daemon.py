@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from bookie.autorecovery.auditor import Auditor
 from bookie.autorecovery.worker import ReplicationWorker
 from bookie.config import BookieConfig
+from bookie.metrics import start_autorecovery_metrics
 from bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
 from client import BookKeeper
 from client.admin import Admin
@@ -47,6 +49,8 @@ class AutoRecovery:
         self.local = config.bookie_id
         self.vote: str | None = None
         self.auditor: Auditor | None = None
+        self.audits = 0                  # audits run by this daemon while auditor (metrics)
+        self.last_audit_time = 0.0       # unix time of the last one
         self._wake = {"auditor": threading.Event(), "worker": threading.Event()}
         self._watches: list[Watch] = []
         self.worker = ReplicationWorker(self.admin, self.local, config.openLedgerRereplicationGracePeriod,
@@ -68,7 +72,11 @@ class AutoRecovery:
                 log.info("%s is now the auditor", self.local)
                 self.auditor = Auditor(self.admin, self.config.lostBookieRecoveryDelay,
                                        float(self.config.auditorPeriodicCheckInterval))
+            before = self.auditor.audits
             self.auditor.tick()
+            if self.auditor.audits != before:
+                self.audits += self.auditor.audits - before
+                self.last_audit_time = time.time()
         elif self.auditor is not None:
             log.info("%s is no longer the auditor", self.local)
             self.auditor = None
@@ -145,8 +153,11 @@ def run_autorecovery(config: BookieConfig) -> int:
     watch_stop_signals(on_stop)
     install_fallback_handlers(on_stop)
     daemon.start()
+    http = start_autorecovery_metrics(daemon)     # prometheusStatsHttpPort (off unless set)
     while not stop.wait(0.5):        # wakes up so that a fallback handler gets to run in this thread
         pass
     log.info("autorecovery for bookie %s stopping (%s)", config.bookie_id, stopped_by[0])
     daemon.stop()
+    if http is not None:
+        http.stop()
     return 0

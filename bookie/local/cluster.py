@@ -50,6 +50,9 @@ class BookieProcess:
     log: str
     pid: int = 0
     autorecovery_pid: int = 0       # the autorecovery daemon beside the bookie (0: none)
+    metrics_port: int = 0           # the bookie's prometheusStatsHttpPort (0: off)
+    http_port: int = 0              # the bookie's admin HTTP port (0: off)
+    autorecovery_metrics_port: int = 0   # the autorecovery daemon's prometheusStatsHttpPort (0: off)
 
     @property
     def autorecovery_log(self) -> str:
@@ -73,7 +76,7 @@ class LocalCluster:
 
     # ---- security ---------------------------------------------------------------------------
     @property
-    def client_options(self) -> dict[str, str]:
+    def client_options(self) -> dict[str, Any]:
         """What a client needs besides the URI: the TLS and ZooKeeper settings of a secure cluster."""
         return SecureMaterial(self.base_dir).client_options() if self.secure else {}
 
@@ -192,6 +195,7 @@ class LocalCluster:
             "lostBookieRecoveryDelay": "2",
             "openLedgerRereplicationGracePeriod": "10000",
             "rwRereplicateBackoffMs": "1000",
+            **_operations_ports(conf_overrides),
             **(SecureMaterial(self.base_dir).bookie_options(index) if self.secure else {}),
             **conf_overrides,
         }
@@ -200,7 +204,9 @@ class LocalCluster:
         conf_path = home / "bookie.conf"
         conf_path.write_text(bkconfig.render(config))
         proc = BookieProcess(index, config.bookie_id, port, str(conf_path), str(journal),
-                             [str(d) for d in config.ledger_dirs], str(home / "bookie.log"))
+                             [str(d) for d in config.ledger_dirs], str(home / "bookie.log"),
+                             metrics_port=config.prometheusStatsHttpPort,
+                             http_port=config.httpServerPort if config.httpServerEnabled else 0)
         self.bookies.append(proc)
         self.start_bookie(index)
         if self.autorecovery:
@@ -212,7 +218,11 @@ class LocalCluster:
         proc = self.bookies[index]
         if proc.autorecovery_pid and pid_alive(proc.autorecovery_pid):
             raise ClusterError(f"autorecovery of {proc.bookie_id} is already running (pid {proc.autorecovery_pid})")
-        proc.autorecovery_pid = self._spawn("autorecovery", proc.conf, proc.autorecovery_log)
+        # its own metrics port: the bookie's configuration file names the bookie's
+        if proc.metrics_port and not proc.autorecovery_metrics_port:
+            proc.autorecovery_metrics_port = free_port()
+        extra = ["--set", f"prometheusStatsHttpPort={proc.autorecovery_metrics_port}"]
+        proc.autorecovery_pid = self._spawn("autorecovery", proc.conf, proc.autorecovery_log, extra)
         self.save()
         return proc
 
@@ -233,11 +243,11 @@ class LocalCluster:
         except OSError as exc:
             log.warning("could not record the cluster state in %s: %s", self.state_path, exc)
 
-    def _spawn(self, command: str, conf: str, log: str) -> int:
+    def _spawn(self, command: str, conf: str, log: str, extra: list[str] | None = None) -> int:
         """Run `bkledger <command> --conf <conf>` in its own session, output appended to `log`."""
         with open(log, "ab") as logf:
             child = subprocess.Popen(
-                [sys.executable, "-m", "bookie.cli", command, "--conf", conf],
+                [sys.executable, "-m", "bookie.cli", command, "--conf", conf, *(extra or [])],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self._children[child.pid] = child
@@ -321,6 +331,16 @@ def _stop_process(pid: int, sig: int, timeout: float, child: subprocess.Popen[by
         time.sleep(0.02)
     os.kill(pid, signal.SIGKILL)
     return child.wait(timeout=10) if child is not None else None
+
+
+def _operations_ports(overrides: dict[str, str]) -> dict[str, str]:
+    """A free port for each bookie's metrics and admin HTTP, unless the overrides choose them (0: off)."""
+    out = {}
+    if "prometheusStatsHttpPort" not in overrides:
+        out["prometheusStatsHttpPort"] = str(free_port())
+    if "httpServerEnabled" not in overrides and "httpServerPort" not in overrides:
+        out.update(httpServerEnabled="true", httpServerPort=str(free_port()))
+    return out
 
 
 def _accepts(port: int) -> bool:

@@ -4,7 +4,8 @@ The shared ones (BKError, NoSuchLedgerError, MetadataConflictError, MetadataVers
 InvalidOptionError) live in `client/errors.py`; this module re-exports them and adds the ones only
 the metadata layer raises: ZooKeeper unreachable or failing (MetadataStoreError, like ZKException),
 unreadable znode data (MetadataFormatError), a missing or existing znode (NoSuchNodeError,
-ZNodeExistsError), a ledger id already taken (LedgerExistsError), a cluster whose LAYOUT names another
+ZNodeExistsError), a value above ZooKeeper's request limit (ZNodeTooLargeError), a ledger id already
+taken (LedgerExistsError), a cluster whose LAYOUT names another
 ledger manager (LayoutMismatchError) and a CAS loop that gave up (UpdateConflictError).
 """
 
@@ -48,6 +49,18 @@ class LayoutMismatchError(MetadataStoreError):
     """The cluster's LAYOUT names another ledger manager than the metadata service URI asks for."""
 
 
+class ZNodeTooLargeError(MetadataStoreError):
+    """A value (or a multi-operation request) above what ZooKeeper accepts (`jute.maxbuffer`, 1 MiB by
+    default, less a margin for the request): it was not sent, since the server would drop the connection
+    and the call would only ever look like "ZooKeeper unreachable". Nothing was written."""
+
+    def __init__(self, path: str, size: int, limit: int, why: str = "") -> None:
+        self.path, self.size, self.limit = path, size, limit
+        super().__init__(f"{path}: {why or 'the value'} is {size} bytes, above the {limit} bytes ZooKeeper "
+                         "accepts in one request (jute.maxbuffer less a margin): not written; store less in "
+                         "one znode (or raise jute.maxbuffer on every server and client)")
+
+
 class UpdateConflictError(MetadataConflictError):
     """The CAS update loop lost the race `max_attempts` times in a row; nothing was written by this call."""
 
@@ -55,5 +68,5 @@ class UpdateConflictError(MetadataConflictError):
 __all__ = [
     "BKError", "InvalidOptionError", "LayoutMismatchError", "LedgerExistsError", "MetadataAccessDeniedError",
     "MetadataConflictError", "MetadataFormatError", "MetadataStoreError", "MetadataVersionError", "NoSuchLedgerError",
-    "NoSuchNodeError", "UpdateConflictError", "ZNodeExistsError",
+    "NoSuchNodeError", "UpdateConflictError", "ZNodeExistsError", "ZNodeTooLargeError",
 ]

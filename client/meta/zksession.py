@@ -11,6 +11,7 @@ and thread-safe (kazoo's client is). Only `client/meta/` imports kazoo.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,16 +39,36 @@ from client.meta.errors import (
     MetadataVersionError,
     NoSuchNodeError,
     ZNodeExistsError,
+    ZNodeTooLargeError,
 )
 from client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
 from client.meta.zkauth import ZkAuth
 
 T = TypeVar("T")
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
+JUTE_MAXBUFFER = 0xFFFFF        # ZooKeeper's default jute.maxbuffer: the largest request a server reads
+REQUEST_MARGIN = 16 * 1024      # room for the request's header, path and ACL around the data
+OP_OVERHEAD = 64                # per operation of a multi: type, version, flags, ACL
 # the kazoo errors and types that the rest of client/meta handles are re-exported from here
 __all__ = [
-    "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "Watch", "ZkSession", "ZnodeStat",
+    "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "Watch", "ZkOp", "ZkSession",
+    "ZnodeStat",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class ZkOp:
+    """One operation of a multi-operation transaction: kind is "create", "set", "delete" or "check";
+    `version` -1 means any version (set, delete, check)."""
+
+    kind: str
+    path: str
+    data: bytes = b""
+    version: int = -1
+
+    @property
+    def request_bytes(self) -> int:
+        return len(self.path.encode("utf-8")) + len(self.data) + OP_OVERHEAD
 
 
 class Watch:
@@ -80,6 +101,7 @@ class ZkSession:
                                  deadline=max(2.0 * self.session_timeout, 5.0))
         self._lock = threading.Lock()
         self._started = False
+        self.max_request_bytes = JUTE_MAXBUFFER - REQUEST_MARGIN   # lower it in tests; raise with jute.maxbuffer
 
     # ---- lifecycle ------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -173,6 +195,7 @@ class ZkSession:
     def _create_maybe(self, path: str, data: bytes, *, ephemeral: bool = False, sequence: bool = False,
                       makepath: bool = True) -> str:
         """Create; after a connection loss, a node with our data (and session, if ephemeral) is ours."""
+        self.check_size(path, data)
         for attempt in self._attempts():
             try:
                 return str(self._once(f"create {path}", self._zk.create, path, data, acl=self._acl(path),
@@ -192,6 +215,7 @@ class ZkSession:
 
     def _set_maybe(self, path: str, data: bytes, version: int) -> int:
         """CAS setData. Connection loss = maybe written: re-read and decide. Returns the new version."""
+        self.check_size(path, data)
         for _ in self._attempts():
             try:
                 stat = self._once(f"write {path}", self._zk.set, path, data, version)
@@ -209,6 +233,75 @@ class ZkSession:
                     raise MetadataVersionError(
                         f"{path} changed since version {version} was read; re-read and retry") from None
         raise AssertionError("unreachable")
+
+    def check_size(self, path: str, data: bytes, why: str = "") -> None:
+        """ZNodeTooLargeError unless ZooKeeper accepts `data` at `path` in one request."""
+        size = len(path.encode("utf-8")) + len(data)
+        if size > self.max_request_bytes:
+            raise ZNodeTooLargeError(path, size, self.max_request_bytes, why)
+
+    def multi(self, ops: list[ZkOp], verify: list[ZkOp] | None = None) -> None:
+        """Run the operations as ONE transaction (ZooKeeper's multi): all or none.
+
+        MetadataVersionError if a versioned op found another version, NoSuchNodeError / ZNodeExistsError
+        for a missing / existing znode, ZNodeTooLargeError (before sending) if the request is too big.
+        Connection loss = maybe written: the `verify` ops ("set" ops, by default every versioned set)
+        decide: all stored with our data -> done; all still at their versions -> send again; else
+        MetadataVersionError."""
+        total = sum(op.request_bytes for op in ops)
+        if total > self.max_request_bytes:
+            big = max(ops, key=lambda op: op.request_bytes)
+            raise ZNodeTooLargeError(big.path, total, self.max_request_bytes,
+                                     f"one transaction of {len(ops)} operations (largest here: {len(big.data)} "
+                                     "bytes)")
+        checks = verify if verify is not None else [op for op in ops if op.kind == "set" and op.version >= 0]
+        for _ in self._attempts():
+            try:
+                results = self._once("multi", self._commit, ops)
+            except _LOST:
+                stored = [self._get(op.path) for op in checks]
+                if checks and all(g is not None and g[0] == op.data and g[1].version > op.version
+                                  for g, op in zip(stored, checks, strict=True)):
+                    return
+                if all(g is not None and g[1].version == op.version for g, op in zip(stored, checks, strict=True)):
+                    continue
+                raise MetadataVersionError("a znode of this transaction changed meanwhile; re-read and retry"
+                                           ) from None
+            _raise_first(results, ops)
+            return
+
+    def _commit(self, ops: list[ZkOp]) -> list[Any]:
+        txn = self._zk.transaction()
+        for op in ops:
+            if op.kind == "create":
+                txn.create(op.path, op.data)
+            elif op.kind == "set":
+                txn.set_data(op.path, op.data, op.version)
+            elif op.kind == "delete":
+                txn.delete(op.path, op.version)
+            elif op.kind == "check":
+                txn.check(op.path, op.version)
+            else:
+                raise ValueError(f"unknown transaction operation {op.kind!r}")
+        return list(txn.commit())
+
+    def get_many(self, paths: list[str]) -> list[tuple[bytes, int] | None]:
+        """(data, version) of each znode (None if missing), read concurrently (paths as for `get`)."""
+        full = [self._abs(p) for p in paths]
+        if not self._started:
+            raise MetadataStoreError("read: the metadata store is not started (call start())")
+        pending = [self._zk.get_async(p) for p in full]
+        out: list[tuple[bytes, int] | None] = []
+        for path, result in zip(full, pending, strict=True):
+            try:
+                data, stat = result.get(timeout=self.session_timeout)
+                out.append((bytes(data), int(stat.version)))
+            except NoNodeError:
+                out.append(None)
+            except (KazooException, KazooTimeoutError):
+                got = self._get(path)                      # retried one by one through connection loss
+                out.append(None if got is None else (got[0], int(got[1].version)))
+        return out
 
     def _delete_maybe(self, path: str, version: int) -> None:
         for attempt in self._attempts():
@@ -318,3 +411,19 @@ class ZkSession:
     def exists(self, path: str) -> bool:
         full = self._abs(path)
         return self._call(f"stat {full}", self._zk.exists, full) is not None
+
+
+def _raise_first(results: list[Any], ops: list[ZkOp]) -> None:
+    """Raise the typed error of the operation that failed a transaction, if one did."""
+    for result, op in zip(results, ops, strict=False):
+        if isinstance(result, BadVersionError):
+            raise MetadataVersionError(f"{op.path} is not at version {op.version}; re-read and retry")
+        if isinstance(result, NoNodeError):
+            raise NoSuchNodeError(f"{op.path} does not exist ({op.kind})")
+        if isinstance(result, NodeExistsError):
+            raise ZNodeExistsError(f"{op.path} already exists")
+        if isinstance(result, NotEmptyError):
+            raise MetadataStoreError(f"{op.path} has children; cannot delete it")
+    failed = [r for r in results if isinstance(r, Exception) and type(r).__name__ != "RolledBackError"]
+    if failed:
+        raise MetadataStoreError(f"transaction failed: {failed[0]!r}")

@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import Future
 
 from client import BookKeeper
-from client.protocol.log_meta import Position
+from client.log.core.meta import Position
 
 IN_FLIGHT = 64
 

@@ -262,7 +262,7 @@ def test_shell_verbs_and_decommission(cluster_factory, bk_factory):
 def test_shell_sweepjobs_lists_then_deletes_only_uncommitted_job_ledgers(cluster_factory, bk_factory):
     """A job (Spark write, sink run) whose driver died before its commit leaves tagged ledgers outside
     the log: `sweepjobs` lists them, `--delete` deletes them; listed, untagged and young ones stay."""
-    from client.logs import JOB_KEY, LOG_KEY
+    from client.log.logs import JOB_KEY, LOG_KEY
 
     cluster = cluster_factory(3)
     uri = cluster.metadata_service_uri

@@ -21,9 +21,9 @@ import pytest
 from bookie.cli import main as cli_main
 from client import BookKeeper
 from client.errors import DataLossError, LogFencedError, NoSuchLedgerError
-from client.log_reader import LogRecord
-from client.logs import append_ledgers
-from client.protocol.log_meta import Position
+from client.log.core.meta import Position
+from client.log.logs import append_ledgers
+from client.log.reader import LogRecord
 from tests.integration.conftest import start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

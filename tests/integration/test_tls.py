@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -53,8 +54,8 @@ def zk_only(cluster: LocalCluster) -> dict[str, str]:
     return {k: v for k, v in cluster.client_options.items() if k.startswith("zk")}
 
 
-def failed_add(cluster: LocalCluster, **options: object) -> BookieTlsError:
-    with BookKeeper(cluster.metadata_service_uri, config=ClientConfig.from_options({**FAST, **options})) as bk:
+def failed_add(cluster: LocalCluster, **options: Any) -> BookieTlsError:
+    with BookKeeper(cluster.metadata_service_uri, **{**FAST, **options}) as bk:
         handle = bk.create_ledger(3, 2, 2)
         with pytest.raises(BookieTlsError) as info:
             handle.add_entry(b"refused", timeout=60)

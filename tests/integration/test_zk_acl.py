@@ -16,7 +16,6 @@ from kazoo.security import make_digest_acl_credential
 
 from bookie.local.cluster import LocalCluster
 from client import BookKeeper
-from client.config import ClientConfig
 from client.meta.errors import MetadataAccessDeniedError
 
 pytestmark = pytest.mark.integration
@@ -27,7 +26,7 @@ def acl_cluster(tmp_path_factory, zookeeper) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("acl"))
     cluster.up(1, {"gcWaitTime": "0"}, zookeeper_port=zookeeper.port, root=f"/acl-{uuid.uuid4().hex[:8]}/ledgers",
                autorecovery=True, secure=True)
-    with BookKeeper(cluster.metadata_service_uri, config=ClientConfig.from_options(cluster.client_options)) as bk:
+    with BookKeeper(cluster.metadata_service_uri, **cluster.client_options) as bk:
         handle = bk.create_ledger(1, 1, 1, password=b"pw")
         handle.add_entry(b"guarded")
         handle.close()

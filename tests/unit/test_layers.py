@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_DIRS = [ROOT / "client" / "protocol", ROOT / "bookie" / "core"]
+PURE_DIRS = [ROOT / "client" / "protocol", ROOT / "client" / "log" / "core", ROOT / "bookie" / "core"]
 FORBIDDEN_IN_CORE = {"asyncio", "grpc", "kazoo", "os", "time", "random", "threading", "socket", "subprocess"}
 
 

@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from client.errors import InvalidLogUpdateError, InvalidPositionError
-from client.protocol import log_meta as lm
-from client.protocol.log_meta import LogMetadata, Position
+from client.log.core import meta as lm
+from client.log.core.meta import LogMetadata, Position
 
 
 def log_with(*spec: tuple[int, int | None, int | None], name: str = "orders") -> LogMetadata:

@@ -42,5 +42,8 @@ def test_the_watcher_names_the_sender():
 
 
 def test_a_thread_older_than_the_mask_gets_the_fallback_not_a_kill():
-    what, _ = run(early=True)
-    assert what == "SIGTERM (sender unknown)"
+    """The kernel hands a process-directed signal to any thread that does not block it: the old thread
+    (then the fallback handler runs, sender unknown) or the watcher in sigwaitinfo. Either way it is a stop,
+    never a kill (run() asserts the exit status); which thread takes it varies from run to run."""
+    what, pid = run(early=True)
+    assert what == "SIGTERM (sender unknown)" or what.startswith(f"SIGTERM from pid {pid} (")

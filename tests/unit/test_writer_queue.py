@@ -9,6 +9,7 @@ from typing import Any
 
 from client.add_future import AddFuture
 from client.config import ClientConfig
+from client.metrics import NO_METRICS
 from client.protocol.digest import make_digest, unpack_entry
 from client.protocol.pending_adds import Resend
 from client.protocol.transforms import new_ledger_metadata
@@ -46,7 +47,7 @@ def _writer(e: int, qw: int, qa: int, window: int) -> tuple[LedgerWriter, dict[s
     md = new_ledger_metadata(7, list(bookies), e, qw, qa, "crc32c", b"pw", 1234, {}, "")
     pool = types.SimpleNamespace(cached=bookies.get)
     ctx = types.SimpleNamespace(runtime=Runtime(asyncio.get_running_loop()), pool=pool, writers=set(),
-                                config=ClientConfig(maxOutstandingAdds=window))
+                                config=ClientConfig(maxOutstandingAdds=window), metrics=NO_METRICS)
     return LedgerWriter(ctx, md, 0, b"pw"), bookies  # type: ignore[arg-type]
 
 

@@ -3,7 +3,7 @@
 Mirrors the metadata of Pulsar's ManagedLedger (`ManagedLedgerInfo`: ledger id, entries, size, timestamp
 per ledger) and DistributedLog's log segments (`startSequenceId`: each segment's first log-wide offset).
 Every change of a log is one of these functions applied to the stored value, then written back with a
-compare-and-swap on the znode version by the driver (`client/logs.py`). The functions never do I/O; the
+compare-and-swap on the znode version by the driver (`client/log/logs.py`). The functions never do I/O; the
 current time comes in as an argument (milliseconds since the epoch).
 
 Stored form: UTF-8 JSON, `{"format": 1, "name", "created_ms", "ledgers": [...], "retention": {...},
@@ -61,11 +61,19 @@ class LogLedger:
     entries: int | None = None
     size: int | None = None
     closed_ms: int | None = None
+    # set on a ledger that compaction wrote: (old ledger id, entry of this ledger where its entries begin,
+    # its bytes) for each ledger it replaced, in log order; positions of those ledgers resolve through it
+    replaced: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def sealed(self) -> bool:
         """The ledger is known CLOSED and its entry count and size are recorded."""
         return self.entries is not None
+
+    @property
+    def key(self) -> int:
+        """Where the ledger sits in the log's order: its id, or the first id it replaced (compaction)."""
+        return self.replaced[0][0] if self.replaced else self.ledger_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +98,9 @@ class LogMetadata:
     committed_batches: Mapping[str, int] = dataclasses.field(default_factory=dict)
     properties: Mapping[str, str] = dataclasses.field(default_factory=dict)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # how many ledgers of the log come before ledgers[0]: > 0 when only the log's tail was loaded (a commit
+    # needs only that; see client.log.core.stored)
+    first_index: int = 0
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -123,7 +134,7 @@ class LogMetadata:
             "format": FORMAT_VERSION,
             "name": self.name,
             "created_ms": self.created_ms,
-            "ledgers": [dataclasses.asdict(led) for led in self.ledgers],
+            "ledgers": [_ledger_dict(led) for led in self.ledgers],
             "retention": dataclasses.asdict(self.retention),
             "committed_batches": dict(self.committed_batches),
             "properties": dict(self.properties),
@@ -164,6 +175,15 @@ def decode(name: str, data: bytes) -> LogMetadata:
     return meta
 
 
+def _ledger_dict(led: LogLedger) -> dict[str, Any]:
+    out = dataclasses.asdict(led)
+    if not led.replaced:
+        del out["replaced"]
+    else:
+        out["replaced"] = [list(r) for r in led.replaced]
+    return out
+
+
 def _fields(cls: type, raw: Mapping[str, Any]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in raw.items() if k in names}
@@ -176,18 +196,20 @@ def _ledger(raw: Mapping[str, Any]) -> LogLedger:
 
     return LogLedger(ledger_id=int(raw["ledger_id"]), created_ms=int(raw.get("created_ms", 0)),
                      first_position=opt("first_position"), entries=opt("entries"), size=opt("size"),
-                     closed_ms=opt("closed_ms"))
+                     closed_ms=opt("closed_ms"),
+                     replaced=tuple((int(a), int(b), int(c)) for a, b, c in raw.get("replaced") or ()))
 
 
 def validate(meta: LogMetadata) -> None:
-    """InvalidLogUpdateError unless ledger ids strictly increase and counts are sane."""
+    """InvalidLogUpdateError unless ledger ids (by their place in the log: `key`) strictly increase and
+    counts are sane."""
     previous = -1
     for led in meta.ledgers:
-        if led.ledger_id <= previous:
+        if led.key <= previous:
             raise InvalidLogUpdateError(
                 f"log {meta.name!r}: ledger {led.ledger_id} after ledger {previous}: ledger ids of a log must "
                 "strictly increase; append only ledgers created after the log's last ledger")
-        previous = led.ledger_id
+        previous = led.replaced[-1][0] if led.replaced else led.ledger_id
         for what in ("entries", "size", "first_position"):
             value = getattr(led, what)
             if value is not None and value < 0:
@@ -207,7 +229,7 @@ def with_first_positions(meta: LogMetadata) -> LogMetadata:
         first = led.first_position
         if first is None:
             if i == 0:
-                first = 0
+                first = 0 if meta.first_index == 0 else None
             else:
                 prev = out[-1]
                 if prev.first_position is not None and prev.entries is not None:

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
-from client.logs import log_path, require_log
-from client.protocol import log_meta as lm
-from client.protocol.log_meta import LogMetadata, Position
+from client.log.core import meta as lm
+from client.log.core.meta import LogMetadata, Position
+from client.log.store import log_path, require_log
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper

@@ -34,16 +34,26 @@ from client.errors import (
     MetadataConflictError,
     MetadataVersionError,
 )
-from client.logs import create_log, now_ms, read_log, require_log, seal_tail, update_log, write_log
-from client.protocol import log_meta as lm
-from client.protocol.log_meta import LogMetadata, Position
+from client.log.core import meta as lm
+from client.log.core.meta import LogMetadata, Position
+from client.log.logs import seal_tail
+from client.log.store import (
+    LoadedLog,
+    commit_changes,
+    create_log,
+    load_log,
+    now_ms,
+    prepare_change,
+    require_loaded,
+    update_log,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from client.bookkeeper import BookKeeper
     from client.ledger_handle import LedgerHandle
-    from client.logs import RollPolicy
+    from client.log.logs import RollPolicy
 
 log = logging.getLogger("bkledger.logs")
 CAS_ATTEMPTS = 50
@@ -61,8 +71,7 @@ class LogWriter:
         self.roll_policy = roll
         self._digest_type = digest_type
         self._lock = threading.RLock()
-        self._meta: LogMetadata | None = None
-        self._version = -1
+        self._loaded: LoadedLog | None = None      # the log's tail as this writer last stored it
         self._lh: LedgerHandle | None = None
         self._entries = 0                # appends issued to the current ledger
         self._bytes = 0
@@ -79,42 +88,39 @@ class LogWriter:
         return writer
 
     def _become_writer(self, create: bool) -> None:
-        got = read_log(self._bk.store, self.name)
+        got = load_log(self._bk.store, self.name, whole=False)
         if got is None:
             if not create:
                 raise LogNotFoundError(f"log {self.name!r} does not exist: open the writer with create=True")
-            got = create_log(self._bk.store, self.name)
-        meta, version = got
-        sealed = seal_tail(self._bk, meta, self._password)          # fence + recover the last two
+            got = create_log(self._bk.store, self.name, whole=False)
+        sealed = seal_tail(self._bk, got.meta, self._password)          # fence + recover the last two
         lh = self._new_ledger()
         try:
-            self._meta, self._version = self._cas_owned(meta, version, lambda m: lm.with_ledger_appended(
+            self._loaded = self._cas_owned(got, lambda m: lm.with_ledger_appended(
                 _reseal(m, sealed), lh.ledger_id, now_ms()))
         except BaseException:
             self._discard(lh)
             raise
         self._switch_to(lh)
-        log.info("log %r: writer on ledger %d (ledgers %s)", self.name, lh.ledger_id, self._meta.ledger_ids)
+        log.info("log %r: writer on ledger %d", self.name, lh.ledger_id)
 
     def _new_ledger(self) -> LedgerHandle:
         e, qw, qa = self._quorum
         return self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
                                       custom_metadata={"log": self.name.encode("utf-8")})
 
-    def _cas_owned(self, meta: LogMetadata, version: int,
-                   change: Callable[[LogMetadata], LogMetadata]) -> tuple[LogMetadata, int]:
+    def _cas_owned(self, loaded: LoadedLog, change: Callable[[LogMetadata], LogMetadata]) -> LoadedLog:
         """CAS `change(meta)`; on a lost race re-read and retry only while nobody appended a ledger (the
         change was truncation, retention or an annotation); else LogFencedError (R28: someone else writes)."""
-        base = meta
+        base = loaded.meta
+        store = self._bk.store
         for attempt in range(CAS_ATTEMPTS):
-            new = change(meta)
             try:
-                return new, write_log(self._bk.store, self.name, new, version)
+                return commit_changes(store, [prepare_change(store, loaded, change(loaded.meta))])[self.name]
             except MetadataVersionError:
-                current, current_version = require_log(self._bk.store, self.name)
-                if not lm.same_tail(base, current):
-                    raise self._taken_over(current) from None
-                meta, version = current, current_version
+                loaded = require_loaded(store, self.name, whole=False)
+                if not lm.same_tail(base, loaded.meta):
+                    raise self._taken_over(loaded.meta) from None
                 time.sleep(min(0.002 * 2**attempt, 0.05))
         raise LogUpdateConflictError(f"log {self.name!r}: the ledger list kept changing; retry opening")
 
@@ -140,9 +146,10 @@ class LogWriter:
 
     @property
     def metadata(self) -> LogMetadata:
-        """The log's metadata as this writer last wrote it (bk.log_metadata reads the current one)."""
-        assert self._meta is not None
-        return self._meta
+        """The log's tail (its last ledgers) as this writer last wrote it (bk.log_metadata reads the whole
+        current log)."""
+        assert self._loaded is not None
+        return self._loaded.meta
 
     @property
     def is_closed(self) -> bool:
@@ -217,13 +224,13 @@ class LogWriter:
 
     def _roll_locked(self) -> None:
         old = self._lh
-        assert old is not None and self._meta is not None
-        if self._meta.last_ledger_id != old.ledger_id:
-            raise self._fail(self._taken_over(self._meta))
+        assert old is not None and self._loaded is not None
+        if self._loaded.meta.last_ledger_id != old.ledger_id:
+            raise self._fail(self._taken_over(self._loaded.meta))
         lh = self._new_ledger()                                            # 1. create
         try:                                                               # 2. CAS it into the list
-            self._meta, self._version = self._cas_owned(
-                self._meta, self._version, lambda m: lm.with_ledger_appended(m, lh.ledger_id, now_ms()))
+            self._loaded = self._cas_owned(
+                self._loaded, lambda m: lm.with_ledger_appended(m, lh.ledger_id, now_ms()))
         except BKError as exc:
             self._discard(lh)
             self._fail(exc)
@@ -257,15 +264,15 @@ class LogWriter:
             return lm.with_ledger_sealed(m, lh.ledger_id, md.last_entry_id, md.length, now_ms())
 
         try:
-            meta, version = update_log(self._bk.store, self.name, seal)
+            loaded = update_log(self._bk.store, self.name, seal, whole=False)
         except BKError as exc:
             log.warning("log %r: could not record that ledger %d is closed (a later writer will): %s",
                         self.name, lh.ledger_id, exc)
             return
-        if self._lh is not None and meta.last_ledger_id != self._lh.ledger_id:
-            self._fail(self._taken_over(meta))     # never adopt a list whose tail another writer added
+        if self._lh is not None and loaded.meta.last_ledger_id != self._lh.ledger_id:
+            self._fail(self._taken_over(loaded.meta))     # never adopt a list whose tail another writer added
             return
-        self._meta, self._version = meta, version
+        self._loaded = loaded
 
     def _taken_over(self, current: LogMetadata) -> LogFencedError:
         return LogFencedError(f"log {self.name!r}: another writer appended ledger {current.last_ledger_id}; it "

@@ -1,8 +1,9 @@
 """Logs made of ledgers (R27-R30): named, ordered lists of ledgers in ZooKeeper, and their operations.
 
 Mirrors BookKeeper's "ledgers to logs" recipe as DistributedLog and Pulsar's ManagedLedger implement it.
-A log lives in the znode `{root}/logs/<name>` (JSON, see `client.protocol.log_meta`) and changes only by
-compare-and-swap on its version (R27). `LogsMixin` gives `BookKeeper` the log operations:
+A log lives in the znode `{root}/logs/<name>` and its segment znodes (see `client.log.core.stored`) and
+changes only by a transaction checked on the head's version (R27; `client.log.store`).
+`LogsMixin` gives `BookKeeper` the log operations:
 
     w = bk.open_log_writer("orders")            # R28: fence the last two ledgers, new ledger, CAS
     pos = w.append(b"...")                      # Position(ledger_id, entry_id); rolls by count/bytes/age (R29)
@@ -22,8 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, cast
 
 from client.errors import (
@@ -37,90 +37,34 @@ from client.errors import (
     LogNotFoundError,
     LogUpdateConflictError,
     LogWriterClosedError,
-    MetadataVersionError,
     NoSuchLedgerError,
 )
-from client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
-from client.protocol import log_meta as lm
-from client.protocol.log_meta import LogLedger, LogMetadata, Position, RetentionPolicy
+from client.log.core import meta as lm
+from client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
+from client.log.store import (
+    delete_log_znodes,
+    now_ms,
+    read_log,
+    require_loaded,
+    require_log,
+    update_log,
+    update_logs,
+)
+from client.meta.errors import NoSuchNodeError
 from client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
-    from client.log_reader import LogReader, StartSpec
-    from client.log_writer import LogWriter
-    from client.meta.store import MetadataStore
+    from client.log.reader import LogReader, StartSpec
+    from client.log.writer import LogWriter
 
 log = logging.getLogger("bkledger.logs")
-LOG_UPDATE_ATTEMPTS = 50
 
 __all__ = [
     "DataLossError", "InvalidLogUpdateError", "InvalidPositionError", "LogFencedError", "LogLedger",
     "LogMetadata", "LogNotFoundError", "LogUpdateConflictError", "LogWriterClosedError", "LogsMixin",
     "Position", "RetentionPolicy", "RetentionTask", "append_ledgers", "describe_log",
 ]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-# ---- the log znode ------------------------------------------------------------------------------
-def log_path(store: MetadataStore, name: str) -> str:
-    try:
-        return store.layout.log(name)
-    except ValueError as exc:
-        raise InvalidOptionError(str(exc)) from None
-
-
-def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int] | None:
-    """(metadata, znode version) of the log, or None if it does not exist."""
-    got = store.get(log_path(store, name))
-    if got is None:
-        return None
-    try:
-        return lm.decode(name, got[0]), got[1]
-    except ValueError as exc:
-        raise MetadataFormatError(str(exc)) from exc
-
-
-def require_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
-    got = read_log(store, name)
-    if got is None:
-        raise LogNotFoundError(f"log {name!r} does not exist: check the name (bkledger log list) or create it "
-                               "by opening a log writer")
-    return got
-
-
-def create_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
-    """Create the log with no ledgers, or read it if someone else created it first."""
-    with contextlib.suppress(ZNodeExistsError):
-        store.create(log_path(store, name), lm.encode(lm.new_log(name, now_ms())), makepath=True)
-    return require_log(store, name)
-
-
-def write_log(store: MetadataStore, name: str, meta: LogMetadata, version: int) -> int:
-    """CAS the log at `version` (R27); MetadataVersionError if it moved on. Returns the new version."""
-    try:
-        return store.cas(log_path(store, name), lm.encode(meta), version)
-    except NoSuchNodeError:
-        raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
-
-
-def update_log(store: MetadataStore, name: str, fn: Callable[[LogMetadata], LogMetadata],
-               attempts: int = LOG_UPDATE_ATTEMPTS) -> tuple[LogMetadata, int]:
-    """The CAS loop: read, `fn(current)`, CAS; on a lost race re-read and call `fn` again (bounded)."""
-    for attempt in range(attempts):
-        meta, version = require_log(store, name)
-        new = fn(meta)
-        if new == meta:
-            return meta, version
-        try:
-            return new, write_log(store, name, new, version)
-        except MetadataVersionError:
-            time.sleep(min(0.002 * 2**attempt, 0.05))
-    raise LogUpdateConflictError(f"log {name!r}: its ledger list changed under this update {attempts} times "
-                                 "in a row; retry later")
 
 
 def delete_ledgers(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
@@ -228,22 +172,21 @@ def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
             raise InvalidLogUpdateError(f"ledger {ledger_id} is not CLOSED: close it before appending it to "
                                         f"log {name!r}")
         closed.append((ledger_id, md.last_entry_id, md.length, md.ctime_ms))
-    got = read_log(bk.store, name) or create_log(bk.store, name)
-    for attempt in range(LOG_UPDATE_ATTEMPTS):
-        meta, version = got
+    appended = [False]
+
+    def commit(metas: Mapping[str, LogMetadata]) -> dict[str, LogMetadata]:
+        meta = metas[name]
+        appended[0] = False
         if commit_marker is not None and lm.batch_committed(meta, *commit_marker):
-            return False
-        sealed = seal_tail(bk, meta, password)
-        new = lm.with_sealed_ledgers_appended(sealed, closed, now_ms())
+            return {}
+        new = lm.with_sealed_ledgers_appended(seal_tail(bk, meta, password), closed, now_ms())
         if commit_marker is not None:
             new = lm.with_batch_marker(new, *commit_marker)
-        try:
-            write_log(bk.store, name, new, version)
-            return True
-        except MetadataVersionError:
-            time.sleep(min(0.002 * 2**attempt, 0.05))
-            got = require_log(bk.store, name)
-    raise LogUpdateConflictError(f"append_ledgers({name!r}): the log kept changing; retry later")
+        appended[0] = True
+        return {name: new}
+
+    update_logs(bk.store, [name], commit, create=True)       # the tail only: cost does not grow with the log
+    return appended[0]
 
 
 def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:
@@ -343,7 +286,7 @@ class LogsMixin:
         """Become the writer of the log (R28): fence its last two ledgers, create a new ledger, CAS it into
         the list. LogFencedError if another writer changed the list meanwhile; LogNotFoundError if the log
         does not exist and create is False. A previous writer's further appends fail with LogFencedError."""
-        from client.log_writer import LogWriter
+        from client.log.writer import LogWriter
 
         bk = _bk(self)
         bk._check_open()
@@ -357,7 +300,7 @@ class LogsMixin:
         """Read the log in order from `start` ("earliest", "latest" or a Position) without fencing: it tails
         the open ledger up to its LAC and follows new ledgers. A start whose ledgers were truncated raises
         DataLossError, or starts at the earliest available record if fail_on_data_loss is False."""
-        from client.log_reader import LogReader
+        from client.log.reader import LogReader
 
         bk = _bk(self)
         bk._check_open()
@@ -386,7 +329,7 @@ class LogsMixin:
             dropped[:] = gone
             return new
 
-        update_log(bk.store, name, cut)
+        update_log(bk.store, name, cut, whole=True)
         delete_ledgers(bk, dropped)
         if dropped:
             log.info("log %r truncated before %s: deleted ledgers %s", name, before, dropped)
@@ -397,7 +340,8 @@ class LogsMixin:
         """Store the log's retention settings (None: no limit); applied by apply_log_retention / the task."""
         bk = _bk(self)
         bk._check_open()
-        return update_log(bk.store, name, lambda m: lm.with_retention(m, max_age_s, max_bytes))[0]
+        update_log(bk.store, name, lambda m: lm.with_retention(m, max_age_s, max_bytes), whole=False)
+        return require_log(bk.store, name)[0]
 
     def apply_log_retention(self, name: str) -> list[int]:
         """Drop and delete the ledgers the log's retention settings no longer keep; their ids."""
@@ -410,7 +354,7 @@ class LogsMixin:
             dropped[:] = gone
             return new
 
-        update_log(bk.store, name, cut)
+        update_log(bk.store, name, cut, whole=True)
         delete_ledgers(bk, dropped)
         if dropped:
             log.info("log %r retention: deleted ledgers %s", name, dropped)
@@ -433,10 +377,10 @@ class LogsMixin:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""
         bk = _bk(self)
         bk._check_open()
-        meta, version = require_log(bk.store, name)
+        loaded = require_loaded(bk.store, name)
         try:
-            bk.store.delete(log_path(bk.store, name), version)
+            delete_log_znodes(bk.store, loaded)
         except NoSuchNodeError:
             raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
         if delete_ledgers_too:
-            delete_ledgers(bk, meta.ledger_ids)
+            delete_ledgers(bk, loaded.meta.ledger_ids)

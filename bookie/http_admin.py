@@ -1,0 +1,305 @@
+"""The bookie's admin HTTP API and the plain metrics endpoint: standard-library HTTP in a daemon thread.
+
+Mirrors BookKeeper's `bookkeeper-http` routes (`HttpRouter`): `/heartbeat`, `/metrics` (Prometheus text)
+and, under `/api/v1`, `bookie/info`, `bookie/state`, `bookie/state/readonly`, `bookie/list_bookies`,
+`autorecovery/status`, `autorecovery/who_is_auditor`, `autorecovery/list_under_replicated_ledger`.
+Answers are JSON. The only endpoint that changes state, `PUT /api/v1/bookie/state/readonly`, needs
+`Authorization: Bearer <httpServerAdminToken>`; with no token configured it is refused (403).
+`httpServerEnabled` + `httpServerPort` start the admin server; `prometheusStatsHttpPort` starts a server
+with only `/metrics` and `/heartbeat` (the autorecovery daemon uses that one too). Both bind listenAddress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+if TYPE_CHECKING:
+    from bookie.service import BookieServer
+
+log = logging.getLogger("bkledger.http")
+
+# a handler gets the query parameters and the JSON body (PUT/POST) and returns (status, body)
+Reply = tuple[int, Any]
+Handler = Callable[[dict[str, str], Any], Reply]
+
+
+class HttpError(Exception):
+    """An answer other than 200, with a message for the caller."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Route:
+    def __init__(self, get: Handler | None = None, put: Handler | None = None, protected: bool = False,
+                 content_type: str = "application/json") -> None:
+        self.get = get
+        self.put = put
+        self.protected = protected      # PUT needs the admin token
+        self.content_type = content_type
+
+
+class Router:
+    """Requests to answers: the route by path, the method, the admin token (no I/O here)."""
+
+    def __init__(self, routes: dict[str, Route], admin_token: str = "") -> None:
+        self.routes = routes
+        self.admin_token = admin_token
+
+    def authorized(self, header: str | None) -> None:
+        """Raise unless `header` carries the admin token (refuse everything when none is configured)."""
+        if not self.admin_token:
+            raise HttpError(HTTPStatus.FORBIDDEN, "state-changing endpoints are off: set httpServerAdminToken "
+                                                  "in the bookie's configuration to enable them")
+        scheme, _, given = (header or "").partition(" ")
+        if scheme != "Bearer" or not hmac.compare_digest(given.strip().encode(), self.admin_token.encode()):
+            raise HttpError(HTTPStatus.UNAUTHORIZED, "missing or wrong admin token: send "
+                                                     "'Authorization: Bearer <httpServerAdminToken>'")
+
+    def dispatch(self, method: str, target: str, auth: str | None, body: bytes) -> tuple[int, str, bytes]:
+        """(status, content type, body) for one request."""
+        parts = urlsplit(target)
+        route = self.routes.get(parts.path.rstrip("/") or "/")
+        try:
+            if route is None:
+                raise HttpError(HTTPStatus.NOT_FOUND, f"no endpoint {parts.path}; endpoints: "
+                                                      + ", ".join(sorted(self.routes)))
+            handler = route.get if method == "GET" else route.put if method == "PUT" else None
+            if handler is None:
+                raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {parts.path}")
+            if method != "GET" and route.protected:
+                self.authorized(auth)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            status, out = handler(query, _json_body(body) if method != "GET" else None)
+        except HttpError as exc:
+            return exc.status, "application/json", _dumps({"error": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - an endpoint failure is a 500 answer, never a dead server
+            log.exception("%s %s failed", method, parts.path)
+            return HTTPStatus.INTERNAL_SERVER_ERROR, "application/json", _dumps({"error": str(exc)})
+        if isinstance(out, bytes):
+            return status, route.content_type, out
+        if isinstance(out, str):
+            return status, "text/plain; charset=utf-8", out.encode()
+        return status, "application/json", _dumps(out)
+
+
+class AdminHttpServer:
+    """A ThreadingHTTPServer on (address, port) in a daemon thread, answering through a Router."""
+
+    def __init__(self, address: str, port: int, routes: dict[str, Route], admin_token: str = "",
+                 name: str = "admin-http") -> None:
+        self.router = Router(routes, admin_token)
+        self.name = name
+        handler = _make_handler(self.router)
+        try:
+            self.httpd = ThreadingHTTPServer((address, port), handler)
+        except OSError as exc:
+            raise OSError(f"cannot serve {name} on {address}:{port}: {exc.strerror or exc}") from None
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
+
+    def start(self) -> AdminHttpServer:
+        self._thread.start()
+        log.info("%s serving on port %d", self.name, self.port)
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.httpd.shutdown()
+            self._thread.join(timeout=5)
+        self.httpd.server_close()
+
+
+def _dumps(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
+def _json_body(body: bytes) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise HttpError(HTTPStatus.BAD_REQUEST, "the request body must be JSON") from None
+
+
+def _make_handler(server: Router) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > 1 << 20:
+                self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+                return
+            body = self.rfile.read(length) if length > 0 else b""
+            status, content_type, out = server.dispatch(method, self.path, self.headers.get("Authorization"), body)
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server naming
+            self._answer("GET")
+
+        def do_PUT(self) -> None:  # noqa: N802
+            self._answer("PUT")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._answer("POST")
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self._answer("DELETE")
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            log.debug("%s %s", self.address_string(), format % args)
+
+    return _Handler
+
+
+def metrics_routes(render: Callable[[], bytes], content_type: str) -> dict[str, Route]:
+    """`/metrics` and `/heartbeat`: what every bkledger HTTP server offers."""
+    return {
+        "/heartbeat": Route(get=lambda _q, _b: (HTTPStatus.OK, "OK\n")),
+        "/metrics": Route(get=lambda _q, _b: (HTTPStatus.OK, render()), content_type=content_type),
+    }
+
+
+# ---- the bookie's endpoints ------------------------------------------------------------------------
+
+
+def _disk(path: Any) -> dict[str, Any]:
+    usage = shutil.disk_usage(path)
+    return {"freeSpace": usage.free, "totalSpace": usage.total,
+            "usage": round(usage.used / usage.total, 4) if usage.total else 1.0}
+
+
+def bookie_info(server: BookieServer) -> dict[str, Any]:
+    cfg = server.config
+    storage = server.bookie.storage
+    dirs: list[dict[str, Any]] = [{"kind": "journal", "path": str(cfg.journal_dir), **_disk(cfg.journal_dir)}]
+    for path, log_bytes, index_bytes, _ in (storage.directory_stats() if storage is not None else []):
+        disk = _disk(path)
+        dirs.append({"kind": "ledger", "path": str(path), **disk, "entryLogBytes": log_bytes,
+                     "indexBytes": index_bytes, "writable": disk["usage"] < cfg.diskUsageThreshold})
+    ledger_dirs = [d for d in dirs if d["kind"] == "ledger"]
+    return {
+        "bookieId": cfg.bookie_id, "state": server.state_name(),
+        "freeSpace": sum(d["freeSpace"] for d in ledger_dirs), "totalSpace": sum(d["totalSpace"] for d in ledger_dirs),
+        "ledgers": len(storage.ledgers()) if storage is not None else 0, "directories": dirs,
+    }
+
+
+def bookie_state(server: BookieServer) -> dict[str, Any]:
+    service = server.service
+    read_only = service is not None and service.read_only
+    return {
+        "running": server.status_code() >= 0, "readOnly": read_only, "shuttingDown": server.shutting_down,
+        "availableForHighPriorityWrites": not server.bookie.journal_failed,
+        "forceReadOnly": server.config.forceReadOnlyBookie, "adminReadOnly": server.admin_read_only,
+        "journalFailed": server.bookie.journal_failed, "state": server.state_name(),
+    }
+
+
+def _put_read_only(server: BookieServer, body: Any) -> Reply:
+    if not isinstance(body, dict) or not isinstance(body.get("readOnly"), bool):
+        raise HttpError(HTTPStatus.BAD_REQUEST, 'send a JSON body {"readOnly": true} or {"readOnly": false}')
+    loop = server.loop
+    if loop is None or server.service is None:
+        raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "the bookie is not serving yet")
+
+    async def apply() -> None:
+        server.set_admin_read_only(body["readOnly"])
+
+    asyncio.run_coroutine_threadsafe(apply(), loop).result(30)
+    return HTTPStatus.OK, {"readOnly": server.service.read_only}
+
+
+def _autorecovery_routes(server: BookieServer) -> dict[str, Route]:
+    from client.meta.underreplication import UnderReplicationManager
+
+    def ur() -> UnderReplicationManager:
+        return UnderReplicationManager(server.store)
+
+    def under_replicated(_q: dict[str, str], _b: Any) -> Reply:
+        marks = ur().list_marked()
+        return HTTPStatus.OK, {"ledgers": [{"ledgerId": m.ledger_id, "missingReplicas": list(m.replicas),
+                                            "ctimeMs": m.ctime_ms} for m in marks], "count": len(marks)}
+
+    return {
+        "/api/v1/autorecovery/status": Route(get=lambda _q, _b: (HTTPStatus.OK, {"enabled": ur().is_enabled()})),
+        "/api/v1/autorecovery/who_is_auditor": Route(get=lambda _q, _b: (HTTPStatus.OK, {"auditor": ur().auditor()})),
+        "/api/v1/autorecovery/list_under_replicated_ledger": Route(get=under_replicated),
+    }
+
+
+def bookie_routes(server: BookieServer, render: Callable[[], bytes], content_type: str) -> dict[str, Route]:
+    def list_bookies(query: dict[str, str], _b: Any) -> Reply:
+        kind = query.get("type", "all")
+        if kind not in ("rw", "ro", "all"):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "type must be rw, ro or all")
+        store = server.store
+        out = {} if kind == "ro" else {b: "rw" for b in store.writable_bookies()}
+        if kind != "rw":
+            out.update({b: "ro" for b in store.readonly_bookies()})
+        return HTTPStatus.OK, out
+
+    return {
+        **metrics_routes(render, content_type),
+        "/api/v1/bookie/info": Route(get=lambda _q, _b: (HTTPStatus.OK, bookie_info(server))),
+        "/api/v1/bookie/state": Route(get=lambda _q, _b: (HTTPStatus.OK, bookie_state(server))),
+        "/api/v1/bookie/state/readonly": Route(
+            get=lambda _q, _b: (HTTPStatus.OK, {"readOnly": bookie_state(server)["readOnly"]}),
+            put=lambda _q, body: _put_read_only(server, body), protected=True),
+        "/api/v1/bookie/list_bookies": Route(get=list_bookies),
+        **_autorecovery_routes(server),
+    }
+
+
+def start_bookie_http(server: BookieServer) -> list[AdminHttpServer]:
+    """Start what the configuration asks for (nothing by default) and hook the metrics into the bookie."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from bookie.metrics import BookieCollector, ServerStats, new_registry
+
+    cfg = server.config
+    if not cfg.prometheusStatsHttpPort and not cfg.httpServerEnabled:
+        return []
+    registry = new_registry()
+    stats = ServerStats(registry)
+    registry.register(BookieCollector(server))
+    assert server.service is not None and server.bookie.journal is not None
+    server.service.stats = stats
+    server.bookie.journal.on_sync = stats.journal_sync
+    server.bookie.journal.on_group = stats.journal_group
+
+    def render() -> bytes:
+        return bytes(generate_latest(registry))
+
+    started: list[AdminHttpServer] = []
+    try:
+        if cfg.prometheusStatsHttpPort:
+            started.append(AdminHttpServer(cfg.listenAddress, cfg.prometheusStatsHttpPort,
+                                           metrics_routes(render, CONTENT_TYPE_LATEST), name="metrics-http").start())
+        if cfg.httpServerEnabled:
+            routes = bookie_routes(server, render, CONTENT_TYPE_LATEST)
+            started.append(AdminHttpServer(cfg.listenAddress, cfg.httpServerPort, routes, cfg.httpServerAdminToken,
+                                           name="admin-http").start())
+    except OSError:
+        for http in started:
+            http.stop()
+        raise
+    return started
