@@ -9,6 +9,7 @@ from client.bookkeeper import BookKeeper
 from client.errors import (
     BadPasswordError,
     BKError,
+    BookieTlsError,
     DataLossError,
     DigestMismatchError,
     EntryTooLargeError,
@@ -36,6 +37,7 @@ __all__ = [
     "BKError",
     "BadPasswordError",
     "BookKeeper",
+    "BookieTlsError",
     "DataLossError",
     "DigestMismatchError",
     "EntryTooLargeError",
