@@ -142,7 +142,8 @@ def test_expired_client_certificate_is_refused(tls_cluster, tmp_path):
 
 
 def test_shell_uses_the_secure_cluster_settings(tls_cluster):
-    """With --dir the shell takes the cluster's client settings; with --uri, BKLEDGER_CLIENT_CONF."""
+    """With --dir the shell takes the cluster's client settings; with --uri, BKLEDGER_CLIENT_CONF; with
+    --conf, the bookie configuration's TLS and ZooKeeper keys."""
     cmd = [sys.executable, "-m", "bookie.cli", "shell", "simpletest", "-n", "20", "--json"]
     by_dir = subprocess.run([*cmd, "--dir", str(tls_cluster.base_dir)], capture_output=True, text=True, timeout=120)
     assert by_dir.returncode == 0, by_dir.stderr
@@ -154,6 +155,9 @@ def test_shell_uses_the_secure_cluster_settings(tls_cluster):
     bare = subprocess.run([*cmd, "--uri", tls_cluster.metadata_service_uri], capture_output=True, text=True,
                           timeout=120, env={k: v for k, v in os.environ.items() if k != "BKLEDGER_CLIENT_CONF"})
     assert bare.returncode == 1 and "NoAuth" in bare.stderr, bare.stderr
+    by_conf = subprocess.run([*cmd, "--conf", tls_cluster.bookies[0].conf], capture_output=True, text=True,
+                             timeout=120)                  # a bookie's configuration: its keys act as a client's
+    assert by_conf.returncode == 0, by_conf.stderr
 
 
 def test_autorecovery_rereplicates_over_tls(tmp_path, zookeeper):
