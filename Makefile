@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python examples/pipeline.py
+	$(BIN)/python examples/secure_pipeline.py
 
 demo-secure: $(STAMP)
 	$(BIN)/python examples/secure_pipeline.py

@@ -9,6 +9,7 @@ from client.bookkeeper import BookKeeper
 from client.errors import (
     BadPasswordError,
     BKError,
+    BookieTlsError,
     DataLossError,
     DigestMismatchError,
     EntryTooLargeError,
@@ -38,6 +39,7 @@ __all__ = [
     "BKError",
     "BadPasswordError",
     "BookKeeper",
+    "BookieTlsError",
     "DataLossError",
     "DigestMismatchError",
     "EntryTooLargeError",

@@ -240,8 +240,9 @@ class BookieClient:
         A TLS rejection is raised as a BookieTlsError that says what to fix."""
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
             self.failed = True
-            if self._note_tls(exc) is not None:
-                raise self.tls_error from exc   # type: ignore[misc]
+            found = self._note_tls(exc)
+            if found is not None:
+                raise found from exc
 
     def _note_tls(self, exc: BaseException) -> BookieTlsError | None:
         if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:

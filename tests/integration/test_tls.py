@@ -1,8 +1,9 @@
 """TLS between clients and real bookie processes (README "Security"): a `local up --secure` cluster
 (TLS, tlsClientAuthentication=true, ZooKeeper ACLs) serves a client with the right keys, and refuses, with a
 BookieTlsError that says what to fix, a plaintext client, a client without a certificate, a client
-certificate from an unknown CA and an expired one; a client refuses a bookie its trust store did not sign.
-Autorecovery re-replicates over TLS, and the shell picks up the settings of the cluster."""
+certificate from an unknown CA and an expired one; a client refuses a bookie its trust store did not sign or
+whose certificate does not name its address. Autorecovery re-replicates over TLS, the shell picks up the
+settings of the cluster, and a bookie reloads rotated certificate files."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ import pytest
 
 from bookie.local.certs import Authority
 from bookie.local.cluster import LocalCluster
+from bookie.local.secure import SecureMaterial
 from client import BookKeeper
 from client.bookie_client import BookieClient
 from client.config import ClientConfig
 from client.errors import BookieTlsError
-from client.tls import TlsSettings, settings_of
+from client.tls import TlsSettings, channel_credentials, settings_of
 
 pytestmark = pytest.mark.integration
 
@@ -62,9 +64,9 @@ def failed_add(cluster: LocalCluster, **options: Any) -> BookieTlsError:
     return info.value
 
 
-def probe(bookie_id: str, credentials: grpc.ChannelCredentials | None, tls: TlsSettings) -> BaseException:
-    """A GetBookieInfo over a fresh connection; the error it raised."""
-    async def call() -> BaseException:
+def probe(bookie_id: str, credentials: grpc.ChannelCredentials | None, tls: TlsSettings) -> BaseException | None:
+    """A GetBookieInfo over a fresh connection; the error it raised (None: the bookie answered)."""
+    async def call() -> BaseException | None:
         client = BookieClient(bookie_id, bookie_id, credentials=credentials, tls=tls)
         try:
             await client.info(5.0)
@@ -72,7 +74,7 @@ def probe(bookie_id: str, credentials: grpc.ChannelCredentials | None, tls: TlsS
             return exc
         finally:
             await client.close()
-        raise AssertionError("the bookie answered")
+        return None
     return asyncio.run(call())
 
 
@@ -140,7 +142,8 @@ def test_expired_client_certificate_is_refused(tls_cluster, tmp_path):
 
 
 def test_shell_uses_the_secure_cluster_settings(tls_cluster):
-    """With --dir the shell takes the cluster's client settings; with --uri, BKLEDGER_CLIENT_CONF."""
+    """With --dir the shell takes the cluster's client settings; with --uri, BKLEDGER_CLIENT_CONF; with
+    --conf, the bookie configuration's TLS and ZooKeeper keys."""
     cmd = [sys.executable, "-m", "bookie.cli", "shell", "simpletest", "-n", "20", "--json"]
     by_dir = subprocess.run([*cmd, "--dir", str(tls_cluster.base_dir)], capture_output=True, text=True, timeout=120)
     assert by_dir.returncode == 0, by_dir.stderr
@@ -152,6 +155,9 @@ def test_shell_uses_the_secure_cluster_settings(tls_cluster):
     bare = subprocess.run([*cmd, "--uri", tls_cluster.metadata_service_uri], capture_output=True, text=True,
                           timeout=120, env={k: v for k, v in os.environ.items() if k != "BKLEDGER_CLIENT_CONF"})
     assert bare.returncode == 1 and "NoAuth" in bare.stderr, bare.stderr
+    by_conf = subprocess.run([*cmd, "--conf", tls_cluster.bookies[0].conf], capture_output=True, text=True,
+                             timeout=120)                  # a bookie's configuration: its keys act as a client's
+    assert by_conf.returncode == 0, by_conf.stderr
 
 
 def test_autorecovery_rereplicates_over_tls(tmp_path, zookeeper):
@@ -179,5 +185,47 @@ def test_autorecovery_rereplicates_over_tls(tmp_path, zookeeper):
             assert [e.payload for e in reader.read_entries(0, 29)] == [f"r{i}".encode() for i in range(30)]
         logs = "".join(Path(b.autorecovery_log).read_text(errors="replace") for b in cluster.bookies)
         assert "Handshake failed" not in logs and "BookieTlsError" not in logs
+    finally:
+        cluster.down()
+
+
+def test_bookie_certificate_must_name_its_address(tmp_path, zookeeper):
+    """A bookie whose certificate names only `localhost` while its id (what clients dial) is 127.0.0.1 is
+    refused by the client: gRPC checks the dialled address against the subjectAltNames."""
+    base = tmp_path / "hostname"
+    material = SecureMaterial(base).ensure()
+    wrong = Authority.load(material.dir).issue(material.dir, "localhost-only", hosts=["localhost"])
+    cluster = secure_cluster(base, zookeeper, 1, {"tlsCertificatePath": str(wrong.cert), "tlsKeyStore": str(wrong.key)})
+    try:
+        tls = settings_of(ClientConfig.from_options(cluster.client_options))
+        error = probe(cluster.bookies[0].bookie_id, channel_credentials(tls), tls)
+        assert isinstance(error, BookieTlsError) and error.reason == "hostname", error
+        assert "subjectAltName" in str(error)
+    finally:
+        cluster.down()
+
+
+def test_bookie_reloads_rotated_certificate_files(tmp_path, zookeeper):
+    """tlsCertFilesRefreshDurationSeconds: certificate files replaced in place are served to new connections
+    without a restart (a client trusting only the new CA gets in once the bookie reloaded)."""
+    cluster = secure_cluster(tmp_path / "rotate", zookeeper, 1, {"tlsCertFilesRefreshDurationSeconds": "1"})
+    try:
+        bookie_id = cluster.bookies[0].bookie_id
+        new_ca = Authority.create(tmp_path / "new-ca")
+        options = {**cluster.client_options, "tlsTrustStore": str(new_ca.cert_path)}
+        tls = settings_of(ClientConfig.from_options(options))
+        before = probe(bookie_id, channel_credentials(tls), tls)
+        assert isinstance(before, BookieTlsError) and before.reason == "server certificate: unknown CA", before
+        fresh = new_ca.issue(tmp_path / "new-ca", "bookie", hosts=["127.0.0.1"])
+        conf = Path(cluster.bookies[0].conf).read_text()
+        cert_path = next(line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("tlsCertificatePath="))
+        key_path = next(line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("tlsKeyStore="))
+        Path(key_path).write_bytes(fresh.key.read_bytes())
+        Path(cert_path).write_bytes(fresh.cert.read_bytes())
+        deadline = time.monotonic() + 30
+        while (after := probe(bookie_id, channel_credentials(tls), tls)) is not None:
+            assert isinstance(after, BookieTlsError), after
+            assert time.monotonic() < deadline, f"the bookie still serves the old certificate: {after}"
+            time.sleep(0.5)
     finally:
         cluster.down()

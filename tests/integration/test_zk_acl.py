@@ -114,3 +114,29 @@ def test_digest_identity_is_the_configured_user(acl_cluster):
     finally:
         owner.stop()
     assert make_digest_acl_credential(options["zkDigestUser"], password) in {a.id.id for a in acls}
+
+
+def test_embedded_zookeeper_of_a_secure_cluster_has_a_superuser(tmp_path):
+    """`local up --secure` starts its own ZooKeeper with superDigest: `super` (password in secure/) can repair
+    what the digest user owns; the credentials of nobody else can."""
+    cluster = LocalCluster(tmp_path / "own-zk")
+    cluster.up(0, secure=True)
+    try:
+        owned = root_of(cluster) + "/INSTANCEID"
+        super_password = (tmp_path / "own-zk" / "secure" / "zk-super.password").read_text().strip()
+        stranger = kazoo(cluster, auth=False)
+        try:
+            with pytest.raises(NoAuthError):
+                stranger.set(owned, b"x")
+        finally:
+            stranger.stop()
+        hosts = cluster.metadata_service_uri.split("://", 1)[1].split("/", 1)[0]
+        admin = KazooClient(hosts=hosts, auth_data=[("digest", f"super:{super_password}")])
+        admin.start(timeout=15)
+        try:
+            data, _ = admin.get(owned)
+            admin.set(owned, data)             # the superuser may write what only `bkledger` could
+        finally:
+            admin.stop()
+    finally:
+        cluster.down()
