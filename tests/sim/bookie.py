@@ -7,9 +7,12 @@ after the simulated fsync that covers it. A failed fsync answers the waiting req
 bookie failed until restart. A crash drops unsynced bytes (maybe leaving a torn tail); restart rebuilds
 entries, master keys, fenced flags and the max LAC by replaying the journal (R22, R23).
 
-`ack_before_sync=True` and `fence_shortcut=True` are deliberately broken bookies for mutation tests only
-(the second answers a fencing read at once when the ledger is already fenced in memory, before that fence
-and the adds journaled ahead of it are durable and readable).
+A corrupting bookie (fault class "corrupt") flips a byte of every entry it returns to readers, as a bad disk
+or NIC would: readers must reject the copy by its digest and read another one.
+
+`mutation` selects a deliberately broken bookie for mutation tests only: "ack-before-sync", "fence-shortcut"
+(answers a fencing read at once when the ledger is already fenced in memory, before that fence and the adds
+journaled ahead of it are durable and readable), "fence-not-persisted" (the fence lives in memory only).
 """
 
 from __future__ import annotations
@@ -39,15 +42,17 @@ def _const(payload: AddResponse | ReadResponse) -> Answer:
 class SimBookie:
     """One bookie: in-memory ledger state, a SimJournal, and replies held until fsync."""
 
-    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, *,
-                 ack_before_sync: bool = False, fence_shortcut: bool = False, group_wait: int = 4) -> None:
+    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, *, mutation: str = "none",
+                 group_wait: int = 4) -> None:
         self.name = name
-        self.fence_shortcut = fence_shortcut
+        self.fence_shortcut = mutation == "fence-shortcut"
+        self.fence_in_memory = mutation == "fence-not-persisted"
+        self.corrupt = False          # fault injection: entries read back have a flipped byte
         self.group_wait = group_wait  # journalMaxGroupWaitMSec: the longest an append waits for its fsync
         self.world = world
         self.net = net
         self.oracle = oracle
-        self.ack_before_sync = ack_before_sync
+        self.ack_before_sync = mutation == "ack-before-sync"
         self.journal = SimJournal()
         self.up = True
         self.paused = False
@@ -134,7 +139,10 @@ class SimBookie:
             self._append(rec.encode_ledger_key(req.ledger_id, req.master_key))
         if check.newly_fenced:
             self.fenced.add(req.ledger_id)      # later adds see it at once; the answer waits for the fsync
-            self._append(rec.encode_fence(req.ledger_id))
+            self.oracle.on_fenced(self.name, req.ledger_id)
+            if not self.fence_in_memory:
+                self._append(rec.encode_fence(req.ledger_id))
+            self.world.hazard("fence_journaled", self)
         if self.fence_shortcut and not check.newly_fenced:
             # Mutation: answer at once because the ledger is already fenced in memory, although that fence
             # (and the adds journaled before it) may not be durable and visible yet.
@@ -149,6 +157,9 @@ class SimBookie:
             return ReadResponse(StatusCode.EOK if known else StatusCode.ENOLEDGER, None, lac)
         body = self.entries.get(req.ledger_id, {}).get(req.entry_id)
         status = decisions.decide_read(body is not None, known)
+        if body is not None and self.corrupt:
+            flip = len(body) - 1
+            body = body[:flip] + bytes([body[flip] ^ 0x5A])
         return ReadResponse(status, body, lac)
 
     def _view(self, ledger_id: int) -> decisions.LedgerView | None:

@@ -3,14 +3,16 @@
 Mirrors BookKeeper's ReadOnlyLedgerHandle (R11-R13): it never fences and never writes metadata; it learns
 the LAC from the bookies of the last fragment (ReadLastConfirmed: entry -1 reads), reads entries up to
 `reads.read_bound` (LAC while open, last entry id once closed), tries the bookies of each write set in the
-order `reads.read_order` gives (`EntryReadAttempt`), and verifies every copy with `digest.unpack_entry`.
+order `reads.read_order` gives (`EntryReadAttempt`; bookies that were slow recently go last), speculates
+(asks the next bookie once `speculative_timeout` passed without an answer; the first valid copy wins) and
+verifies every copy with `digest.unpack_entry`. `mutation` selects a broken reader for mutation tests.
 Every entry it returns goes to the oracle (oracle 2 and 3). The final reader reads a closed ledger whole.
 """
 
 from __future__ import annotations
 
 from client.errors import DigestMismatchError
-from client.protocol.digest import DigestManager, unpack_entry
+from client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.reads import EntryReadAttempt, check_read_range, read_bound, read_order
 from client.protocol.status import StatusCode
@@ -27,9 +29,14 @@ class Reader(Actor):
     """A tailing reader (final=False, polls forever) or the end-of-run reader (final=True, reads all once)."""
 
     def __init__(self, name: str, world: World, net: Network, oracle: Oracle, ledger_id: int,
-                 digest: DigestManager, *, final: bool = False) -> None:
+                 digest: DigestManager, *, final: bool = False, speculative_timeout: int = 15,
+                 key: bytes = b"", mutation: str = "none") -> None:
         super().__init__(name, world, net, oracle, ledger_id)
         self.digest = digest
+        self.speculative_timeout = speculative_timeout
+        self.key = key                  # the master key: only the reader-fences mutant sends it
+        self.mutation = mutation
+        self.slow: set[str] = set()     # bookies that missed a speculative timeout (read from last)
         self.final = final
         self.lac = -1
         self.next_entry = 0
@@ -44,6 +51,8 @@ class Reader(Actor):
     def _poll(self) -> None:
         if self.stopped or self.done:
             return
+        if self.slow and self.world.chance(0.2):
+            self.slow.clear()           # slow bookies are forgiven after a while
         self.read_md(self._on_md, self._round_over)
 
     def _round_over(self) -> None:
@@ -71,11 +80,15 @@ class Reader(Actor):
             assert isinstance(payload, ReadResponse)
             answered(payload.lac if payload.status == StatusCode.EOK else None)
 
+        fence = self.mutation == "reader-fences"    # mutation: the open without recovery fences (R12)
         for bookie in ensemble:
-            self.call(bookie, ReadRequest(self.ledger_id, -1, False, b""), reply, lambda: answered(None))
+            self.call(bookie, ReadRequest(self.ledger_id, -1, fence, self.key if fence else b""), reply,
+                      lambda: answered(None))
 
     def _read_next(self, md: LedgerMetadata, count: int) -> None:
         bound = read_bound(md, self.lac)
+        if self.mutation == "read-past-lac" and md.state is not LedgerState.CLOSED:
+            bound = self.lac + BATCH      # mutation: read ahead of the LAC, whatever bookies hold
         entry_id = self.next_entry
         if entry_id > bound or (count >= BATCH and not self.final):
             if self.final and entry_id > bound:
@@ -83,39 +96,73 @@ class Reader(Actor):
             else:
                 self._round_over()
             return
-        check_read_range(md, self.lac, entry_id, entry_id)
-        attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(md, entry_id))
-        bookie = attempt.next_bookie()
-        assert bookie is not None
-        self._try(md, attempt, bookie, count)
+        if self.mutation != "read-past-lac":
+            check_read_range(md, self.lac, entry_id, entry_id)
+        attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(md, entry_id, self.slow))
+        self._fetch(md, attempt, count)
 
-    def _try(self, md: LedgerMetadata, attempt: EntryReadAttempt, bookie: str, count: int) -> None:
+    def _fetch(self, md: LedgerMetadata, attempt: EntryReadAttempt, count: int) -> None:
+        """R13 with speculation: ask the first bookie; if it has not answered within the speculative timeout,
+        also ask the next one; the first copy whose digest verifies wins, later answers are dropped; the
+        entry fails only once every bookie of the write set failed."""
         entry_id = attempt.entry_id
+        state = {"done": False, "outstanding": 0}
 
-        def failed(status: int) -> None:
+        def failed(bookie: str, status: int) -> None:
+            state["outstanding"] -= 1
+            if state["done"]:
+                return
             following = attempt.on_failure(bookie, status)
             if following is not None:
-                self._try(md, attempt, following, count)
-                return
-            self.failures += 1
-            self.world.note(f"{self.name}: entry {entry_id} unreadable: {type(attempt.error()).__name__}")
-            self._round_over()
+                send(following)
+            elif state["outstanding"] == 0:
+                state["done"] = True
+                self.failures += 1
+                self.world.note(f"{self.name}: entry {entry_id} unreadable: {type(attempt.error()).__name__}")
+                self._round_over()
 
-        def reply(payload: Payload) -> None:
+        def got(bookie: str, payload: Payload) -> None:
             assert isinstance(payload, ReadResponse)
+            if state["done"]:
+                state["outstanding"] -= 1
+                return
             if payload.status != StatusCode.EOK or payload.body is None:
-                failed(payload.status)
+                failed(bookie, payload.status)
                 return
             try:
-                entry = unpack_entry(self.digest, self.ledger_id, entry_id, payload.body)
+                data = self._payload(entry_id, payload.body)
             except DigestMismatchError:
-                failed(StatusCode.DIGEST_MISMATCH)
+                self.world.note(f"{self.name}: digest mismatch for e{entry_id} from {bookie}")
+                failed(bookie, StatusCode.DIGEST_MISMATCH)
                 return
-            data = bytes(entry.payload)
+            state["done"] = True
+            state["outstanding"] -= 1
             self.oracle.on_reader_entry(self.name, entry_id, data, md, self.lac)
             self.got[entry_id] = data
             self.next_entry = entry_id + 1
             self._read_next(md, count + 1)
 
-        self.call(bookie, ReadRequest(self.ledger_id, entry_id, False, b""), reply,
-                  lambda: failed(StatusCode.TIMEOUT))
+        def speculate(bookie: str) -> None:
+            if state["done"]:
+                return
+            self.slow.add(bookie)      # reorderReadSequenceEnabled: read from it last for a while
+            following = attempt.next_bookie()
+            if following is not None:
+                self.world.note(f"{self.name}: speculative read of e{entry_id} from {following}")
+                send(following)
+
+        def send(bookie: str) -> None:
+            state["outstanding"] += 1
+            self.call(bookie, ReadRequest(self.ledger_id, entry_id, False, b""),
+                      lambda p: got(bookie, p), lambda: failed(bookie, StatusCode.TIMEOUT))
+            self.later(self.speculative_timeout, f"speculative timeout e{entry_id}", lambda: speculate(bookie))
+
+        first = attempt.next_bookie()
+        assert first is not None
+        send(first)
+
+    def _payload(self, entry_id: int, body: bytes) -> bytes:
+        """The entry's payload after the digest check (R7); the no-digest-check mutant skips the check."""
+        if self.mutation == "no-digest-check":
+            return bytes(body[HEADER_LENGTH + self.digest.mac_length:])
+        return bytes(unpack_entry(self.digest, self.ledger_id, entry_id, body).payload)
