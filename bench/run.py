@@ -31,6 +31,7 @@ from bench import (
     ledger_read,
     recovery_time,
     rereplication,
+    slow_bookie,
     spark_batch,
 )
 from bench.core import Benchmark, Context, Row, Settings, size_label
@@ -47,6 +48,7 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("bookie_rss", bookie_rss.run),
     ("spark_batch", spark_batch.run),
     ("rereplication", rereplication.run),
+    ("slow_bookie", slow_bookie.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -24,6 +24,7 @@ from client.placement import PlacementPolicy, RandomPlacementPolicy
 from client.protocol import transforms
 from client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
 from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from client.protocol.speculative import BookieHealth, SpeculativePolicy
 from client.reader import LedgerReader
 from client.recovery_driver import RecoveryRun
 from client.runtime import EventLoopThread
@@ -43,6 +44,11 @@ class ClientContext:
     config: ClientConfig
     placement: PlacementPolicy
     writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
+    health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
+
+    @property
+    def speculative(self) -> SpeculativePolicy:
+        return SpeculativePolicy.from_ms(self.config.speculativeReadTimeout, self.config.maxSpeculativeReadTimeout)
 
 
 class BookKeeper(LogsMixin):
@@ -53,7 +59,9 @@ class BookKeeper(LogsMixin):
         store = MetadataStore(metadata_service_uri, session_timeout=self.config.zkTimeout).start()
         runtime = EventLoopThread()
         self._ctx = ClientContext(runtime, store, BookiePool(store, self.config.maxAddRequestsInFlight), self.config,
-                                  placement or RandomPlacementPolicy())
+                                  placement or RandomPlacementPolicy(),
+                                  health=BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
+                                                      self.config.reorderReadSequenceEnabled))
         self._closed = False
 
     @property

@@ -18,7 +18,12 @@ class ClientConfig:
     zkTimeout: float = 10.0                  # s, ZooKeeper session timeout
     addEntryTimeoutSec: float = 5.0          # an add not acked by a bookie in this time: the bookie failed
     readTimeout: float = 5.0                 # s, per read request
-    speculativeReadTimeout: float = 2.0      # s, then also ask the next bookie of the write set
+    speculativeReadTimeout: int = 500        # ms without an answer from a bookie: also ask the next bookie of
+                                             # the write set; the first valid answer wins (0: never speculate)
+    maxSpeculativeReadTimeout: int = 0       # ms, cap of the backoff (x2) between further speculations of one
+                                             # read (0: same as speculativeReadTimeout, so it never grows)
+    reorderReadSequenceEnabled: bool = True  # read from bookies that were slow or failed recently last
+    bookieFailureHistoryExpirationMSec: int = 60000   # how long a bookie counts as "recently slow"
     fenceTimeout: float = 5.0                # s, recovery's fencing reads
     metadataMaxAttempts: int = 20            # CAS attempts before giving up with a clear error
     maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit
@@ -41,7 +46,19 @@ class ClientConfig:
                 raise InvalidOptionError(f"unknown client setting {key!r}; known: {', '.join(sorted(fields))}")
             kind: type = type(fields[key].default)
             try:
-                kwargs[key] = kind(raw)
+                kwargs[key] = _parse_bool(raw) if kind is bool else kind(raw)
             except (TypeError, ValueError):
                 raise InvalidOptionError(f"client setting {key} must be a {kind.__name__}, got {raw!r}") from None
         return cls(**kwargs)
+
+
+def _parse_bool(raw: Any) -> bool:
+    """A boolean setting: a bool, or true/false (any case) as Spark options and properties give it."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(raw)

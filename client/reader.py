@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import google_crc32c
@@ -25,9 +26,11 @@ from client.errors import BKError, BookieUnavailableError, DigestMismatchError
 from client.protocol import quorum
 from client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
 from client.protocol.metadata import DigestType, Fragment, LedgerMetadata
-from client.protocol.reads import EntryReadAttempt, fragment_ranges, read_order
+from client.protocol.reads import fragment_ranges, read_error, read_order
+from client.protocol.speculative import SequenceRead, stall_deadline, stalled
 from client.protocol.status import StatusCode
 from client.protocol.write_set import write_set
+from client.speculative_read import run_speculative
 from proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
@@ -39,6 +42,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bkledger.client.reader")
 STRIPE_CHUNK = 4096
+FILL_PARALLELISM = 64       # entry reads in flight when filling what a given-up striped stream did not send
+Found = dict[int, "memoryview | bytes"]
+Spare = dict[int, memoryview]
+
+
+def _nothing() -> None:
+    """No progress report wanted."""
 
 
 @dataclasses.dataclass
@@ -55,7 +65,6 @@ class LedgerReader:
         self.md = md
         self.digest = digest
         self.ledger_id = md.ledger_id
-        self.slow: set[str] = set()
         self._entry_bytes = 1024.0          # average packaged entry size seen, to size range requests
         self._ahead: tuple[int, int, int, asyncio.Task[ReadChunk]] | None = None
 
@@ -131,16 +140,22 @@ class LedgerReader:
             return [lz4.block.decompress(v) for v in views]
         return list(views)
 
+    def _order(self, bookies: tuple[str, ...]) -> tuple[str, ...]:
+        """reorderReadSequenceEnabled: bookies slow or failed recently (client-wide history) go last."""
+        return self.ctx.health.order(bookies, asyncio.get_running_loop().time())
+
+    def _sequence(self, bookies: tuple[str, ...]) -> SequenceRead:
+        return SequenceRead(self._order(bookies), self.ctx.speculative)
+
     async def read_entry(self, entry_id: int) -> memoryview | bytes:
-        """R13: try each bookie of the entry's write set in turn."""
-        attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(self.md, entry_id, self.slow))
-        bookie_id = attempt.next_bookie()
-        while bookie_id is not None:
-            status, body = await self._read_one(bookie_id, entry_id)
-            if status == pb.EOK and body is not None:
-                return self._payload(body)
-            bookie_id = attempt.on_failure(bookie_id, status)
-        raise attempt.error()
+        """R13: ask the bookies of the entry's write set one at a time; after speculativeReadTimeout
+        without an answer also the next one; the first copy whose digest verifies wins."""
+        read = self._sequence(read_order(self.md, entry_id))
+        body = await run_speculative(read, lambda bookie_id, _: self._read_one(bookie_id, entry_id),
+                                     self.ctx.health)
+        if body is None:
+            raise read_error(self.ledger_id, entry_id, read.bookies, read.errors)
+        return self._payload(body)
 
     async def _read_one(self, bookie_id: str, entry_id: int) -> tuple[int, memoryview | None]:
         request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=entry_id)
@@ -148,7 +163,6 @@ class LedgerReader:
             client = await self.ctx.pool.get(bookie_id)
             response = await client.read(request, self.ctx.config.readTimeout)
         except (grpc.aio.AioRpcError, BKError, OSError):
-            self.slow.add(bookie_id)
             return StatusCode.UNAVAILABLE, None
         if response.status != pb.EOK:
             return response.status, None
@@ -192,29 +206,29 @@ class LedgerReader:
         return chunk
 
     async def _read_piece_streamed(self, lo: int, hi: int, fragment: Fragment, max_bytes: int) -> ReadChunk:
-        """E == Qw: stream from one bookie; where it stops short, carry on from the next one."""
-        chunk = ReadChunk([], [])
-        order = [b for b in read_order(self.md, lo, self.slow) if b in fragment.ensemble]
-        position = lo
-        for bookie_id in order:
-            got, short = await self._stream_from(bookie_id, position, hi, max_bytes)
-            chunk.entry_ids += got.entry_ids
-            chunk.payloads += got.payloads
-            if got.entry_ids:
-                position = got.entry_ids[-1] + 1
-            if chunk.entry_ids and (not short or position > hi):
-                return chunk            # the caller asks for the rest; only a gap or an error moves on
-        # no bookie streamed entry `position`: R13 per-entry fallback decides (and raises if none has it)
-        chunk.entry_ids.append(position)
-        chunk.payloads.append(await self.read_entry(position))
-        return chunk
+        """E == Qw: stream the chunk from one bookie; if it has not delivered a batch within
+        speculativeReadTimeout, ask the next one too; the first to deliver the chunk wins. A bookie that
+        streams nothing (gap, error, bad digest) hands over to the next at once. Whatever run of entries
+        from `lo` the winner sent is the chunk: the caller asks for the rest."""
+        read = self._sequence(tuple(b for b in read_order(self.md, lo) if b in fragment.ensemble))
 
-    async def _stream_from(self, bookie_id: str, lo: int, hi: int, max_bytes: int) -> tuple[ReadChunk, bool]:
-        """The run of consecutive entries from `lo` that this bookie streams back, verified, and
-        whether it stopped short of what was asked (a gap, an error, a bad digest)."""
+        async def attempt(bookie_id: str, progress: Callable[[], None]) -> tuple[int, ReadChunk | None]:
+            got, status = await self._stream_from(bookie_id, lo, hi, max_bytes, progress)
+            return (pb.EOK, got) if got.entry_ids else (status, None)
+
+        chunk = await run_speculative(read, attempt, self.ctx.health)
+        if chunk is not None:
+            return chunk
+        # no bookie streamed entry `lo`: R13 per-entry fallback decides (and raises if none has it)
+        return ReadChunk([lo], [await self.read_entry(lo)])
+
+    async def _stream_from(self, bookie_id: str, lo: int, hi: int, max_bytes: int,
+                           progress: Callable[[], None] = _nothing) -> tuple[ReadChunk, int]:
+        """The run of consecutive entries from `lo` that this bookie streams back, verified, and the
+        status that stopped it short of `lo` (EOK when it sent anything)."""
         import numpy as np  # not at import: see the module docstring
         chunk = ReadChunk([], [])
-        short = True
+        status: int = pb.ENOENTRY
         size = 0
         expected = lo
         hi = min(hi, lo + max(16, int(max_bytes / self._entry_bytes)) - 1)   # ask only for what fits
@@ -224,7 +238,9 @@ class LedgerReader:
                                        max_batch_bytes=min(max(max_bytes, 1 << 16), 4 << 20))
             async for batch in stream:
                 if batch.status != pb.EOK:
+                    status = batch.status
                     break
+                progress()
                 ids = np.array(batch.entry_ids, dtype=np.int64)
                 contiguous = _contiguous_run(ids, expected)
                 if contiguous == 0:
@@ -240,17 +256,15 @@ class LedgerReader:
                 expected += contiguous
                 size += len(data)
                 self._entry_bytes = 0.8 * self._entry_bytes + 0.2 * (len(data) / len(ids))
-                if contiguous < len(ids):
+                if contiguous < len(ids) or size >= max_bytes:
                     break
-                if size >= max_bytes:
-                    short = False
-                    break
-            else:
-                short = expected <= hi
+        except DigestMismatchError as exc:
+            log.warning("ledger %d: range read from %s stopped at %d: %s", self.ledger_id, bookie_id, expected, exc)
+            status = StatusCode.DIGEST_MISMATCH
         except (grpc.aio.AioRpcError, BKError, OSError) as exc:
             log.info("ledger %d: range read from %s stopped at %d: %s", self.ledger_id, bookie_id, expected, exc)
-            self.slow.add(bookie_id)
-        return chunk, short
+            status = StatusCode.UNAVAILABLE
+        return chunk, (pb.EOK if chunk.entry_ids else status)
 
     async def _read_piece_striped(self, lo: int, hi: int, fragment: Fragment) -> ReadChunk:
         """E > Qw: range-read from a covering set of bookies in parallel, then fill gaps entry by entry.
@@ -259,24 +273,62 @@ class LedgerReader:
         import numpy as np  # not at import: see the module docstring
         indices = covering_indices(self.md.ensemble_size, self.md.write_quorum)
         owner = np.array(first_holders(self.md.ensemble_size, self.md.write_quorum, indices), dtype=np.int64)
-        results = await asyncio.gather(*(self._stream_all(fragment.ensemble[i], lo, hi, owner, position)
-                                         for position, i in enumerate(indices)))
-        found: dict[int, memoryview | bytes] = {}
-        spare: dict[int, memoryview] = {}
+        results = await self._covering_streams([fragment.ensemble[i] for i in indices], lo, hi, owner)
+        found: Found = {}
+        spare: Spare = {}
         for got, extra in results:
             found.update(got)
             for entry_id, body in extra.items():
                 spare.setdefault(entry_id, body)
-        chunk = ReadChunk([], [])
+        missing = []
         for entry_id in range(lo, hi + 1):
-            payload = found.get(entry_id)
-            if payload is None:
+            if entry_id not in found:
                 payload = self._spare(entry_id, spare.get(entry_id))
-            if payload is None:
-                payload = await self.read_entry(entry_id)
-            chunk.entry_ids.append(entry_id)
-            chunk.payloads.append(payload)
-        return chunk
+                if payload is None:
+                    missing.append(entry_id)
+                else:
+                    found[entry_id] = payload
+        for start in range(0, len(missing), FILL_PARALLELISM):     # R13 entry by entry, speculating
+            part = missing[start:start + FILL_PARALLELISM]
+            found.update(zip(part, await asyncio.gather(*(self.read_entry(e) for e in part)), strict=True))
+        return ReadChunk(list(range(lo, hi + 1)), [found[e] for e in range(lo, hi + 1)])
+
+    async def _covering_streams(self, bookies: list[str], lo: int, hi: int, owner: I64) -> list[tuple[Found, Spare]]:
+        """Each covering bookie's stream, in parallel. A stream that delivered nothing for
+        speculativeReadTimeout is given up (its bookie marked slow): what it did send is kept, the
+        rest is read from the other bookies of the write sets."""
+        loop = asyncio.get_running_loop()
+        policy = self.ctx.speculative
+        results: list[tuple[Found, Spare]] = [({}, {}) for _ in bookies]
+        heard = [loop.time()] * len(bookies)
+
+        def progress(position: int) -> Callable[[], None]:
+            def report() -> None:
+                heard[position] = loop.time()
+            return report
+
+        tasks = {asyncio.ensure_future(self._stream_all(b, lo, hi, owner, p, results[p], progress(p))): p
+                 for p, b in enumerate(bookies)}
+        try:
+            while tasks:
+                due = [d for d in (stall_deadline(heard[p], policy) for p in tasks.values()) if d is not None]
+                timeout = max(0.0, min(due) - loop.time()) if due else None
+                done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    del tasks[task]
+                    task.result()
+                now = loop.time()
+                for task, position in list(tasks.items()):
+                    if stalled(heard[position], now, policy):
+                        log.info("ledger %d: range read from %s stalled; reading its entries elsewhere",
+                                 self.ledger_id, bookies[position])
+                        self.ctx.health.on_slow(bookies[position], now)
+                        task.cancel()
+                        del tasks[task]
+        finally:
+            for task in tasks:
+                task.cancel()
+        return results
 
     def _spare(self, entry_id: int, body: memoryview | None) -> memoryview | bytes | None:
         """A copy another covering bookie sent along, if it verifies."""
@@ -287,18 +339,18 @@ class LedgerReader:
         except DigestMismatchError:
             return None
 
-    async def _stream_all(self, bookie_id: str, lo: int, hi: int, owner: I64,
-                          position: int) -> tuple[dict[int, memoryview | bytes], dict[int, memoryview]]:
-        """(verified payloads of the entries this bookie is the first covering holder of, packaged
-        entries it sent that another covering bookie is to deliver)."""
+    async def _stream_all(self, bookie_id: str, lo: int, hi: int, owner: I64, position: int,
+                          into: tuple[Found, Spare], progress: Callable[[], None]) -> None:
+        """Fill `into` with (verified payloads of the entries this bookie is the first covering holder
+        of, packaged entries it sent that another covering bookie is to deliver), batch by batch."""
         import numpy as np  # not at import: see the module docstring
-        out: dict[int, memoryview | bytes] = {}
-        spare: dict[int, memoryview] = {}
+        out, spare = into
         try:
             client = await self.ctx.pool.get(bookie_id)
             async for batch in client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4):
                 if batch.status != pb.EOK:
                     break
+                progress()
                 ids = np.array(batch.entry_ids, dtype=np.int64)
                 data = batch.data
                 starts, ends = entry_bounds(np.array(batch.sizes, dtype=np.int64))
@@ -314,8 +366,7 @@ class LedgerReader:
                 spare.update((e, view[a:b]) for e, a, b in zip(ids[~mine].tolist(), starts[~mine].tolist(),
                                                                 ends[~mine].tolist(), strict=True))
         except (grpc.aio.AioRpcError, BKError, OSError):
-            self.slow.add(bookie_id)
-        return out, spare
+            self.ctx.health.on_slow(bookie_id, asyncio.get_running_loop().time())
 
 
 def _retrieve(task: asyncio.Task[ReadChunk]) -> None:

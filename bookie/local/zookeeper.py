@@ -73,15 +73,15 @@ def find_jars_dir() -> Path:
     return jars
 
 
-def free_port() -> int:
+def free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def four_letter_word(port: int, word: str = "ruok", timeout: float = 1.0) -> bytes:
+def four_letter_word(port: int, word: str = "ruok", timeout: float = 1.0, host: str = HOST) -> bytes:
     """Send a ZooKeeper four-letter command (must be whitelisted) and return the whole answer."""
-    with socket.create_connection((HOST, port), timeout=timeout) as s:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word.encode("ascii"))
         chunks = []
         while True:
@@ -92,11 +92,11 @@ def four_letter_word(port: int, word: str = "ruok", timeout: float = 1.0) -> byt
     return b"".join(chunks)
 
 
-def is_serving(port: int) -> bool:
-    """True if a ZooKeeper on 127.0.0.1:port serves requests (`srvr` shows its mode; `ruok` answers
+def is_serving(port: int, host: str = HOST) -> bool:
+    """True if a ZooKeeper on host:port serves requests (`srvr` shows its mode; `ruok` answers
     `imok` as soon as the process runs, even before the database is loaded)."""
     try:
-        return b"Mode: " in four_letter_word(port, "srvr")
+        return b"Mode: " in four_letter_word(port, "srvr", host=host)
     except OSError:
         return False
 
@@ -132,14 +132,14 @@ def stop_pid(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def render_config(data_dir: Path, port: int) -> str:
+def render_config(data_dir: Path, port: int, host: str = HOST) -> str:
     return "\n".join([
         f"tickTime={TICK_TIME_MS}",
         "initLimit=10",
         "syncLimit=5",
         f"dataDir={data_dir / 'data'}",
         f"clientPort={port}",
-        f"clientPortAddress={HOST}",
+        f"clientPortAddress={host}",
         "maxClientCnxns=0",
         "admin.enableServer=false",
         "4lw.commands.whitelist=ruok,stat,srvr,mntr,cons,dump",
@@ -152,11 +152,13 @@ def render_config(data_dir: Path, port: int) -> str:
 
 
 class ZooKeeperServer:
-    """One standalone ZooKeeper JVM on 127.0.0.1. `start()` blocks until it serves; `stop()` ends it."""
+    """One standalone ZooKeeper JVM on 127.0.0.1 (or `host`, e.g. an address inside a network namespace
+    a test made). `start()` blocks until it serves; `stop()` ends it."""
 
-    def __init__(self, java: str | None = None, heap: str = "256m"):
+    def __init__(self, java: str | None = None, heap: str = "256m", host: str = HOST):
         self.java = java
         self.heap = heap
+        self.host = host
         self.port = 0
         self.pid = 0
         self.data_dir: Path | None = None
@@ -166,7 +168,7 @@ class ZooKeeperServer:
     @property
     def connect_string(self) -> str:
         """host:port for kazoo / BookKeeper's zkServers."""
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def metadata_service_uri(self, root: str = "/ledgers") -> str:
         return f"zk://{self.connect_string}{root}"
@@ -188,11 +190,11 @@ class ZooKeeperServer:
             raise ZooKeeperError(f"this ZooKeeper is already running (pid {self.pid}, port {self.port})")
         data_dir = Path(data_dir).resolve()
         (data_dir / "data").mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
-        if is_serving(self.port):
+        self.port = port or free_port(self.host)
+        if is_serving(self.port, self.host):
             raise ZooKeeperError(f"port {self.port} already has a ZooKeeper; pick another or stop that one")
         config_path, log4j_path = data_dir / "zoo.cfg", data_dir / "log4j2.xml"
-        config_path.write_text(render_config(data_dir, self.port))
+        config_path.write_text(render_config(data_dir, self.port, self.host))
         log4j_path.write_text(_LOG4J2_XML)
         self.data_dir, self.log_path = data_dir, data_dir / "zookeeper.log"
         cmd = self.command(config_path, log4j_path)
@@ -214,7 +216,7 @@ class ZooKeeperServer:
                 self._proc = None
                 raise ZooKeeperError(f"ZooKeeper exited with code {code} at start; see {self.log_path}:\n"
                                      + self._log_tail())
-            if is_serving(self.port):
+            if is_serving(self.port, self.host):
                 return
             time.sleep(0.05)
         self.stop()

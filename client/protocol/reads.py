@@ -86,15 +86,21 @@ class EntryReadAttempt:
 
     def error(self) -> BKError:
         """The error once every bookie failed: NoSuchEntry/NoSuchLedger if all said so, else the worst one."""
-        what = f"ledger {self.ledger_id} entry {self.entry_id}, bookies {list(self._bookies)}"
-        statuses = set(self._errors.values())
-        if statuses == {StatusCode.ENOLEDGER}:
-            return NoSuchLedgerError(f"{NoSuchLedgerError.default_message} ({what})")
-        if statuses and statuses <= {StatusCode.ENOENTRY, StatusCode.ENOLEDGER}:
-            return NoSuchEntryError(f"{NoSuchEntryError.default_message} ({what})")
-        if StatusCode.EUA in statuses:
-            return BadPasswordError()
-        for status in statuses:
-            if status not in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
-                return error_for_status(status, what=what)
+        return read_error(self.ledger_id, self.entry_id, self._bookies, self._errors)
+
+
+def read_error(ledger_id: int, entry_id: int, bookies: Collection[str], errors: dict[str, int]) -> BKError:
+    """The error of a read every bookie failed (`errors`: bookie -> status): NoSuchEntry/NoSuchLedger if
+    all said so, else the worst one (R13)."""
+    what = f"ledger {ledger_id} entry {entry_id}, bookies {list(bookies)}"
+    statuses = set(errors.values())
+    if statuses == {StatusCode.ENOLEDGER}:
+        return NoSuchLedgerError(f"{NoSuchLedgerError.default_message} ({what})")
+    if statuses and statuses <= {StatusCode.ENOENTRY, StatusCode.ENOLEDGER}:
         return NoSuchEntryError(f"{NoSuchEntryError.default_message} ({what})")
+    if StatusCode.EUA in statuses:
+        return BadPasswordError()
+    for status in statuses:
+        if status not in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
+            return error_for_status(status, what=what)
+    return NoSuchEntryError(f"{NoSuchEntryError.default_message} ({what})")

@@ -1,0 +1,232 @@
+"""Speculative reads: when to also ask another bookie, which one, and whom to ask last (R13).
+
+Mirrors BookKeeper's DefaultSpeculativeRequestExecutionPolicy (`speculativeReadTimeout`, backoff up to
+`maxSpeculativeReadTimeout`), the SequenceReadRequest of PendingReadOp (one replica at a time; after the
+timeout the same request also goes to the next replica; the first valid answer wins and the others
+are cancelled; an error moves on at once when nothing else is outstanding) and the failure history
+behind `reorderReadSequenceEnabled` (a bookie that was slow or failed within
+`bookieFailureHistoryExpirationMSec` is read from last).
+
+Pure: time comes in as `now` (seconds, any monotonic origin); the driver sends, cancels and arms its
+timer as the returned actions say. A request may be one entry, one chunk of a range read or any other
+read that several bookies can answer alike. Nothing here decides what an answer means for recovery:
+an unanswered bookie is only "not answered yet", never a negative answer (R18).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculativePolicy:
+    """When to speculate: `first_timeout` after a send without an answer, then backing off by
+    `multiplier` up to `max_timeout` (all seconds). A first timeout <= 0 disables speculation."""
+
+    first_timeout: float
+    max_timeout: float = 0.0
+    multiplier: float = 2.0
+
+    @classmethod
+    def from_ms(cls, first_ms: float, max_ms: float = 0.0, multiplier: float = 2.0) -> SpeculativePolicy:
+        """From BookKeeper's settings in milliseconds; max 0 means "same as the first"."""
+        return cls(first_ms / 1000.0, (max_ms or first_ms) / 1000.0, multiplier)
+
+    @property
+    def enabled(self) -> bool:
+        return self.first_timeout > 0
+
+    def next_timeout(self, previous: float) -> float:
+        """The wait before the following speculation: previous * multiplier, capped at max_timeout."""
+        cap = max(self.max_timeout, self.first_timeout)
+        return min(cap, previous * self.multiplier)
+
+
+DISABLED = SpeculativePolicy(0.0)
+
+
+def stalled(last_progress: float, now: float, policy: SpeculativePolicy) -> bool:
+    """A parallel streamed read (E > Qw) that has delivered nothing for the speculative timeout is
+    given up on: its entries are then read from the other bookies of their write sets."""
+    return policy.enabled and now - last_progress >= policy.first_timeout
+
+
+def stall_deadline(last_progress: float, policy: SpeculativePolicy) -> float | None:
+    """When `stalled` turns true for a stream last heard from at `last_progress` (None: never)."""
+    return last_progress + policy.first_timeout if policy.enabled else None
+
+
+class BookieHealth:
+    """Failure history of the bookies one client reads from: bookie -> when it was last slow or failed.
+
+    `order` puts bookies with a recent failure last (oldest failure first among them: the likeliest to
+    have recovered); a failure older than `expiry` seconds is forgotten. With `reorder` False (BookKeeper's
+    `reorderReadSequenceEnabled=false`) the order is left alone, but failures are still recorded."""
+
+    def __init__(self, expiry: float = 60.0, reorder: bool = True) -> None:
+        self.expiry = expiry
+        self.reorder = reorder
+        self._failed_at: dict[str, float] = {}
+
+    def on_slow(self, bookie_id: str, now: float) -> None:
+        """The bookie did not answer within the speculative timeout, or failed a read."""
+        self._failed_at[bookie_id] = now
+
+    def on_slow_all(self, bookie_ids: Iterable[str], now: float) -> None:
+        for bookie_id in bookie_ids:
+            self.on_slow(bookie_id, now)
+
+    def is_slow(self, bookie_id: str, now: float) -> bool:
+        at = self._failed_at.get(bookie_id)
+        if at is None:
+            return False
+        if now - at >= self.expiry:
+            del self._failed_at[bookie_id]
+            return False
+        return True
+
+    def slow_bookies(self, now: float) -> frozenset[str]:
+        return frozenset(b for b in list(self._failed_at) if self.is_slow(b, now))
+
+    def order(self, bookies: Sequence[str], now: float) -> tuple[str, ...]:
+        """`bookies` (a write set, in order) with the recently failed ones moved last, if reordering."""
+        if not self.reorder:
+            return tuple(bookies)
+        healthy = [b for b in bookies if not self.is_slow(b, now)]
+        if len(healthy) == len(bookies):
+            return tuple(bookies)
+        failed = sorted((b for b in bookies if b not in healthy), key=lambda b: self._failed_at[b])
+        return tuple(healthy + failed)
+
+
+# ---- actions -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SendRead:
+    """Send the request to this bookie (the first one, a speculative one or the next after an error)."""
+
+    bookie_id: str
+    speculative: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkSlow:
+    """These bookies have not answered within the timeout: remember it (BookieHealth.on_slow)."""
+
+    bookie_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelReads:
+    """Another bookie answered: cancel what is still outstanding at these bookies."""
+
+    bookie_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadDone:
+    """This bookie's answer passed the checks: it is the result."""
+
+    bookie_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadFailed:
+    """Every bookie was asked and none gave a valid answer: `errors` holds each one's status."""
+
+    errors: tuple[tuple[str, int], ...]
+
+
+SpeculativeAction = SendRead | MarkSlow | CancelReads | ReadDone | ReadFailed
+
+
+class SequenceRead:
+    """One read request tried on `bookies` in order, one at a time, speculating after a timeout.
+
+    Events: `start(now)`, `on_timer(now)` (call it at `deadline`), `on_progress(bookie, now)` (part of a
+    streamed answer arrived: the bookie is alive, so the timer starts again), `on_success(bookie)` (an
+    answer passed the digest check), `on_failure(bookie, status)` (an error, a digest mismatch, a
+    broken connection or the request's own hard timeout). Late answers after the end are ignored."""
+
+    def __init__(self, bookies: Sequence[str], policy: SpeculativePolicy) -> None:
+        if not bookies:
+            raise ValueError("a read needs at least one bookie to ask")
+        self.bookies = tuple(bookies)
+        self.policy = policy
+        self._next = 0
+        self._outstanding: list[str] = []
+        self._errors: dict[str, int] = {}
+        self._timeout = policy.first_timeout
+        self.deadline: float | None = None
+        self.speculations = 0
+        self.winner: str | None = None
+        self.finished = False
+
+    @property
+    def outstanding(self) -> tuple[str, ...]:
+        return tuple(self._outstanding)
+
+    def start(self, now: float) -> list[SpeculativeAction]:
+        if self._next:
+            return []
+        return self._send_next(now, speculative=False)
+
+    def _send_next(self, now: float, speculative: bool) -> list[SpeculativeAction]:
+        if self._next >= len(self.bookies):
+            self.deadline = None
+            return []
+        bookie_id = self.bookies[self._next]
+        self._next += 1
+        self._outstanding.append(bookie_id)
+        self._arm(now)
+        return [SendRead(bookie_id, speculative)]
+
+    def _arm(self, now: float) -> None:
+        more = self._next < len(self.bookies)
+        self.deadline = now + self._timeout if self.policy.enabled and more and not self.finished else None
+
+    def on_timer(self, now: float) -> list[SpeculativeAction]:
+        """The timer fired: if the deadline passed with no answer, mark the outstanding bookies slow
+        and send the same request to the next bookie; the following wait backs off."""
+        if self.finished or self.deadline is None or now < self.deadline:
+            return []
+        slow = MarkSlow(tuple(self._outstanding))
+        self._timeout = self.policy.next_timeout(self._timeout)
+        self.speculations += 1
+        return [slow, *self._send_next(now, speculative=True)]
+
+    def on_progress(self, bookie_id: str, now: float) -> None:
+        """A streamed answer is arriving from this bookie: wait a full timeout again before speculating."""
+        if not self.finished and bookie_id in self._outstanding:
+            self._arm(now)
+
+    def on_success(self, bookie_id: str) -> list[SpeculativeAction]:
+        if self.finished or bookie_id not in self._outstanding:
+            return []
+        self.finished = True
+        self.winner = bookie_id
+        self.deadline = None
+        others = tuple(b for b in self._outstanding if b != bookie_id)
+        self._outstanding.clear()
+        actions: list[SpeculativeAction] = [CancelReads(others)] if others else []
+        return [*actions, ReadDone(bookie_id)]
+
+    def on_failure(self, bookie_id: str, status: int, now: float) -> list[SpeculativeAction]:
+        """That bookie gave no valid answer. With nothing else outstanding, ask the next one at once;
+        with nothing left to ask, the read failed (the caller picks the error from `errors`)."""
+        if self.finished or bookie_id not in self._outstanding:
+            return []
+        self._outstanding.remove(bookie_id)
+        self._errors[bookie_id] = status
+        if self._outstanding:
+            return []
+        actions = self._send_next(now, speculative=False)
+        if actions:
+            return actions
+        self.finished = True
+        self.deadline = None
+        return [ReadFailed(tuple(self._errors.items()))]
+
+    @property
+    def errors(self) -> dict[str, int]:
+        return dict(self._errors)

@@ -1,0 +1,183 @@
+"""Network-fault scenarios, run as `python -m tests.integration.netns_scenarios <name> <dir>` inside
+`unshare -n -m --propagation private` (tests/integration/test_network_faults.py does that).
+
+Each builds the namespaces of `netns_world`, starts ZooKeeper and four bookies, moves itself into
+the client namespace, runs its client steps and checks; any failed check raises (exit code 1,
+traceback on stderr). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from client import BookKeeper
+from client.config import ClientConfig
+from client.meta.store import MetadataStore
+from client.protocol.metadata import LedgerState
+from proto import bookie_pb2 as pb
+from tests.integration import bookie_util
+from tests.integration.netns_world import CLIENT_ADDRESS, ZK_ADDRESS, World, bookie_address, wait_until
+
+CLIENT = {"addEntryTimeoutSec": 2.0, "readTimeout": 3.0, "fenceTimeout": 3.0, "speculativeReadTimeout": 200,
+          "zkTimeout": 10.0}
+PASSWORD = bookie_util.PASSWORD
+READ_BOUND = 5.0      # seconds: about 25 speculative timeouts; without speculation a read waits 12 s or more
+
+
+def payload(i: int) -> bytes:
+    return b"netns-%06d-" % i + bytes([i % 251]) * (i % 150)
+
+
+def client(world: World) -> BookKeeper:
+    return BookKeeper(world.uri, config=ClientConfig.from_options(CLIENT))
+
+
+def write(bk: BookKeeper, count: int, close: bool = True, first: int = 0, ack_quorum: int = 2):  # noqa: ANN201
+    lh = bk.create_ledger(3, 3, ack_quorum, password=PASSWORD)
+    for future in [lh.add_entry_async(payload(i)) for i in range(first, first + count)]:
+        future.result(30)
+    if close:
+        lh.close()
+    return lh
+
+
+def write_on(bk: BookKeeper, bookie_id: str, count: int, close: bool = True, ack_quorum: int = 2):  # noqa: ANN201
+    """A ledger like `write`'s whose ensemble includes `bookie_id` (placement is random: a few tries)."""
+    for _ in range(20):
+        lh = write(bk, count, close, ack_quorum=ack_quorum)
+        if bookie_id in lh.metadata.last_fragment.ensemble:
+            return lh
+    raise AssertionError(f"no ensemble with {bookie_id} in 20 ledgers")
+
+
+def read_all(bk: BookKeeper, ledger_id: int, recovery: bool = False) -> tuple[int, float]:
+    start = time.monotonic()
+    rh = bk.open_ledger(ledger_id, PASSWORD, recovery=recovery)
+    last = rh.last_entry_id
+    got = [en.payload for en in rh.read_entries(0, last)] if last >= 0 else []
+    assert got == [payload(i) for i in range(last + 1)], f"ledger {ledger_id}: payloads differ"
+    return last, time.monotonic() - start
+
+
+def registered(world: World, index: int) -> bool:
+    with MetadataStore(world.uri, session_timeout=5.0) as store:
+        return world.bookie_id(index) in set(store.writable_bookies()) | set(store.readonly_bookies())
+
+
+def scenario_client_cut_off(world: World) -> dict[str, object]:
+    """The client cannot reach one bookie (both ways) while ZooKeeper and the other bookies still do:
+    reads speculate past it, adds change the ensemble, recovery completes."""
+    bk = client(world)
+    closed = write(bk, 300)
+    victim_id = closed.metadata.last_fragment.ensemble[0]    # the first bookie a reader asks
+    victim = world.index_of(victim_id)
+    # Qa = Qw: every add needs the victim, so its adds time out and it is replaced. (With Qa < Qw the
+    # writer completes adds on the others and, unlike BookKeeper, keeps the silent bookie.)
+    open_lh = write_on(bk, victim_id, 50, close=False, ack_quorum=3)
+    abandoned = write_on(bk, victim_id, 200, close=False)    # its writer is never heard of again
+    world.cut(CLIENT_ADDRESS, bookie_address(victim))
+    last, elapsed = read_all(client(world), closed.ledger_id)
+    assert last == 299 and elapsed < READ_BOUND, f"read took {elapsed:.1f}s"
+    next_id = 50                                       # adds go on; the cut bookie is replaced (R9) once
+    deadline = time.monotonic() + 30                   # its adds time out (addEntryTimeoutSec)
+    while world.bookie_id(victim) in open_lh.metadata.last_fragment.ensemble:
+        assert time.monotonic() < deadline, f"{world.bookie_id(victim)} was never replaced"
+        open_lh.add_entry(payload(next_id), timeout=30)
+        next_id += 1
+        time.sleep(0.05)
+    for _ in range(20):
+        open_lh.add_entry(payload(next_id), timeout=30)
+        next_id += 1
+    open_lh.close()
+    assert read_all(client(world), open_lh.ledger_id)[0] == next_id - 1
+    recovered, took = read_all(client(world), abandoned.ledger_id, recovery=True)   # R14-R20
+    assert recovered == 199, recovered
+    md = bk.ledger_metadata(abandoned.ledger_id)
+    assert md.state is LedgerState.CLOSED and md.last_entry_id == 199
+    assert registered(world, victim), "the cut bookie should still be registered: ZooKeeper reaches it"
+    bk.close()
+    return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "recovery_read_s": round(took, 2)}
+
+
+def scenario_asymmetric(world: World) -> dict[str, object]:
+    """Requests reach one bookie but its answers to the client are dropped (one-way partition): reads
+    speculate, recovery completes, and the bookie did get the fencing request (it fenced the ledger)."""
+    bk = client(world)
+    closed = write(bk, 300)
+    victim_id = closed.metadata.last_fragment.ensemble[0]
+    victim = world.index_of(victim_id)
+    abandoned = write_on(bk, victim_id, 100, close=False)
+    reader = client(world)
+    reader.open_ledger(abandoned.ledger_id, PASSWORD, recovery=False)   # LAC read: connected to all three
+    world.drop(bookie_address(victim), CLIENT_ADDRESS)
+    last, elapsed = read_all(reader, closed.ledger_id)
+    assert last == 299 and elapsed < READ_BOUND, f"read took {elapsed:.1f}s"
+    recovered, took = read_all(reader, abandoned.ledger_id, recovery=True)
+    assert recovered == 99, recovered
+    world.heal(bookie_address(victim), CLIENT_ADDRESS)
+    address = f"{bookie_address(victim)}:3181"
+    late = bookie_util.add(address, abandoned.ledger_id, [100], timeout=10)
+    assert late.statuses == {100: pb.EFENCED}, f"the bookie did not fence: {late.statuses}"   # R15
+    bk.close()
+    reader.close()
+    return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "recovery_read_s": round(took, 2)}
+
+
+def scenario_bookie_cut_from_zookeeper(world: World) -> dict[str, object]:
+    """One bookie loses ZooKeeper but not its clients: its registration expires, so new ensembles leave
+    it out, yet it keeps serving reads and adds of its ledgers; once healed it registers again."""
+    bk = client(world)
+    closed = write(bk, 200)
+    victim_id = closed.metadata.last_fragment.ensemble[0]
+    victim = world.index_of(victim_id)
+    open_lh = write_on(bk, victim_id, 20, close=False)
+    world.cut(bookie_address(victim), ZK_ADDRESS)
+    world.blackhole(f"b{victim}", ZK_ADDRESS)
+    wait_until("the bookie's registration to expire", lambda: not registered(world, victim), 30)
+    fresh = client(world)                              # resolves the bookie by its id, not the registry
+    last, elapsed = read_all(fresh, closed.ledger_id)
+    assert last == 199 and elapsed < READ_BOUND, f"read took {elapsed:.1f}s"
+    direct = bookie_util.read(f"{bookie_address(victim)}:3181", closed.ledger_id, 0, timeout=10)
+    assert direct.status == pb.EOK, "the bookie should still serve reads"
+    for i in range(20, 60):
+        open_lh.add_entry(payload(i), timeout=30)
+    open_lh.close()
+    assert read_all(fresh, open_lh.ledger_id)[0] == 59
+    for _ in range(5):                                 # new ledgers use registered bookies only
+        lh = fresh.create_ledger(3, 3, 2, password=PASSWORD)
+        assert world.bookie_id(victim) not in lh.metadata.last_fragment.ensemble
+        lh.close()
+    still_in = world.bookie_id(victim) in open_lh.metadata.last_fragment.ensemble
+    world.heal(bookie_address(victim), ZK_ADDRESS)
+    world.heal(ZK_ADDRESS, bookie_address(victim))
+    world.blackhole(f"b{victim}", ZK_ADDRESS, add=False)
+    wait_until("the bookie to register again", lambda: registered(world, victim), 40)
+    bk.close()
+    fresh.close()
+    return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "kept_in_ensemble": still_in}
+
+
+SCENARIOS = {
+    "client_cut_off": scenario_client_cut_off,
+    "asymmetric": scenario_asymmetric,
+    "bookie_cut_from_zookeeper": scenario_bookie_cut_from_zookeeper,
+}
+
+
+def main(name: str, base: Path) -> None:
+    world = World(base, bookies=4)
+    try:
+        world.build()
+        world.start()
+        world.enter_client_namespace()
+        wait_until("4 bookies to register", lambda: all(registered(world, i) for i in range(1, 5)), 60)
+        result = SCENARIOS[name](world)
+        print("RESULT", result, flush=True)
+    finally:
+        world.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
