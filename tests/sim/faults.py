@@ -32,6 +32,7 @@ class Faults:
         self.world = world
         self.swarm = swarm
         self.start_successor = start_successor
+        self.can_corrupt = can_corrupt
         self.kinds = [k for k in swarm.faults if k != "corrupt" or can_corrupt]
         self.weights = [swarm.faults[k] for k in self.kinds]
         world.on_hazard = self.hazard
@@ -41,6 +42,7 @@ class Faults:
         self.clients = clients
         self.start_recoverer = start_recoverer
         self.active = True
+        self._group_waits = {b.name: b.group_wait for b in bookies}
         self.mean_gap = swarm.mean_gap
         self.warmup = swarm.warmup
         self.recovery_after = swarm.recovery_after
@@ -150,6 +152,20 @@ class Faults:
             self.net.slow_nodes.pop(bookie.name, None)
         self._later(50, 600, f"{bookie.name} fast again", fast)
 
+    def _slow_disk(self) -> None:
+        """A bookie's journal disk turns slow: fsyncs take long, so what it journaled stays unsynced (not
+        yet readable, not yet acknowledged) while requests keep arriving."""
+        self._slow_disk_of(self.world.rng.choice(self.bookies))
+
+    def _slow_disk_of(self, bookie: SimBookie) -> None:
+        normal = self._group_waits[bookie.name]
+        bookie.set_group_wait(self.world.rng.choice([100, 300]))
+        self.world.note(f"fault: {bookie.name} journal disk slow (group wait {bookie.group_wait})")
+
+        def fast() -> None:
+            bookie.set_group_wait(normal)
+        self._later(100, 600, f"{bookie.name} disk fast again", fast)
+
     def _pause_writer(self) -> None:
         if self.writer.alive and not self.writer.paused:
             self.writer.pause()
@@ -163,7 +179,9 @@ class Faults:
             self._later(0, 10, "recoverer of a storm", self.start_recoverer)
 
     def _corrupt(self) -> None:
-        bookie = self.world.rng.choice(self.bookies)
+        self._corrupt_one(self.world.rng.choice(self.bookies))
+
+    def _corrupt_one(self, bookie: SimBookie) -> None:
         self.world.note(f"fault: {bookie.name} returns corrupt copies")
         bookie.corrupt = True
 
@@ -182,16 +200,43 @@ class Faults:
             return
         self.world.note(f"hazard at {point}")
         if isinstance(subject, SimBookie):
+            if self.world.chance(0.5):
+                self._slow_disk_of(subject)     # the fence (and the adds before it) stay unsynced for long
+                return
             # A bookie dies around its fence: before or after the fsync that makes it durable.
             self._later(0, 2 * subject.group_wait + 20, f"crash {subject.name} near its fence", subject.crash)
             self._later(25, 150, f"restart {subject.name}", subject.restart)
             return
         if not isinstance(subject, Actor):
             return
-        if subject is self.writer and point == "writer_add_sent" and self.world.chance(0.3):
-            subject.crash()
-            self._later(0, 30, "recoverer after writer crash", self.start_recoverer)
+        if point == "recovery_reading" and self.world.chance(0.5):
+            # A bookie stalls just as a recovery starts reading: its answers come after the timeouts.
+            bookie = self.world.rng.choice(self.bookies)
+            if self.can_corrupt and self.world.chance(0.4):
+                self._corrupt_one(bookie)
+                return
+            if self.world.chance(0.5):
+                self._slow_disk_of(bookie)
+                return
+            self.world.note(f"{bookie.name} stalls while recovery reads")
+            timeout = self.world.timeout
+            self.net.slow_nodes[bookie.name] = self.world.rng.choice([timeout // 2, timeout, 3 * timeout])
+
+            def fast() -> None:
+                self.net.slow_nodes.pop(bookie.name, None)
+            self._later(30, 300, f"{bookie.name} fast again", fast)
             return
+        if subject is self.writer and point == "writer_add_sent":
+            roll = self.world.rng.random()
+            if roll < 0.2:
+                subject.crash()
+                self._later(0, 30, "recoverer after writer crash", self.start_recoverer)
+                return
+            if roll < 0.6:
+                # A recovery races the writer while it streams adds.
+                for _ in range(self.world.between(1, 2)):
+                    self._later(0, 10, "recoverer racing the writer", self.start_recoverer)
+                return
         subject.pause()
         for _ in range(self.world.between(1, 2)):
             self._later(0, 40, f"recoverer while {subject.name} is paused", self.start_recoverer)
@@ -209,6 +254,7 @@ class Faults:
         for bookie in self.bookies:
             bookie.fail_next_sync = False
             bookie.corrupt = False
+            bookie.group_wait = self._group_waits[bookie.name]
             if bookie.paused:
                 bookie.resume()
             if not bookie.up or bookie.failed:

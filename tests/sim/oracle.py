@@ -43,6 +43,8 @@ class Oracle:
         self.fence_promised: set[tuple[str, int]] = set()
         self.copies: dict[int, set[str]] = {}      # entry id -> bookies that hold it durably
         self.seals: list[tuple[str, int]] = []      # (log successor, last entry id it sealed the tail at)
+        self.bookie_acks: set[tuple[str, int]] = set()       # (bookie, entry) it acknowledged to the writer
+        self.negatives: set[tuple[str, int]] = set()         # (bookie, entry) it told a recovery is missing
         self.reads = 0
 
     def fail(self, rule: str, message: str) -> None:
@@ -137,6 +139,33 @@ class Oracle:
 
     def on_fence_promised(self, bookie: str, ledger_id: int) -> None:
         self.fence_promised.add((bookie, ledger_id))
+
+    def on_recovery_reading(self, client: str, ensemble: tuple[str, ...], qw: int, qa: int) -> None:
+        """R16: a recovery reads entries only once no ack quorum of the last ensemble is left unfenced, i.e.
+        every write set holds at least Qw - Qa + 1 bookies that answered it is fenced (else the writer can
+        still complete adds the recovery will not see)."""
+        e, need = len(ensemble), qw - qa + 1
+        for first in range(e):
+            members = [ensemble[(first + k) % e] for k in range(qw)]
+            fenced = [b for b in members if (b, self.ledger_id) in self.fence_promised]
+            if len(fenced) < need:
+                self.fail("R16", f"{client} reads entries while write set {members} has only {fenced} fenced "
+                          f"({need} needed): an ack quorum is left unfenced")
+
+    def on_bookie_acked(self, bookie: str, entry_id: int) -> None:
+        """R8/R22: a bookie acknowledged a normal add of entry_id (sent after the fsync that made it durable)."""
+        self.bookie_acks.add((bookie, entry_id))
+        if (bookie, entry_id) in self.negatives:
+            self.fail("R18", f"{bookie} acknowledged entry {entry_id} after telling a recovery it does not have "
+                      "it: a negative answer must be final (fence first, answer once durable)")
+
+    def on_recovery_negative(self, bookie: str, entry_id: int) -> None:
+        """R18/R22: `bookie` answers a recovery read that it has no entry_id (NoSuchEntry/NoSuchLedger). That
+        must stay true: the bookie never acknowledged it before (lost data) nor acknowledges it later."""
+        self.negatives.add((bookie, entry_id))
+        if (bookie, entry_id) in self.bookie_acks:
+            self.fail("R18", f"{bookie} tells a recovery it does not have entry {entry_id}, which it acknowledged "
+                      "to the writer: a negative answer must be final and never contradict an ack (R18, R22)")
 
     def on_add_accepted(self, bookie: str, ledger_id: int, entry_id: int) -> None:
         """Oracle 6: once a bookie said the ledger is fenced, no non-recovery add gets in, restarts included."""

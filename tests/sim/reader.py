@@ -3,9 +3,10 @@
 Mirrors BookKeeper's ReadOnlyLedgerHandle (R11-R13): it never fences and never writes metadata; it learns
 the LAC from the bookies of the last fragment (ReadLastConfirmed: entry -1 reads), reads entries up to
 `reads.read_bound` (LAC while open, last entry id once closed), tries the bookies of each write set in the
-order `reads.read_order` gives (`EntryReadAttempt`; bookies that were slow recently go last), speculates
-(asks the next bookie once `speculative_timeout` passed without an answer; the first valid copy wins) and
-verifies every copy with `digest.unpack_entry`. `mutation` selects a broken reader for mutation tests.
+order `reads.read_order` gives, with the real speculative-read core (`speculative.SequenceRead`: asks the
+next bookie once `speculative_timeout` passed without an answer, the first valid copy wins;
+`BookieHealth`: recently slow bookies are read last) and verifies every copy with `digest.unpack_entry`.
+`mutation` selects a broken reader for mutation tests.
 Every entry it returns goes to the oracle (oracle 2 and 3). The final reader reads a closed ledger whole.
 """
 
@@ -15,6 +16,16 @@ from client.errors import DigestMismatchError
 from client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.reads import EntryReadAttempt, check_read_range, read_bound, read_order
+from client.protocol.speculative import (
+    BookieHealth,
+    MarkSlow,
+    ReadDone,
+    ReadFailed,
+    SendRead,
+    SequenceRead,
+    SpeculativeAction,
+    SpeculativePolicy,
+)
 from client.protocol.status import StatusCode
 from tests.sim.actors import Actor
 from tests.sim.messages import Payload, ReadRequest, ReadResponse
@@ -36,7 +47,8 @@ class Reader(Actor):
         self.speculative_timeout = speculative_timeout
         self.key = key                  # the master key: only the reader-fences mutant sends it
         self.mutation = mutation
-        self.slow: set[str] = set()     # bookies that missed a speculative timeout (read from last)
+        self.policy = SpeculativePolicy(speculative_timeout, 4 * speculative_timeout)
+        self.health = BookieHealth(expiry=200)    # reorderReadSequenceEnabled: recently slow bookies last
         self.final = final
         self.lac = -1
         self.next_entry = 0
@@ -51,8 +63,6 @@ class Reader(Actor):
     def _poll(self) -> None:
         if self.stopped or self.done:
             return
-        if self.slow and self.world.chance(0.2):
-            self.slow.clear()           # slow bookies are forgiven after a while
         self.read_md(self._on_md, self._round_over)
 
     def _round_over(self) -> None:
@@ -98,68 +108,65 @@ class Reader(Actor):
             return
         if self.mutation != "read-past-lac":
             check_read_range(md, self.lac, entry_id, entry_id)
-        attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(md, entry_id, self.slow))
+        attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(md, entry_id))
         self._fetch(md, attempt, count)
 
     def _fetch(self, md: LedgerMetadata, attempt: EntryReadAttempt, count: int) -> None:
-        """R13 with speculation: ask the first bookie; if it has not answered within the speculative timeout,
-        also ask the next one; the first copy whose digest verifies wins, later answers are dropped; the
-        entry fails only once every bookie of the write set failed."""
+        """R13 with speculation, decided by the real `speculative.SequenceRead`: ask the first bookie; after
+        the speculative timeout without an answer also ask the next one; the first copy whose digest verifies
+        wins, later answers are dropped; the entry fails only once every bookie of the write set failed."""
         entry_id = attempt.entry_id
-        state = {"done": False, "outstanding": 0}
+        seq = SequenceRead(self.health.order(read_order(md, entry_id), self.world.now), self.policy)
+        copies: dict[str, bytes] = {}
+        armed: list[float] = []
 
-        def failed(bookie: str, status: int) -> None:
-            state["outstanding"] -= 1
-            if state["done"]:
-                return
-            following = attempt.on_failure(bookie, status)
-            if following is not None:
-                send(following)
-            elif state["outstanding"] == 0:
-                state["done"] = True
-                self.failures += 1
-                self.world.note(f"{self.name}: entry {entry_id} unreadable: {type(attempt.error()).__name__}")
-                self._round_over()
+        def execute(actions: list[SpeculativeAction]) -> None:
+            for action in actions:
+                if isinstance(action, SendRead):
+                    send(action.bookie_id, action.speculative)
+                elif isinstance(action, MarkSlow):
+                    self.health.on_slow_all(action.bookie_ids, self.world.now)
+                elif isinstance(action, ReadDone):
+                    self.oracle.on_reader_entry(self.name, entry_id, copies[action.bookie_id], md, self.lac)
+                    self.got[entry_id] = copies[action.bookie_id]
+                    self.next_entry = entry_id + 1
+                    self._read_next(md, count + 1)
+                elif isinstance(action, ReadFailed):
+                    for bookie, status in action.errors:
+                        attempt.on_failure(bookie, status)
+                    self.failures += 1
+                    self.world.note(f"{self.name}: entry {entry_id} unreadable: {type(attempt.error()).__name__}")
+                    self._round_over()
+            arm()
+
+        def arm() -> None:
+            deadline = seq.deadline
+            if deadline is not None and not seq.finished and deadline not in armed:
+                armed.append(deadline)
+                self.later(max(0, int(deadline) - self.world.now), f"speculative timer e{entry_id}",
+                           lambda: execute(seq.on_timer(self.world.now)))
 
         def got(bookie: str, payload: Payload) -> None:
             assert isinstance(payload, ReadResponse)
-            if state["done"]:
-                state["outstanding"] -= 1
-                return
             if payload.status != StatusCode.EOK or payload.body is None:
-                failed(bookie, payload.status)
+                execute(seq.on_failure(bookie, payload.status, self.world.now))
                 return
             try:
-                data = self._payload(entry_id, payload.body)
+                copies[bookie] = self._payload(entry_id, payload.body)
             except DigestMismatchError:
                 self.world.note(f"{self.name}: digest mismatch for e{entry_id} from {bookie}")
-                failed(bookie, StatusCode.DIGEST_MISMATCH)
+                self.health.on_slow(bookie, self.world.now)
+                execute(seq.on_failure(bookie, StatusCode.DIGEST_MISMATCH, self.world.now))
                 return
-            state["done"] = True
-            state["outstanding"] -= 1
-            self.oracle.on_reader_entry(self.name, entry_id, data, md, self.lac)
-            self.got[entry_id] = data
-            self.next_entry = entry_id + 1
-            self._read_next(md, count + 1)
+            execute(seq.on_success(bookie))
 
-        def speculate(bookie: str) -> None:
-            if state["done"]:
-                return
-            self.slow.add(bookie)      # reorderReadSequenceEnabled: read from it last for a while
-            following = attempt.next_bookie()
-            if following is not None:
-                self.world.note(f"{self.name}: speculative read of e{entry_id} from {following}")
-                send(following)
+        def send(bookie: str, speculative: bool) -> None:
+            if speculative:
+                self.world.note(f"{self.name}: speculative read of e{entry_id} from {bookie}")
+            self.call(bookie, ReadRequest(self.ledger_id, entry_id, False, b""), lambda p: got(bookie, p),
+                      lambda: execute(seq.on_failure(bookie, StatusCode.TIMEOUT, self.world.now)))
 
-        def send(bookie: str) -> None:
-            state["outstanding"] += 1
-            self.call(bookie, ReadRequest(self.ledger_id, entry_id, False, b""),
-                      lambda p: got(bookie, p), lambda: failed(bookie, StatusCode.TIMEOUT))
-            self.later(self.speculative_timeout, f"speculative timeout e{entry_id}", lambda: speculate(bookie))
-
-        first = attempt.next_bookie()
-        assert first is not None
-        send(first)
+        execute(seq.start(self.world.now))
 
     def _payload(self, entry_id: int, body: bytes) -> bytes:
         """The entry's payload after the digest check (R7); the no-digest-check mutant skips the check."""

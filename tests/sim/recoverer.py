@@ -62,6 +62,7 @@ class Recoverer(Actor):
         self.done = False
         self.gave_up = False
         self.rec: LedgerRecovery | None = None
+        self._reading: LedgerRecovery | None = None    # the attempt whose reads the oracle has seen start
         self.md: LedgerMetadata | None = None
         self.version = -1
 
@@ -133,6 +134,12 @@ class Recoverer(Actor):
             if isinstance(action, SendFenceRead):
                 self._read(rec, action.bookie_id, -1, True, action.index)
             elif isinstance(action, SendRecoveryRead):
+                if rec is not self._reading:
+                    self._reading = rec
+                    md = self.md
+                    assert md is not None
+                    self.oracle.on_recovery_reading(self.name, md.last_fragment.ensemble, md.write_quorum,
+                                                    md.ack_quorum)
                 self._read(rec, action.bookie_id, action.entry_id, action.fence, action.index)
             elif isinstance(action, WriteBack):
                 for bookie in action.bookie_ids:
@@ -158,7 +165,7 @@ class Recoverer(Actor):
             assert isinstance(payload, ReadResponse)
             feed(payload.status, payload.body, payload.lac)
 
-        self.call(bookie, ReadRequest(self.ledger_id, entry_id, fence, self.key), reply,
+        self.call(bookie, ReadRequest(self.ledger_id, entry_id, fence, self.key, recovery=True), reply,
                   lambda: feed(StatusCode.TIMEOUT))
 
     def _write_back(self, rec: LedgerRecovery, entry_id: int, body: bytes, bookie: str) -> None:

@@ -75,7 +75,7 @@ class Simulation:
         self.digest = DigestManager(digest_type, self.password)
         # A timeout above a normal round trip (two network delays and a group commit); slow messages and slow
         # bookies still exceed it.
-        world.timeout = 2 * sw.max_delay + sw.group_wait + 10 + rng.choice([0, 20, 60])
+        world.timeout = 2 * sw.max_delay + max(sw.group_waits) + 10 + rng.choice([0, 20, 60])
         self.net = Network(world, loss=sw.loss, dup=sw.dup, max_delay=sw.max_delay, slow_rate=sw.slow_rate,
                            slow_delay=sw.slow_delay)
         flags = "" if options.mutation == "none" else f" MUTATION={options.mutation}"
@@ -85,7 +85,7 @@ class Simulation:
         self.store = MetaStore(world, self.net, self.oracle)
         self.net.register(self.store)
         self.bookies = [SimBookie(f"bookie-{i}", world, self.net, self.oracle, mutation=options.mutation,
-                                  group_wait=sw.group_wait)
+                                  group_wait=sw.group_waits[i])
                         for i in range(n_bookies)]
         for bookie in self.bookies:
             self.net.register(bookie)

@@ -18,7 +18,7 @@ import random
 FAULT_CLASSES = {
     "crash": 5, "pause": 4, "fsync": 3, "cut_writer_all": 3, "cut_writer_some": 3, "cut_bookie": 2,
     "zk_loss": 2, "kill_writer": 1, "recoverer": 3, "pause_then_recover": 2, "slow_bookie": 3,
-    "pause_writer": 2, "recovery_storm": 2, "corrupt": 2, "successor": 2,
+    "pause_writer": 2, "recovery_storm": 2, "corrupt": 2, "successor": 2, "slow_disk": 3,
 }
 #: Hazard points (buggify): where the world may pause or kill an actor at the worst moment.
 HAZARDS = ("writer_add_sent", "writer_cas_sent", "fence_journaled", "recovery_reading", "recovery_close_sent")
@@ -36,7 +36,7 @@ class Swarm:
     max_delay: int
     slow_rate: float          # share of messages held back for `slow_delay` (delayed past timeouts, recoveries)
     slow_delay: int
-    group_wait: int           # journalMaxGroupWaitMSec of every bookie
+    group_waits: tuple[int, ...]  # journalMaxGroupWaitMSec of each bookie (a slow journal disk: a long one)
     max_adds: int
     window: int               # writer's pipeline depth
     add_gap: int              # writer's longest pause between two adds
@@ -51,14 +51,15 @@ class Swarm:
         on = ",".join(sorted(self.faults)) or "none"
         hz = ",".join(f"{k}={v}" for k, v in sorted(self.hazards.items()) if v) or "none"
         return (f"swarm: loss={self.loss} dup={self.dup} delay<={self.max_delay} slow={self.slow_rate}x"
-                f"{self.slow_delay} group_wait={self.group_wait} window={self.window} gap={self.add_gap} "
+                f"{self.slow_delay} group_waits={list(self.group_waits)} window={self.window} gap={self.add_gap} "
                 f"fault_gap={self.mean_gap} faults=[{on}] hazards=[{hz}] spec={self.speculative_timeout}")
 
 
 def draw(rng: random.Random) -> Swarm:
     """Draw the world of one seed from the seed's rng."""
     faults = {kind: weight * rng.choice((1, 1, 3)) for kind, weight in FAULT_CLASSES.items() if rng.random() < 0.5}
-    hazards = {point: rng.choice((0.0, 0.0, 0.02, 0.1)) for point in HAZARDS}
+    hazards = {point: rng.choice((0.0, 0.01, 0.05) if point == "writer_add_sent" else (0.0, 0.1, 0.3, 0.6))
+               for point in HAZARDS}
     slow_rate = rng.choice((0.0, 0.0, 0.02, 0.1, 0.3))
     return Swarm(
         quorum=rng.choice(QUORUMS),
@@ -68,8 +69,8 @@ def draw(rng: random.Random) -> Swarm:
         max_delay=rng.choice((1, 3, 8, 15, 30)),
         slow_rate=slow_rate,
         slow_delay=rng.choice((30, 80, 200, 500)),
-        group_wait=rng.choice((1, 2, 4, 12, 30, 80)),
-        max_adds=rng.choice((10, 40, 120, 250)),
+        group_waits=_group_waits(rng),
+        max_adds=rng.choice((10, 60, 150, 300)),
         window=rng.choice((1, 4, 16, 64)),
         add_gap=rng.choice((1, 2, 6, 20)),
         faults=faults,
@@ -79,3 +80,11 @@ def draw(rng: random.Random) -> Swarm:
         hazards=hazards,
         speculative_timeout=rng.choice((2, 5, 15, 30)),
     )
+
+
+def _group_waits(rng: random.Random) -> tuple[int, ...]:
+    """One group-commit wait for all bookies, or (swarm) each bookie its own, some on a slow journal disk."""
+    choices = (1, 2, 4, 12, 30, 80)
+    if rng.random() < 0.5:
+        return (rng.choice(choices),) * 8
+    return tuple(rng.choice(choices) for _ in range(8))
