@@ -5,8 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEEDS ?= 200
+FROM ?= 0
+STEPS ?= 3000
+MUTATION ?= none
 
-.PHONY: demo demo-secure test lint proto unit integration sim bench bench-quick clean
+.PHONY: demo demo-secure test lint proto unit integration sim sim-mutants bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,8 +37,14 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
 
+# make sim [SEEDS=N FROM=F] [SEED=S] [MUTATION=M] [STEPS=K]: run a seed range, or replay one seed's trace.
 sim: $(STAMP)
-	$(BIN)/python -m tests.sim.runner --seeds $(SEEDS) $(if $(SEED),--seed $(SEED))
+	$(BIN)/python -m tests.sim.runner --seeds $(SEEDS) --first $(FROM) --steps $(STEPS) --mutation $(MUTATION) \
+		$(if $(SEED),--seed $(SEED))
+
+# make sim-mutants [SEEDS=N FROM=F]: each mutant's violation rate over the range; fails below 3%.
+sim-mutants: $(STAMP)
+	$(BIN)/python -m tests.sim.runner --mutants --seeds $(SEEDS) --first $(FROM) --steps $(STEPS)
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \

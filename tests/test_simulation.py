@@ -5,9 +5,9 @@ decisions, journal record codec) through `tests.sim`: simulated network, disk an
 faults, the oracle checked after every step. A failing seed prints its replay command
 (`make sim SEED=<seed>`).
 
-The mutation tests flip one protocol switch in a test-only RecoveryRules (or use a bookie that acknowledges
-before fsync) and show that the simulator reports an oracle violation for at least one of a few seeds found
-by an offline search (`python -m tests.sim.runner --seeds N --mutation ...`).
+The mutant test runs every deliberately broken rule (tests.sim.mutations: a switch in a simulated actor or a
+test-only RecoveryRules) over a fresh random seed range and requires each to violate the oracle in at least
+3% of the seeds (`make sim-mutants` prints the same table for any range).
 """
 
 from __future__ import annotations
@@ -21,23 +21,22 @@ from pathlib import Path
 import pytest
 
 from bookie.core.records import encode_add_batch, encode_fence, encode_ledger_key
-from client.protocol.recovery import RecoveryRules
 from tests.sim import SimOptions, run_seed
 from tests.sim.disk import SimJournal
+from tests.sim.mutations import BAR, MUTATIONS
 from tests.sim.runner import main as runner_main
+from tests.sim.runner import mutants_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Seeds that every build must pass.
 FIXED_SEEDS = list(range(300))
 FRESH_SEEDS = 20
-
-#: Found offline with `python -m tests.sim.runner --seeds N --mutation <name>`; each list holds seeds that
-#: violated the oracle under that mutation at the time of writing. The tests need only one to fail.
-NO_FENCE_READS_SEEDS = [572, 3459, 6303, 6553, 8062, 8415]      # 6 hits in 8500 seeds: a narrow window
-UNKNOWN_AS_NEGATIVE_SEEDS = [7, 106, 128, 273, 341, 371]        # 6 hits in 400 seeds
-ACK_BEFORE_SYNC_SEEDS = [54, 154, 222, 228, 244]                # 21 hits in 400 seeds
-FENCE_SHORTCUT_SEEDS = [6303, 6553]                             # 2 hits in 7000 seeds
+#: The mutant check in CI: a fresh random seed range of this size per mutant (stopping a mutant as soon as it
+#: reached the bar). A mutant whose true rate is 15% fails it with probability about 1e-5, one at 10% with
+#: about 2e-3 (binomial); the tuning ranges were 0-1999.
+MUTANT_SEEDS = 100
+TUNED_BELOW = 2000
 
 
 def _assert_holds(seed: int, options: SimOptions = SimOptions()) -> None:
@@ -50,13 +49,6 @@ def test_fixed_seed_holds_the_oracle(seed: int) -> None:
     """Oracle 1-7 after every step of a fixed seed (faults: crashes, pauses, fsync errors, partitions, lost
     ZooKeeper answers, writer crash, concurrent recoveries)."""
     _assert_holds(seed)
-
-
-def test_mutation_seeds_hold_the_oracle_with_correct_rules() -> None:
-    """The seeds that catch the mutations pass with the real rules: the mutation is what breaks them."""
-    for seed in sorted(set(NO_FENCE_READS_SEEDS + UNKNOWN_AS_NEGATIVE_SEEDS + ACK_BEFORE_SYNC_SEEDS
-                           + FENCE_SHORTCUT_SEEDS)):
-        _assert_holds(seed)
 
 
 def test_fresh_random_seeds_hold_the_oracle() -> None:
@@ -91,7 +83,7 @@ def test_run_does_not_depend_on_the_hash_seed() -> None:
 def test_runner_summary_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
     """`--seeds N` prints "N seeds, 0 violations"; `--seed S` prints the trace of that run."""
     assert runner_main(["--seeds", "3"]) == 0
-    assert "3 seeds, 0 violations" in capsys.readouterr().out
+    assert "3 seeds (0..2), 0 violations" in capsys.readouterr().out
     assert runner_main(["--seed", "2", "--steps", "300"]) == 0
     out = capsys.readouterr().out
     assert "setup:" in out and "trace hash" in out
@@ -116,35 +108,26 @@ def test_sim_journal_replay_stops_at_torn_tail() -> None:
     assert cut > 0 and journal.synced > durable
 
 
-def _mutation_caught(seeds: list[int], options: SimOptions) -> None:
-    assert seeds, "no seeds recorded for this mutation"
-    results = [run_seed(seed, options) for seed in seeds]
-    caught = [r for r in results if r.violation is not None]
-    assert caught, f"no oracle violation in seeds {seeds}: the simulator no longer catches this bug"
-    print("\n".join(r.summary for r in caught))
+def test_every_mutant_is_caught_on_a_fresh_seed_range(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each deliberately broken rule (tests.sim.mutations: R6, R8, R9, R11, R12, R15, R16, R18, R19, R20, R28,
+    R7) violates the oracle in at least 3% of a seed range never used while tuning the world; the range is
+    random and printed, so a failure replays with `make sim-mutants FROM=<first> SEEDS=<n>`."""
+    first = random.SystemRandom().randrange(TUNED_BELOW, 2**31)
+    status = mutants_table(list(MUTATIONS), first, MUTANT_SEEDS, BAR, SimOptions.steps, stop_early=True)
+    out = capsys.readouterr().out
+    print(out)
+    assert status == 0, f"a mutant escaped; replay with `make sim-mutants FROM={first} SEEDS={MUTANT_SEEDS}`\n{out}"
 
 
-def test_mutation_recovery_reads_without_fence_flag_is_caught() -> None:
-    """R18 (BookKeeper PR #2616): recovery reads without the fence flag let a bookie answer NoSuchEntry for an
-    entry still in its journal and acknowledge it afterwards: the ledger is truncated (oracle 1)."""
-    _mutation_caught(NO_FENCE_READS_SEEDS,
-                     SimOptions(rules=RecoveryRules(fence_reads=False), mutation="no-fence-reads"))
+def test_a_violation_prints_the_shrunk_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    """A failing range prints the first violation shrunk to fewer chaos steps, with its trace and the
+    `make sim SEED=... MUTATION=... STEPS=...` command that replays exactly it."""
+    assert runner_main(["--seeds", "40", "--first", "0", "--mutation", "lac-before-quorum"]) == 1
+    out = capsys.readouterr().out
+    assert "shrunk to" in out and "replay: make sim SEED=" in out and "MUTATION=lac-before-quorum" in out
+    assert "last trace lines" in out
 
 
-def test_mutation_unknown_counted_as_negative_is_caught() -> None:
-    """R18: counting timeouts / errors as NoSuchEntry closes the ledger below an acknowledged entry."""
-    _mutation_caught(UNKNOWN_AS_NEGATIVE_SEEDS,
-                     SimOptions(rules=RecoveryRules(unknown_as_negative=True), mutation="unknown-as-negative"))
-
-
-def test_mutation_bookie_acking_before_fsync_is_caught() -> None:
-    """R8/R22: a bookie that acknowledges before fsync loses acknowledged entries in a crash."""
-    _mutation_caught(ACK_BEFORE_SYNC_SEEDS, SimOptions(ack_before_sync=True, mutation="ack-before-sync"))
-
-
-def test_mutation_bookie_answering_fencing_reads_before_the_fence_is_durable_is_caught() -> None:
-    """R15/R18: a bookie that answers a fencing read at once because the ledger is already fenced in memory
-    (while that fence, and the adds journaled before it, are not yet durable and readable) says NoSuchEntry for
-    an entry it acknowledges right after: truncation (oracle 1). bookie/server.py's `_fence` returns early in
-    exactly that case (`not check.newly_fenced`)."""
-    _mutation_caught(FENCE_SHORTCUT_SEEDS, SimOptions(fence_shortcut=True, mutation="fence-shortcut"))
+def test_mutant_options_reject_unknown_names() -> None:
+    with pytest.raises(ValueError, match="unknown mutation"):
+        SimOptions(mutation="no-such-bug")

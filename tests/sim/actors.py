@@ -2,8 +2,10 @@
 
 Mirrors what BookKeeper's client runtime gives its protocol code: a request to a bookie or to ZooKeeper
 either gets its answer or, after a timeout, is given up ("maybe written"); late or duplicate answers are
-ignored. A crashed client forgets everything it was waiting for. A CAS whose answer does not come back is
-reported like a lost race (`on_conflict`): the caller must re-read the metadata and decide (R9, R10, R20).
+ignored. A crashed client forgets everything it was waiting for. A paused client (SIGSTOP, a long GC)
+runs nothing: messages to it are held by the network and its timers fire only once it resumes. A CAS
+whose answer does not come back is reported like a lost race (`on_conflict`): the caller must re-read
+the metadata and decide (R9, R10, R20).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from tests.sim.net import Network
 from tests.sim.oracle import Oracle
 from tests.sim.world import Event, World
 
-TIMEOUT = 40
 META_READ_ATTEMPTS = 8
 
 OnMeta = Callable[[int, LedgerMetadata], None]
@@ -33,6 +34,8 @@ class Actor:
         self.oracle = oracle
         self.ledger_id = ledger_id
         self.alive = True
+        self.paused = False
+        self._deferred: list[Callable[[], None]] = []
         self._next_req = 0
         self._pending: dict[int, tuple[Callable[[Payload], None], Callable[[], None], Event]] = {}
         net.register(self)
@@ -42,7 +45,34 @@ class Actor:
         return self.alive
 
     def is_paused(self) -> bool:
-        return False
+        return self.paused
+
+    def pause(self) -> None:
+        if self.alive and not self.paused:
+            self.paused = True
+            self.world.note(f"{self.name} paused")
+
+    def resume(self) -> None:
+        if not self.paused:
+            return
+        self.paused = False
+        self.world.note(f"{self.name} resumed")
+        deferred, self._deferred = self._deferred, []
+        for fn in deferred:
+            self._defer_run(fn)
+        self.net.release_held(self.name)
+
+    def _defer_run(self, fn: Callable[[], None]) -> None:
+        self.world.at(0, f"{self.name} deferred", lambda: self._run_timer(fn))
+
+    def _run_timer(self, fn: Callable[[], None]) -> None:
+        """A timer fired: run it now, or once this client resumes; never after a crash."""
+        if not self.alive:
+            return
+        if self.paused:
+            self._deferred.append(fn)
+            return
+        fn()
 
     def deliver(self, src: str, env: Envelope) -> None:
         waiting = self._pending.pop(env.req_id, None)
@@ -57,26 +87,29 @@ class Actor:
              on_timeout: Callable[[], None]) -> None:
         self._next_req += 1
         req_id = self._next_req
-        timer = self.world.at(TIMEOUT, f"{self.name} timeout #{req_id} ({dst} {payload.label()})",
+        timer = self.world.at(self.world.timeout, f"{self.name} timeout #{req_id} ({dst} {payload.label()})",
                               lambda: self._timed_out(req_id))
         self._pending[req_id] = (on_reply, on_timeout, timer)
         self.net.send(self.name, dst, Envelope(req_id, payload))
 
     def _timed_out(self, req_id: int) -> None:
+        if self.paused:
+            self._deferred.append(lambda: self._timed_out(req_id))
+            return
         waiting = self._pending.pop(req_id, None)
         if waiting is not None and self.alive:
             waiting[1]()
 
     def later(self, delay: int, label: str, fn: Callable[[], None]) -> None:
         """Schedule `fn` unless this client has crashed by then."""
-        def run() -> None:
-            if self.alive:
-                fn()
-        self.world.at(delay, f"{self.name} {label}", run)
+        self.world.at(delay, f"{self.name} {label}", lambda: self._run_timer(fn))
 
     def crash(self) -> None:
         """kill -9: everything in flight is forgotten; answers that still arrive are dropped."""
         self.alive = False
+        self.paused = False
+        self._deferred.clear()
+        self.net.drop_held(self.name)
         for _on_reply, _on_timeout, timer in self._pending.values():
             timer.cancel()
         self._pending.clear()

@@ -7,9 +7,12 @@ after the simulated fsync that covers it. A failed fsync answers the waiting req
 bookie failed until restart. A crash drops unsynced bytes (maybe leaving a torn tail); restart rebuilds
 entries, master keys, fenced flags and the max LAC by replaying the journal (R22, R23).
 
-`ack_before_sync=True` and `fence_shortcut=True` are deliberately broken bookies for mutation tests only
-(the second answers a fencing read at once when the ledger is already fenced in memory, before that fence
-and the adds journaled ahead of it are durable and readable).
+A corrupting bookie (fault class "corrupt") flips a byte of every entry it returns to readers, as a bad disk
+or NIC would: readers must reject the copy by its digest and read another one.
+
+`mutation` selects a deliberately broken bookie for mutation tests only: "ack-before-sync", "fence-shortcut"
+(answers a fencing read at once when the ledger is already fenced in memory, before that fence and the adds
+journaled ahead of it are durable and readable), "fence-not-persisted" (the fence lives in memory only).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable
 
 from bookie.core import decisions
 from bookie.core import records as rec
-from client.protocol.status import StatusCode
+from client.protocol.status import NEGATIVE_STATUSES, StatusCode
 from tests.sim.disk import SimJournal
 from tests.sim.messages import AddRequest, AddResponse, Envelope, ReadRequest, ReadResponse
 from tests.sim.net import Network
@@ -39,15 +42,17 @@ def _const(payload: AddResponse | ReadResponse) -> Answer:
 class SimBookie:
     """One bookie: in-memory ledger state, a SimJournal, and replies held until fsync."""
 
-    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, *,
-                 ack_before_sync: bool = False, fence_shortcut: bool = False, group_wait: int = 4) -> None:
+    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, *, mutation: str = "none",
+                 group_wait: int = 4) -> None:
         self.name = name
-        self.fence_shortcut = fence_shortcut
+        self.fence_shortcut = mutation == "fence-shortcut"
+        self.fence_in_memory = mutation == "fence-not-persisted"
+        self.corrupt = False          # fault injection: entries read back have a flipped byte
         self.group_wait = group_wait  # journalMaxGroupWaitMSec: the longest an append waits for its fsync
         self.world = world
         self.net = net
         self.oracle = oracle
-        self.ack_before_sync = ack_before_sync
+        self.ack_before_sync = mutation == "ack-before-sync"
         self.journal = SimJournal()
         self.up = True
         self.paused = False
@@ -57,8 +62,10 @@ class SimBookie:
         self.fenced: set[int] = set()
         self.entries: dict[int, dict[int, bytes]] = {}
         self.max_lac: dict[int, int] = {}
-        self._held: list[tuple[int, str, int, Answer, int | None]] = []  # (offset needed, dest, req, answer, promise)
+        # (offset needed, dest, req, answer, promise, entry id a normal add's ack acknowledges)
+        self._held: list[tuple[int, str, int, Answer, int | None, int | None]] = []
         self._sync_event: Event | None = None
+        self._probing = False
         self._sync_due = False
 
     # ---- Node -----------------------------------------------------------------------------------
@@ -76,18 +83,22 @@ class SimBookie:
             self._on_read(src, env.req_id, payload)
 
     # ---- requests -----------------------------------------------------------------------------------
-    def _reply(self, dst: str, req_id: int, answer: Answer, need: int = 0, promise: int | None = None) -> None:
+    def _reply(self, dst: str, req_id: int, answer: Answer, need: int = 0, promise: int | None = None,
+               acked: int | None = None) -> None:
         """Send `answer()` now, or once the journal is synced up to `need` (the answer is computed then, so a
         fencing read sees every add journaled before its fence). `promise`: the ledger this answer tells the
         client is fenced (oracle 6 holds the bookie to it from the moment it is sent)."""
         if need <= self.journal.synced or self.ack_before_sync:
-            self._send(dst, req_id, answer(), promise)
+            self._send(dst, req_id, answer(), promise, acked)
         else:
-            self._held.append((need, dst, req_id, answer, promise))
+            self._held.append((need, dst, req_id, answer, promise, acked))
 
-    def _send(self, dst: str, req_id: int, payload: AddResponse | ReadResponse, promise: int | None) -> None:
+    def _send(self, dst: str, req_id: int, payload: AddResponse | ReadResponse, promise: int | None,
+              acked: int | None = None) -> None:
         if promise is not None:
             self.oracle.on_fence_promised(self.name, promise)
+        if acked is not None:
+            self.oracle.on_bookie_acked(self.name, acked)
         self.net.send(self.name, dst, Envelope(req_id, payload))
 
     def _on_add(self, src: str, req_id: int, req: AddRequest) -> None:
@@ -116,7 +127,8 @@ class SimBookie:
             self.keys.setdefault(req.ledger_id, req.master_key)
             self._append(rec.encode_ledger_key(req.ledger_id, req.master_key))
         end = self._append(rec.encode_add_batch(req.ledger_id, [req.entry_id], [size], req.body))
-        self._reply(src, req_id, _const(AddResponse(StatusCode.EOK)), end)
+        self._reply(src, req_id, _const(AddResponse(StatusCode.EOK)), end,
+                    acked=None if req.recovery or req.ledger_id != self.oracle.ledger_id else req.entry_id)
 
     def _on_read(self, src: str, req_id: int, req: ReadRequest) -> None:
         if self.failed:
@@ -134,7 +146,10 @@ class SimBookie:
             self._append(rec.encode_ledger_key(req.ledger_id, req.master_key))
         if check.newly_fenced:
             self.fenced.add(req.ledger_id)      # later adds see it at once; the answer waits for the fsync
-            self._append(rec.encode_fence(req.ledger_id))
+            self.oracle.on_fenced(self.name, req.ledger_id)
+            if not self.fence_in_memory:
+                self._append(rec.encode_fence(req.ledger_id))
+            self.world.hazard("fence_journaled", self)
         if self.fence_shortcut and not check.newly_fenced:
             # Mutation: answer at once because the ledger is already fenced in memory, although that fence
             # (and the adds journaled before it) may not be durable and visible yet.
@@ -149,6 +164,12 @@ class SimBookie:
             return ReadResponse(StatusCode.EOK if known else StatusCode.ENOLEDGER, None, lac)
         body = self.entries.get(req.ledger_id, {}).get(req.entry_id)
         status = decisions.decide_read(body is not None, known)
+        if (req.recovery and status in NEGATIVE_STATUSES and req.ledger_id == self.oracle.ledger_id
+                and not self._probing):
+            self.oracle.on_recovery_negative(self.name, req.entry_id)
+        if body is not None and self.corrupt:
+            flip = len(body) - 1
+            body = body[:flip] + bytes([body[flip] ^ 0x5A])
         return ReadResponse(status, body, lac)
 
     def _view(self, ledger_id: int) -> decisions.LedgerView | None:
@@ -176,11 +197,11 @@ class SimBookie:
         for record in self.journal.records_between(old, new):
             self._apply(record)
         held, self._held = self._held, []
-        for need, dst, req_id, answer, promise in held:
+        for need, dst, req_id, answer, promise, acked in held:
             if need <= new:
-                self._send(dst, req_id, answer(), promise)
+                self._send(dst, req_id, answer(), promise, acked)
             else:
-                self._held.append((need, dst, req_id, answer, promise))
+                self._held.append((need, dst, req_id, answer, promise, acked))
 
     def _fsync_failed(self) -> None:
         """The fsync failed: every waiting request is answered EIO, unsynced bytes are lost (some may have
@@ -190,9 +211,12 @@ class SimBookie:
         kept = self.journal.lose_unsynced(self.world.rng, torn=self.world.chance(0.5), junk=False)
         self.world.note(f"{self.name} fsync failed (EIO), {kept} unsynced bytes reached the disk")
         held, self._held = self._held, []
-        for _need, dst, req_id, answer, _promise in held:
+        for _need, dst, req_id, answer, _promise, _acked in held:
             status = StatusCode.EIO
-            payload = AddResponse(status) if isinstance(answer(), AddResponse) else ReadResponse(status)
+            self._probing = True        # answer() is only looked at, never sent: the oracle must not see it
+            is_add = isinstance(answer(), AddResponse)
+            self._probing = False
+            payload = AddResponse(status) if is_add else ReadResponse(status)
             self.net.send(self.name, dst, Envelope(req_id, payload))
 
     def _apply(self, record: rec.Record) -> None:
@@ -246,6 +270,13 @@ class SimBookie:
         self.up = True
         self.failed = False
         self.world.note(f"{self.name} restarted: replayed {len(records)} records, cut {cut} tail bytes")
+
+    def set_group_wait(self, wait: int) -> None:
+        """The journal disk changed speed: the fsync now due is rescheduled within the new wait."""
+        self.group_wait = wait
+        if self._sync_event is not None:
+            self._sync_event.cancel()
+            self._sync_event = self.world.at(self.world.between(1, wait), f"{self.name} fsync", self._fsync)
 
     def pause(self) -> None:
         if self.up:

@@ -3,48 +3,58 @@
 Mirrors the failures PROTOCOL.md's scenarios name: a bookie killed and restarted (kill -9: unsynced bytes
 lost, torn tail), paused (SIGSTOP: messages held), an fsync that fails (EIO until restart), partitions
 (a writer cut off from everything or from some bookies, a bookie cut off from everyone), ZooKeeper
-answers lost (connection loss: "maybe written"), a writer killed with adds in flight, and recoverers
-starting at random times (concurrent recoveries race). Every choice comes from the world's seeded rng.
+answers lost (connection loss: "maybe written"), a writer killed or paused with adds in flight, slow bookies
+(every message to and from them late), a bookie returning corrupt copies, recoverers starting at random times
+or in storms (concurrent recoveries race each other and the writer), and a new log writer taking over the
+tail. Which classes run, how often, and the hazards (pause or kill an actor at a dangerous protocol point)
+come from the seed's `swarm.Swarm`. Every choice comes from the world's seeded rng.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from tests.sim.actors import Actor
 from tests.sim.bookie import SimBookie
 from tests.sim.meta import ZK
 from tests.sim.net import Network
+from tests.sim.swarm import Swarm
 from tests.sim.world import World
 from tests.sim.writer import Writer
-
-KINDS = ("crash", "pause", "fsync", "cut_writer_all", "cut_writer_some", "cut_bookie", "zk_loss",
-         "kill_writer", "recoverer", "pause_then_recover")
-WEIGHTS = (5, 4, 3, 3, 3, 2, 2, 1, 3, 2)
 
 
 class Faults:
     """Schedules one random fault every few time units while active."""
 
     def __init__(self, world: World, net: Network, bookies: list[SimBookie], writer: Writer,
-                 clients: Callable[[], list[str]], start_recoverer: Callable[[], None]) -> None:
+                 clients: Callable[[], list[str]], start_recoverer: Callable[[], None], swarm: Swarm,
+                 start_successor: Callable[[], None], can_corrupt: bool) -> None:
         self.world = world
+        self.swarm = swarm
+        self.start_successor = start_successor
+        self.can_corrupt = can_corrupt
+        self.kinds = [k for k in swarm.faults if k != "corrupt" or can_corrupt]
+        self.weights = [swarm.faults[k] for k in self.kinds]
+        world.on_hazard = self.hazard
         self.net = net
         self.bookies = bookies
         self.writer = writer
         self.clients = clients
         self.start_recoverer = start_recoverer
         self.active = True
-        self.mean_gap = world.rng.choice([15, 30, 60, 120])
-        self.warmup = world.between(0, 300)
-        self.recovery_after = world.between(50, 1500)
+        self._group_waits = {b.name: b.group_wait for b in bookies}
+        self.mean_gap = swarm.mean_gap
+        self.warmup = swarm.warmup
+        self.recovery_after = swarm.recovery_after
 
     def start(self) -> None:
-        self.world.at(self.warmup + self.world.between(1, 2 * self.mean_gap), "fault", self._next)
+        if self.kinds:
+            self.world.at(self.warmup + self.world.between(1, 2 * self.mean_gap), "fault", self._next)
 
     def _next(self) -> None:
         if not self.active:
             return
-        kind = self.world.rng.choices(KINDS, WEIGHTS)[0]
+        kind = self.world.rng.choices(self.kinds, self.weights)[0]
         getattr(self, f"_{kind}")()
         self.world.at(self.world.between(1, 2 * self.mean_gap), "fault", self._next)
 
@@ -132,14 +142,119 @@ class Faults:
         if self.world.now >= self.recovery_after:
             self.start_recoverer()
 
+    def _slow_bookie(self) -> None:
+        """A bookie that still answers, but late (long GC, hung disk): past timeouts and speculation."""
+        bookie = self.world.rng.choice(self.bookies)
+        extra = self.world.rng.choice([20, 60, 200])
+        self.world.note(f"fault: {bookie.name} slow by {extra}")
+        self.net.slow_nodes[bookie.name] = extra
+        def fast() -> None:
+            self.net.slow_nodes.pop(bookie.name, None)
+        self._later(50, 600, f"{bookie.name} fast again", fast)
+
+    def _slow_disk(self) -> None:
+        """A bookie's journal disk turns slow: fsyncs take long, so what it journaled stays unsynced (not
+        yet readable, not yet acknowledged) while requests keep arriving."""
+        self._slow_disk_of(self.world.rng.choice(self.bookies))
+
+    def _slow_disk_of(self, bookie: SimBookie) -> None:
+        normal = self._group_waits[bookie.name]
+        bookie.set_group_wait(self.world.rng.choice([100, 300]))
+        self.world.note(f"fault: {bookie.name} journal disk slow (group wait {bookie.group_wait})")
+
+        def fast() -> None:
+            bookie.set_group_wait(normal)
+        self._later(100, 600, f"{bookie.name} disk fast again", fast)
+
+    def _pause_writer(self) -> None:
+        if self.writer.alive and not self.writer.paused:
+            self.writer.pause()
+            if self.world.chance(0.7):
+                self._later(1, 40, "recoverer while the writer is paused", self.start_recoverer)
+            self._later(20, 400, "resume writer", self.writer.resume)
+
+    def _recovery_storm(self) -> None:
+        """Several recoveries at nearly the same time, racing each other (and the writer)."""
+        for _ in range(self.world.between(2, 4)):
+            self._later(0, 10, "recoverer of a storm", self.start_recoverer)
+
+    def _corrupt(self) -> None:
+        self._corrupt_one(self.world.rng.choice(self.bookies))
+
+    def _corrupt_one(self, bookie: SimBookie) -> None:
+        self.world.note(f"fault: {bookie.name} returns corrupt copies")
+        bookie.corrupt = True
+
+        def heal() -> None:
+            bookie.corrupt = False
+        self._later(30, 400, f"{bookie.name} returns good copies", heal)
+
+    def _successor(self) -> None:
+        if self.world.now >= self.recovery_after:
+            self.start_successor()
+
+    # ---- hazards (buggify) ------------------------------------------------------------------------------
+    def hazard(self, point: str, subject: object) -> None:
+        """At a dangerous protocol point, maybe strike there (probability from the swarm)."""
+        if not self.active or not self.world.chance(self.swarm.hazards.get(point, 0.0)):
+            return
+        self.world.note(f"hazard at {point}")
+        if isinstance(subject, SimBookie):
+            if self.world.chance(0.5):
+                self._slow_disk_of(subject)     # the fence (and the adds before it) stay unsynced for long
+                return
+            # A bookie dies around its fence: before or after the fsync that makes it durable.
+            self._later(0, 2 * subject.group_wait + 20, f"crash {subject.name} near its fence", subject.crash)
+            self._later(25, 150, f"restart {subject.name}", subject.restart)
+            return
+        if not isinstance(subject, Actor):
+            return
+        if point == "recovery_reading" and self.world.chance(0.5):
+            # A bookie stalls just as a recovery starts reading: its answers come after the timeouts.
+            bookie = self.world.rng.choice(self.bookies)
+            if self.can_corrupt and self.world.chance(0.4):
+                self._corrupt_one(bookie)
+                return
+            if self.world.chance(0.5):
+                self._slow_disk_of(bookie)
+                return
+            self.world.note(f"{bookie.name} stalls while recovery reads")
+            timeout = self.world.timeout
+            self.net.slow_nodes[bookie.name] = self.world.rng.choice([timeout // 2, timeout, 3 * timeout])
+
+            def fast() -> None:
+                self.net.slow_nodes.pop(bookie.name, None)
+            self._later(30, 300, f"{bookie.name} fast again", fast)
+            return
+        if subject is self.writer and point == "writer_add_sent":
+            roll = self.world.rng.random()
+            if roll < 0.2:
+                subject.crash()
+                self._later(0, 30, "recoverer after writer crash", self.start_recoverer)
+                return
+            if roll < 0.6:
+                # A recovery races the writer while it streams adds.
+                for _ in range(self.world.between(1, 2)):
+                    self._later(0, 10, "recoverer racing the writer", self.start_recoverer)
+                return
+        subject.pause()
+        for _ in range(self.world.between(1, 2)):
+            self._later(0, 40, f"recoverer while {subject.name} is paused", self.start_recoverer)
+        self._later(20, 500, f"resume {subject.name}", subject.resume)
+
     # ---- the end ----------------------------------------------------------------------------------------
     def heal_all(self) -> None:
         """Stop injecting and undo every fault: restart, resume, reconnect, fsyncs work again, no loss."""
         self.active = False
         self.net.heal_all()
         self.net.loss = 0.0
+        self.net.slow_rate = 0.0
+        if self.writer.paused:
+            self.writer.resume()
         for bookie in self.bookies:
             bookie.fail_next_sync = False
+            bookie.corrupt = False
+            bookie.group_wait = self._group_waits[bookie.name]
             if bookie.paused:
                 bookie.resume()
             if not bookie.up or bookie.failed:

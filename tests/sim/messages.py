@@ -30,6 +30,7 @@ class ReadRequest:
     entry_id: int          # -1: last add confirmed
     fence: bool
     master_key: bytes
+    recovery: bool = False  # sent by a recovery: for the oracle only (bookies decide by the fence flag)
 
     def label(self) -> str:
         what = "lac" if self.entry_id < 0 else f"e{self.entry_id}"

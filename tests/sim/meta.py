@@ -59,7 +59,7 @@ class MetaStore:
 
     def _cas(self, cas: MetaCas) -> MetaResponse:
         version, md = self.nodes[cas.ledger_id]
-        if version != cas.version:
+        if cas.version != -1 and version != cas.version:    # -1: ZooKeeper's "any version" (no CAS)
             return MetaResponse(False, version)
         self.oracle.on_metadata_write(md, cas.md)
         self.nodes[cas.ledger_id] = (version + 1, cas.md)

@@ -3,16 +3,29 @@
 Mirrors BookKeeper's ReadOnlyLedgerHandle (R11-R13): it never fences and never writes metadata; it learns
 the LAC from the bookies of the last fragment (ReadLastConfirmed: entry -1 reads), reads entries up to
 `reads.read_bound` (LAC while open, last entry id once closed), tries the bookies of each write set in the
-order `reads.read_order` gives (`EntryReadAttempt`), and verifies every copy with `digest.unpack_entry`.
+order `reads.read_order` gives, with the real speculative-read core (`speculative.SequenceRead`: asks the
+next bookie once `speculative_timeout` passed without an answer, the first valid copy wins;
+`BookieHealth`: recently slow bookies are read last) and verifies every copy with `digest.unpack_entry`.
+`mutation` selects a broken reader for mutation tests.
 Every entry it returns goes to the oracle (oracle 2 and 3). The final reader reads a closed ledger whole.
 """
 
 from __future__ import annotations
 
 from client.errors import DigestMismatchError
-from client.protocol.digest import DigestManager, unpack_entry
+from client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.reads import EntryReadAttempt, check_read_range, read_bound, read_order
+from client.protocol.speculative import (
+    BookieHealth,
+    MarkSlow,
+    ReadDone,
+    ReadFailed,
+    SendRead,
+    SequenceRead,
+    SpeculativeAction,
+    SpeculativePolicy,
+)
 from client.protocol.status import StatusCode
 from tests.sim.actors import Actor
 from tests.sim.messages import Payload, ReadRequest, ReadResponse
@@ -27,9 +40,15 @@ class Reader(Actor):
     """A tailing reader (final=False, polls forever) or the end-of-run reader (final=True, reads all once)."""
 
     def __init__(self, name: str, world: World, net: Network, oracle: Oracle, ledger_id: int,
-                 digest: DigestManager, *, final: bool = False) -> None:
+                 digest: DigestManager, *, final: bool = False, speculative_timeout: int = 15,
+                 key: bytes = b"", mutation: str = "none") -> None:
         super().__init__(name, world, net, oracle, ledger_id)
         self.digest = digest
+        self.speculative_timeout = speculative_timeout
+        self.key = key                  # the master key: only the reader-fences mutant sends it
+        self.mutation = mutation
+        self.policy = SpeculativePolicy(speculative_timeout, 4 * speculative_timeout)
+        self.health = BookieHealth(expiry=200)    # reorderReadSequenceEnabled: recently slow bookies last
         self.final = final
         self.lac = -1
         self.next_entry = 0
@@ -71,11 +90,15 @@ class Reader(Actor):
             assert isinstance(payload, ReadResponse)
             answered(payload.lac if payload.status == StatusCode.EOK else None)
 
+        fence = self.mutation == "reader-fences"    # mutation: the open without recovery fences (R12)
         for bookie in ensemble:
-            self.call(bookie, ReadRequest(self.ledger_id, -1, False, b""), reply, lambda: answered(None))
+            self.call(bookie, ReadRequest(self.ledger_id, -1, fence, self.key if fence else b""), reply,
+                      lambda: answered(None))
 
     def _read_next(self, md: LedgerMetadata, count: int) -> None:
         bound = read_bound(md, self.lac)
+        if self.mutation == "read-past-lac" and md.state is not LedgerState.CLOSED:
+            bound = self.lac + BATCH      # mutation: read ahead of the LAC, whatever bookies hold
         entry_id = self.next_entry
         if entry_id > bound or (count >= BATCH and not self.final):
             if self.final and entry_id > bound:
@@ -83,39 +106,70 @@ class Reader(Actor):
             else:
                 self._round_over()
             return
-        check_read_range(md, self.lac, entry_id, entry_id)
+        if self.mutation != "read-past-lac":
+            check_read_range(md, self.lac, entry_id, entry_id)
         attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(md, entry_id))
-        bookie = attempt.next_bookie()
-        assert bookie is not None
-        self._try(md, attempt, bookie, count)
+        self._fetch(md, attempt, count)
 
-    def _try(self, md: LedgerMetadata, attempt: EntryReadAttempt, bookie: str, count: int) -> None:
+    def _fetch(self, md: LedgerMetadata, attempt: EntryReadAttempt, count: int) -> None:
+        """R13 with speculation, decided by the real `speculative.SequenceRead`: ask the first bookie; after
+        the speculative timeout without an answer also ask the next one; the first copy whose digest verifies
+        wins, later answers are dropped; the entry fails only once every bookie of the write set failed."""
         entry_id = attempt.entry_id
+        seq = SequenceRead(self.health.order(read_order(md, entry_id), self.world.now), self.policy)
+        copies: dict[str, bytes] = {}
+        armed: list[float] = []
 
-        def failed(status: int) -> None:
-            following = attempt.on_failure(bookie, status)
-            if following is not None:
-                self._try(md, attempt, following, count)
-                return
-            self.failures += 1
-            self.world.note(f"{self.name}: entry {entry_id} unreadable: {type(attempt.error()).__name__}")
-            self._round_over()
+        def execute(actions: list[SpeculativeAction]) -> None:
+            for action in actions:
+                if isinstance(action, SendRead):
+                    send(action.bookie_id, action.speculative)
+                elif isinstance(action, MarkSlow):
+                    self.health.on_slow_all(action.bookie_ids, self.world.now)
+                elif isinstance(action, ReadDone):
+                    self.oracle.on_reader_entry(self.name, entry_id, copies[action.bookie_id], md, self.lac)
+                    self.got[entry_id] = copies[action.bookie_id]
+                    self.next_entry = entry_id + 1
+                    self._read_next(md, count + 1)
+                elif isinstance(action, ReadFailed):
+                    for bookie, status in action.errors:
+                        attempt.on_failure(bookie, status)
+                    self.failures += 1
+                    self.world.note(f"{self.name}: entry {entry_id} unreadable: {type(attempt.error()).__name__}")
+                    self._round_over()
+            arm()
 
-        def reply(payload: Payload) -> None:
+        def arm() -> None:
+            deadline = seq.deadline
+            if deadline is not None and not seq.finished and deadline not in armed:
+                armed.append(deadline)
+                self.later(max(0, int(deadline) - self.world.now), f"speculative timer e{entry_id}",
+                           lambda: execute(seq.on_timer(self.world.now)))
+
+        def got(bookie: str, payload: Payload) -> None:
             assert isinstance(payload, ReadResponse)
             if payload.status != StatusCode.EOK or payload.body is None:
-                failed(payload.status)
+                execute(seq.on_failure(bookie, payload.status, self.world.now))
                 return
             try:
-                entry = unpack_entry(self.digest, self.ledger_id, entry_id, payload.body)
+                copies[bookie] = self._payload(entry_id, payload.body)
             except DigestMismatchError:
-                failed(StatusCode.DIGEST_MISMATCH)
+                self.world.note(f"{self.name}: digest mismatch for e{entry_id} from {bookie}")
+                self.health.on_slow(bookie, self.world.now)
+                execute(seq.on_failure(bookie, StatusCode.DIGEST_MISMATCH, self.world.now))
                 return
-            data = bytes(entry.payload)
-            self.oracle.on_reader_entry(self.name, entry_id, data, md, self.lac)
-            self.got[entry_id] = data
-            self.next_entry = entry_id + 1
-            self._read_next(md, count + 1)
+            execute(seq.on_success(bookie))
 
-        self.call(bookie, ReadRequest(self.ledger_id, entry_id, False, b""), reply,
-                  lambda: failed(StatusCode.TIMEOUT))
+        def send(bookie: str, speculative: bool) -> None:
+            if speculative:
+                self.world.note(f"{self.name}: speculative read of e{entry_id} from {bookie}")
+            self.call(bookie, ReadRequest(self.ledger_id, entry_id, False, b""), lambda p: got(bookie, p),
+                      lambda: execute(seq.on_failure(bookie, StatusCode.TIMEOUT, self.world.now)))
+
+        execute(seq.start(self.world.now))
+
+    def _payload(self, entry_id: int, body: bytes) -> bytes:
+        """The entry's payload after the digest check (R7); the no-digest-check mutant skips the check."""
+        if self.mutation == "no-digest-check":
+            return bytes(body[HEADER_LENGTH + self.digest.mac_length:])
+        return bytes(unpack_entry(self.digest, self.ledger_id, entry_id, body).payload)

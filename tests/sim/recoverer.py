@@ -5,7 +5,12 @@ Mirrors BookKeeper's LedgerOpenOp(recovery) + LedgerRecoveryOp: CAS the metadata
 (fencing reads, recovery reads, write-backs with the recovery flag, local ensemble changes) and finally the
 single closing CAS (`transforms.close_after_recovery`), resolving a lost race or a lost answer with
 `decide_recovery_close_conflict` (ADOPT the stored result). A failed attempt is retried a bounded number of
-times. The `RecoveryRules` passed in may be deliberately broken (mutation tests).
+times. The `RecoveryRules` passed in may be deliberately broken (mutation tests), and `mutation`
+"close-no-adopt" makes a recoverer that lost the close race overwrite the stored close.
+
+A log successor (`successor=True`) is the takeover step of a new log writer (R28): it recovers the previous
+tail ledger and then declares it sealed at the recovered last entry (`Oracle.on_tail_sealed`). The
+"log-no-fence" mutant instead reads the LAC without fencing and seals the tail there.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from client.protocol.transforms import (
     to_in_recovery,
 )
 from tests.sim.actors import Actor
-from tests.sim.messages import AddRequest, AddResponse, Payload, ReadRequest, ReadResponse
+from tests.sim.messages import AddRequest, AddResponse, MetaCas, Payload, ReadRequest, ReadResponse
+from tests.sim.meta import ZK
 from tests.sim.net import Network
 from tests.sim.oracle import Oracle
 from tests.sim.world import World
@@ -43,17 +49,20 @@ class Recoverer(Actor):
 
     def __init__(self, name: str, world: World, net: Network, oracle: Oracle, ledger_id: int,
                  bookies: list[str], digest: DigestManager, password: bytes, rules: RecoveryRules, *,
-                 max_attempts: int) -> None:
+                 max_attempts: int, mutation: str = "none", successor: bool = False) -> None:
         super().__init__(name, world, net, oracle, ledger_id)
         self.bookies = bookies
         self.digest = digest
         self.key = master_key(password)
         self.rules = rules
         self.max_attempts = max_attempts
+        self.mutation = mutation
+        self.successor = successor
         self.attempts = 0
         self.done = False
         self.gave_up = False
         self.rec: LedgerRecovery | None = None
+        self._reading: LedgerRecovery | None = None    # the attempt whose reads the oracle has seen start
         self.md: LedgerMetadata | None = None
         self.version = -1
 
@@ -67,7 +76,30 @@ class Recoverer(Actor):
             return
         self.attempts += 1
         self.rec = None
+        if self.successor and self.mutation == "log-no-fence":
+            self.read_md(self._seal_at_lac, self._retry)
+            return
         self.read_md(self._on_md, self._retry)
+
+    def _seal_at_lac(self, _version: int, md: LedgerMetadata) -> None:
+        """The log-no-fence mutant: the previous tail's end is taken from a plain LAC read (no fencing)."""
+        if md.state is LedgerState.CLOSED:
+            self._done(md.last_entry_id, "found the tail closed")
+            return
+        ensemble = md.last_fragment.ensemble
+        state = {"left": len(ensemble), "lac": -1}
+
+        def answered(lac: int) -> None:
+            state["lac"] = max(state["lac"], lac)
+            state["left"] -= 1
+            if state["left"] == 0:
+                self._done(state["lac"], "sealed the tail at its LAC without fencing")
+
+        for bookie in ensemble:
+            self.call(bookie, ReadRequest(self.ledger_id, -1, False, b""),
+                      lambda p: answered(p.lac if isinstance(p, ReadResponse) and p.status == StatusCode.EOK
+                                         else -1),
+                      lambda: answered(-1))
 
     def _retry(self) -> None:
         self.rec = None
@@ -92,6 +124,7 @@ class Recoverer(Actor):
         self.rec = rec
         self.world.note(f"{self.name}: recovering from v{version}, window {window}")
         self._run(rec, rec.start())
+        self.world.hazard("recovery_reading", self)
 
     # ---- executing the machine's actions ----------------------------------------------------------------
     def _run(self, rec: LedgerRecovery, actions: list[RecoveryAction]) -> None:
@@ -101,6 +134,12 @@ class Recoverer(Actor):
             if isinstance(action, SendFenceRead):
                 self._read(rec, action.bookie_id, -1, True, action.index)
             elif isinstance(action, SendRecoveryRead):
+                if rec is not self._reading:
+                    self._reading = rec
+                    md = self.md
+                    assert md is not None
+                    self.oracle.on_recovery_reading(self.name, md.last_fragment.ensemble, md.write_quorum,
+                                                    md.ack_quorum)
                 self._read(rec, action.bookie_id, action.entry_id, action.fence, action.index)
             elif isinstance(action, WriteBack):
                 for bookie in action.bookie_ids:
@@ -126,7 +165,7 @@ class Recoverer(Actor):
             assert isinstance(payload, ReadResponse)
             feed(payload.status, payload.body, payload.lac)
 
-        self.call(bookie, ReadRequest(self.ledger_id, entry_id, fence, self.key), reply,
+        self.call(bookie, ReadRequest(self.ledger_id, entry_id, fence, self.key, recovery=True), reply,
                   lambda: feed(StatusCode.TIMEOUT))
 
     def _write_back(self, rec: LedgerRecovery, entry_id: int, body: bytes, bookie: str) -> None:
@@ -170,10 +209,18 @@ class Recoverer(Actor):
             return
         self.cas_md(self.version, mine, lambda _v: self._done(close.last_entry_id, "closed the ledger"),
                     lambda: self.read_md(lambda v, stored: self._close_conflict(close, v, stored), self._retry))
+        self.world.hazard("recovery_close_sent", self)
 
     def _close_conflict(self, close: CloseLedger, version: int, stored: LedgerMetadata) -> None:
         decision = decide_recovery_close_conflict(stored)
         self.world.note(f"{self.name}: close conflict -> {decision.value}")
+        if decision is ConflictDecision.ADOPT and self.mutation == "close-no-adopt":
+            # Mutation: "re-read the version and CAS again" without looking at what is stored.
+            assert self.md is not None
+            mine = close_after_recovery(self.md, close.last_entry_id, close.length, close.new_fragments)
+            self.call(ZK, MetaCas(self.ledger_id, version, mine),
+                      lambda _p: self._done(close.last_entry_id, "overwrote the stored close"), self._retry)
+            return
         if decision is ConflictDecision.ADOPT:
             self._done(stored.last_entry_id, "adopted another close")
         elif decision is ConflictDecision.RETRY:
@@ -186,4 +233,7 @@ class Recoverer(Actor):
         self.done = True
         self.rec = None
         self.world.note(f"{self.name}: {how} at last entry {last_entry_id}")
-        self.oracle.on_close_result(self.name, last_entry_id)
+        if self.successor:
+            self.oracle.on_tail_sealed(self.name, last_entry_id)
+        else:
+            self.oracle.on_close_result(self.name, last_entry_id)

@@ -1,4 +1,4 @@
-"""One simulated run: build the cluster from a seed, chaos, heal, final recovery and the final read.
+"""One simulated run: draw the seed's world (swarm), chaos, heal, final recovery and the final read.
 
 The phases: (1) chaos: the writer streams adds, a reader tails, recoverers start at random, faults are
 injected, for a bounded number of steps; (2) heal: every fault undone, the writer stops adding (it may
@@ -11,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from client.protocol.digest import DigestManager
+from client.protocol.digest import DigestManager, master_key
 from client.protocol.metadata import LedgerState
-from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from client.protocol.recovery import RecoveryRules
 from client.protocol.transforms import new_ledger_metadata
+from tests.sim import swarm as swarms
 from tests.sim.bookie import SimBookie
 from tests.sim.faults import Faults
 from tests.sim.meta import MetaStore
+from tests.sim.mutations import MUTATIONS, recovery_rules
 from tests.sim.net import Network
 from tests.sim.oracle import Oracle, SimViolation
 from tests.sim.reader import Reader
@@ -25,7 +27,6 @@ from tests.sim.recoverer import Recoverer
 from tests.sim.world import World
 from tests.sim.writer import Writer
 
-QUORUMS = ((3, 3, 2), (3, 2, 2), (5, 3, 2), (4, 2, 2), (3, 3, 3), (2, 2, 1))
 DIGESTS = ("crc32c", "crc32", "hmac", "dummy")
 LEDGER_ID = 1 << 33 | 7    # above 2^31, like a long-hierarchical id
 SETTLE = 300
@@ -36,11 +37,16 @@ FINAL_STEPS = 30_000
 @dataclasses.dataclass(frozen=True)
 class SimOptions:
     steps: int = 3000                          # chaos-phase step budget
-    rules: RecoveryRules = DEFAULT_RULES       # a broken copy for mutation tests
-    ack_before_sync: bool = False              # a broken bookie for mutation tests
-    fence_shortcut: bool = False               # a broken bookie for mutation tests
+    mutation: str = "none"                     # a mutants.MUTATIONS name: one deliberately broken rule
     verbose: bool = False
-    mutation: str = "none"                     # the runner's --mutation name, for the replay command
+
+    def __post_init__(self) -> None:
+        if self.mutation != "none" and self.mutation not in MUTATIONS:
+            raise ValueError(f"unknown mutation {self.mutation!r}: pick one of {sorted(MUTATIONS)}")
+
+    @property
+    def rules(self) -> RecoveryRules:
+        return recovery_rules(self.mutation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,21 +67,25 @@ class Simulation:
         self.options = options
         self.world = world = World(seed, verbose=options.verbose)
         rng = world.rng
-        e, qw, qa = rng.choice(QUORUMS)
-        n_bookies = e + rng.randint(1, 3)
+        self.swarm = sw = swarms.draw(rng)
+        e, qw, qa = sw.quorum
+        n_bookies = e + sw.extra_bookies
         digest_type = rng.choice(DIGESTS)
         self.password = rng.randbytes(8)
         self.digest = DigestManager(digest_type, self.password)
-        self.net = Network(world, loss=rng.choice([0.0, 0.01, 0.05]), dup=rng.choice([0.0, 0.02, 0.05]),
-                           max_delay=rng.choice([3, 8, 15]))
-        flags = "" if options.mutation == "none" else f" --mutation {options.mutation}"
+        # A timeout above a normal round trip (two network delays and a group commit); slow messages and slow
+        # bookies still exceed it.
+        world.timeout = 2 * sw.max_delay + max(sw.group_waits) + 10 + rng.choice([0, 20, 60])
+        self.net = Network(world, loss=sw.loss, dup=sw.dup, max_delay=sw.max_delay, slow_rate=sw.slow_rate,
+                           slow_delay=sw.slow_delay)
+        flags = "" if options.mutation == "none" else f" MUTATION={options.mutation}"
+        if options.steps != SimOptions.steps:
+            flags += f" STEPS={options.steps}"
         self.oracle = Oracle(world, LEDGER_ID, flags)
-        group_wait = rng.choice([2, 4, 12, 30])
         self.store = MetaStore(world, self.net, self.oracle)
         self.net.register(self.store)
-        self.bookies = [SimBookie(f"bookie-{i}", world, self.net, self.oracle,
-                                  ack_before_sync=options.ack_before_sync,
-                                  fence_shortcut=options.fence_shortcut, group_wait=group_wait)
+        self.bookies = [SimBookie(f"bookie-{i}", world, self.net, self.oracle, mutation=options.mutation,
+                                  group_wait=sw.group_waits[i])
                         for i in range(n_bookies)]
         for bookie in self.bookies:
             self.net.register(bookie)
@@ -83,13 +93,21 @@ class Simulation:
         md = new_ledger_metadata(LEDGER_ID, rng.sample(names, e), e, qw, qa, digest_type, self.password, 0)
         version = self.store.create(md)
         self.writer = Writer(world, self.net, self.oracle, md, version, names, self.digest, self.password,
-                             max_adds=rng.randint(10, 250), window=rng.choice([1, 4, 16]))
-        self.reader = Reader("reader", world, self.net, self.oracle, LEDGER_ID, self.digest)
+                             max_adds=sw.max_adds, window=sw.window, add_gap=sw.add_gap, mutation=options.mutation)
+        self.reader = self._reader("reader")
         self.recoverers: list[Recoverer] = []
         self._writer_done_at = -1
-        self.faults = Faults(world, self.net, self.bookies, self.writer, self._clients, self._chaos_recoverer)
+        # A bookie's corrupt copy is caught by the digest, except with DUMMY (no digest at all).
+        self.faults = Faults(world, self.net, self.bookies, self.writer, self._clients, self._chaos_recoverer,
+                             sw, self._successor, can_corrupt=digest_type != "dummy")
         world.note(f"setup: {n_bookies} bookies, E={e} Qw={qw} Qa={qa}, {digest_type}, "
                    f"{self.writer.max_adds} adds, ensemble {list(md.last_fragment.ensemble)}")
+        world.note(sw.describe())
+
+    def _reader(self, name: str, *, final: bool = False) -> Reader:
+        return Reader(name, self.world, self.net, self.oracle, LEDGER_ID, self.digest, final=final,
+                      speculative_timeout=self.swarm.speculative_timeout, key=master_key(self.password),
+                      mutation=self.options.mutation)
 
     def _clients(self) -> list[str]:
         return ["writer", "reader"] + [r.name for r in self.recoverers]
@@ -97,10 +115,15 @@ class Simulation:
     def _chaos_recoverer(self) -> None:
         self._new_recoverer()
 
-    def _new_recoverer(self, *, final: bool = False) -> Recoverer:
-        name = "recoverer-final" if final else f"recoverer-{len(self.recoverers) + 1}"
+    def _successor(self) -> None:
+        self._new_recoverer(successor=True)
+
+    def _new_recoverer(self, *, final: bool = False, successor: bool = False) -> Recoverer:
+        kind = "successor" if successor else "recoverer"
+        name = "recoverer-final" if final else f"{kind}-{len(self.recoverers) + 1}"
         rec = Recoverer(name, self.world, self.net, self.oracle, LEDGER_ID, [b.name for b in self.bookies],
-                        self.digest, self.password, self.options.rules, max_attempts=40 if final else 4)
+                        self.digest, self.password, self.options.rules, max_attempts=40 if final else 4,
+                        mutation=self.options.mutation, successor=successor)
         self.recoverers.append(rec)
         rec.start()
         return rec
@@ -134,6 +157,8 @@ class Simulation:
         self._run_until(self._chaos_over, self.options.steps)
         world.note("phase: heal")
         self.faults.heal_all()
+        for rec in self.recoverers:
+            rec.resume()
         self.writer.stop_adding()
         if not self.writer.finished and world.chance(0.5):
             self.writer.crash()     # kill -9 with adds in flight; the final recovery closes the ledger
@@ -153,7 +178,7 @@ class Simulation:
         md = self.store.get(LEDGER_ID)[1]
         if md.state is not LedgerState.CLOSED:
             self.oracle.fail("7", f"the final recovery finished but the ledger is {md.state.name}")
-        reader = Reader("reader-final", world, self.net, self.oracle, LEDGER_ID, self.digest, final=True)
+        reader = self._reader("reader-final", final=True)
         reader.start()
         if not self._run_until(lambda: reader.done, FINAL_STEPS):
             self.oracle.fail("2", f"the final reader could not read the closed ledger (stopped at entry "

@@ -47,6 +47,8 @@ class World:
         self._seq = 0
         self._hash = hashlib.sha256()
         self.recent: collections.deque[str] = collections.deque(maxlen=keep_trace)
+        self.on_hazard: Callable[[str, object], None] | None = None
+        self.timeout = 40       # clients' request timeout (the scenario fits it to the seed's world)
 
     # ---- scheduling -----------------------------------------------------------------------------
     def at(self, delay: int, label: str, fn: Callable[[], None]) -> Event:
@@ -73,6 +75,11 @@ class World:
             event.fn()
             return True
         return False
+
+    def hazard(self, point: str, subject: object) -> None:
+        """A dangerous point of the protocol was reached (swarm.HAZARDS): the faults may strike here."""
+        if self.on_hazard is not None:
+            self.on_hazard(point, subject)
 
     # ---- trace ------------------------------------------------------------------------------------
     def note(self, text: str) -> None:

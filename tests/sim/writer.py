@@ -5,6 +5,9 @@ and sent to its write set; acks and errors are fed to PendingAdds by bookie id a
 NeedEnsembleChange picks replacement bookies and CASes `transforms.with_ensemble_change`; a lost race or a
 lost answer is resolved with `decide_ensemble_change_conflict`. Closing CASes `transforms.closed` and
 resolves conflicts with `decide_writer_close_conflict`. What the writer saw acknowledged goes to the oracle.
+After an add is sent and while a CAS is in flight it reaches a hazard point (the world may pause or kill it
+there). `mutation` selects a broken writer: "ensemble-change-no-cas" (setData with version -1, i.e. no
+compare-and-swap) or "lac-before-quorum" (the LAC advances on a single ack).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class Writer(Actor):
 
     def __init__(self, world: World, net: Network, oracle: Oracle, md: LedgerMetadata, version: int,
                  bookies: list[str], digest: DigestManager, password: bytes, *, max_adds: int,
-                 window: int) -> None:
+                 window: int, add_gap: int = 6, mutation: str = "none") -> None:
         super().__init__("writer", world, net, oracle, md.ledger_id)
         self.md = md
         self.version = version
@@ -53,7 +56,10 @@ class Writer(Actor):
         self.key = master_key(password)
         self.max_adds = max_adds
         self.window = window
-        self.pa = PendingAdds(md.last_fragment.ensemble, md.write_quorum, md.ack_quorum)
+        self.add_gap = add_gap
+        self.mutation = mutation
+        ack_quorum = 1 if mutation == "lac-before-quorum" else md.ack_quorum
+        self.pa = PendingAdds(md.last_fragment.ensemble, md.write_quorum, ack_quorum)
         self.bodies: dict[int, bytes] = {}
         self.lengths: dict[int, int] = {-1: 0}
         self.state = "writing"      # writing -> closing -> closed | failed
@@ -87,7 +93,7 @@ class Writer(Actor):
         elif not busy:
             self._close()
             return
-        self.later(self.world.between(1, 6), "tick", self._tick)
+        self.later(self.world.between(1, self.add_gap), "tick", self._tick)
 
     def _add(self) -> None:
         try:
@@ -103,6 +109,7 @@ class Writer(Actor):
         self.bodies[entry_id] = body
         self.oracle.on_entry_created(entry_id, payload, body)
         self._run([send])
+        self.world.hazard("writer_add_sent", self)
 
     def _run(self, actions: list[AddAction]) -> None:
         for action in actions:
@@ -154,9 +161,11 @@ class Writer(Actor):
             return
         self.world.note(f"writer: ensemble change at {need.first_entry_id} replaces {list(need.failed_indices)}"
                         f" with {chosen}")
-        self.cas_md(self.version, mine, lambda v: self._changed(mine, v, need),
+        version = -1 if self.mutation == "ensemble-change-no-cas" else self.version
+        self.cas_md(version, mine, lambda v: self._changed(mine, v, need),
                     lambda: self.read_md(lambda v, stored: self._change_conflict(need, mine, v, stored),
                                          lambda: self._run(self.pa.fail_all(LedgerFencedError()))))
+        self.world.hazard("writer_cas_sent", self)
 
     def _change_conflict(self, need: NeedEnsembleChange, mine: LedgerMetadata, version: int,
                          stored: LedgerMetadata) -> None:
@@ -189,6 +198,7 @@ class Writer(Actor):
         self.cas_md(self.version, mine, lambda _v: self._closed(lac),
                     lambda: self.read_md(lambda v, stored: self._close_conflict(lac, v, stored),
                                          lambda: self._failed(LedgerFencedError())))
+        self.world.hazard("writer_cas_sent", self)
 
     def _close_conflict(self, lac: int, version: int, stored: LedgerMetadata) -> None:
         decision = decide_writer_close_conflict(stored, lac)

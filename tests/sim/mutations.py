@@ -1,0 +1,42 @@
+"""The deliberately broken protocol variants ("mutants") the simulation must catch, one per plausible bug.
+
+Each mutant is a switch read by one simulated actor (bookie, writer, reader, recoverer, log successor) or an
+injected `RecoveryRules` variant of the real recovery machine; production code paths are never changed.
+`python -m tests.sim.runner --mutation NAME` runs a mutant; `make sim-mutants` measures how often each one
+violates the oracle over a seed range (the bar: at least `BAR` of the seeds).
+"""
+
+from __future__ import annotations
+
+from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+
+#: The smallest share of seeds in which every mutant must violate the oracle.
+BAR = 0.03
+
+#: mutation name -> the rule it breaks and how.
+MUTATIONS: dict[str, str] = {
+    "ack-before-sync": "R8: a bookie acknowledges an add before its fsync",
+    "unknown-as-negative": "R18: recovery counts timeouts and errors as NoSuchEntry",
+    "no-write-back": "R19: recovery closes without writing recovered entries back",
+    "no-fence-reads": "R18: recovery reads lack the fence flag (BookKeeper PR #2616)",
+    "fence-shortcut": "R15: a bookie answers a fencing read before its fence is durable",
+    "no-coverage": "R16: fencing stops at the first answer, not at quorum coverage",
+    "ensemble-change-no-cas": "R9: the writer stores an ensemble change without the version CAS",
+    "lac-before-quorum": "R6: the writer advances the LAC on one ack instead of Qa",
+    "read-past-lac": "R11: a reader of an open ledger returns entries above its LAC",
+    "reader-fences": "R12: an open without recovery sends fencing reads",
+    "close-no-adopt": "R20: a recoverer that lost the close race overwrites the stored close",
+    "log-no-fence": "R28: a new log writer seals the previous tail at its LAC without fencing it",
+    "fence-not-persisted": "R15: a bookie keeps its fence in memory only (lost on restart)",
+    "no-digest-check": "R7: a reader returns a copy without verifying its digest",
+}
+
+
+def recovery_rules(mutation: str) -> RecoveryRules:
+    """The RecoveryRules a mutant injects into the real recovery machine (DEFAULT_RULES for the others)."""
+    return {
+        "no-fence-reads": RecoveryRules(fence_reads=False),
+        "unknown-as-negative": RecoveryRules(unknown_as_negative=True),
+        "no-coverage": RecoveryRules(fencing_coverage=False),
+        "no-write-back": RecoveryRules(write_back=False),
+    }.get(mutation, DEFAULT_RULES)
