@@ -14,10 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from client.logs import JOB_KEY
 
 import pyspark_bkledger  # noqa: F401 - what a threaded driver does once (see its docstring)
 from client import BookKeeper, LogFencedError
-from client.logs import JOB_KEY
 from spark_connector.batch_reader import read_schema
 
 pytestmark = pytest.mark.spark
