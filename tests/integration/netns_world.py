@@ -56,6 +56,9 @@ class World:
         for knob in ("ip_early_demux", "tcp_early_demux"):   # else established local TCP skips the rules
             Path(f"/proc/sys/net/ipv4/{knob}").write_text("0\n")
         sh("ip", "link", "set", "lo", "up")
+        Path("/run/netns").mkdir(exist_ok=True)                # the hub by name too, for `ip netns exec hub`
+        Path("/run/netns/hub").touch()
+        sh("mount", "--bind", "/proc/self/ns/net", "/run/netns/hub")
         sh("ip", "addr", "add", f"{ZK_ADDRESS}/32", "dev", "lo")
         sh("ip", "rule", "add", "pref", "100", "lookup", "local")   # fault rules (pref 10) must come before
         sh("ip", "rule", "del", "pref", "0", "lookup", "local")     # local delivery, or ZooKeeper is unreachable-proof
@@ -119,11 +122,11 @@ class World:
     # Faults are policy rules in the hub, the network between the namespaces: packets matching them are
     # dropped silently on the way, as by a failed link or firewall (the sender sees no error, only silence).
     def drop(self, source: str, destination: str) -> None:
-        """Packets from `source` to `destination` are dropped (one way)."""
-        sh("ip", "rule", "add", "pref", "10", "from", source, "to", destination, "blackhole")
+        """Packets from `source` to `destination` are dropped (one way). Callable from any namespace."""
+        sh(*hub_rule("add", source, destination))
 
     def heal(self, source: str, destination: str) -> None:
-        sh("ip", "rule", "del", "pref", "10", "from", source, "to", destination, "blackhole")
+        sh(*hub_rule("del", source, destination))
 
     def blackhole(self, namespace: str, destination: str, add: bool = True) -> None:
         """Inside `namespace`: a blackhole route, so it sends nothing to `destination` (one way)."""
@@ -143,6 +146,12 @@ class World:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
         self.zk.stop(timeout=5)
+
+
+def hub_rule(verb: str, source: str, destination: str) -> list[str]:
+    """The command that adds or deletes the hub's rule dropping packets from `source` to `destination`."""
+    return ["ip", "netns", "exec", "hub", "ip", "rule", verb, "pref", "10", "from", source, "to", destination,
+            "blackhole"]
 
 
 def wait_until(what: str, check: object, timeout: float) -> None:
