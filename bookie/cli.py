@@ -81,6 +81,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
 
 def cmd_local(args: argparse.Namespace) -> int:
     from bookie.local.cluster import ClusterError, LocalCluster
+    from client.errors import BKError
 
     try:
         if args.action == "up":
@@ -102,7 +103,7 @@ def cmd_local(args: argparse.Namespace) -> int:
                 print(json.dumps(status, indent=2))
             else:
                 _print_status(status)
-    except ClusterError as exc:
+    except (ClusterError, BKError) as exc:     # BKError: e.g. ZooKeeper refused (ACLs), a bad TLS file
         print(f"bkledger local {args.action}: {exc}", file=sys.stderr)
         return 1
     return 0

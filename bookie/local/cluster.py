@@ -163,6 +163,9 @@ class LocalCluster:
             if old.zk_pid and pid_alive(old.zk_pid):
                 raise ClusterError(f"a local cluster is already running in {self.base_dir} (bkledger local down)")
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        if not secure and SecureMaterial(self.base_dir).exists:
+            raise ClusterError(f"{self.base_dir} holds a cluster made with --secure (its znodes have ACLs): "
+                               "start it with bkledger local up --secure, or use another --dir")
         self.secure = secure
         zk_properties = SecureMaterial(self.base_dir).ensure().zookeeper_properties() if secure else {}
         if zookeeper_port:

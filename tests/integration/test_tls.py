@@ -40,8 +40,12 @@ def secure_cluster(base: Path, zookeeper, bookies: int, conf: dict[str, str] | N
                    autorecovery: bool = False) -> LocalCluster:
     cluster = LocalCluster(base)
     root = f"/tls-{uuid.uuid4().hex[:8]}/ledgers"
-    cluster.up(bookies, {"gcWaitTime": "0", **(conf or {})}, zookeeper_port=zookeeper.port, root=root,
-               autorecovery=autorecovery, secure=True)
+    try:
+        cluster.up(bookies, {"gcWaitTime": "0", **(conf or {})}, zookeeper_port=zookeeper.port, root=root,
+                   autorecovery=autorecovery, secure=True)
+    except BaseException:
+        cluster.down()          # nothing half-started is left behind
+        raise
     return cluster
 
 

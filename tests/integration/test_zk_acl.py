@@ -24,17 +24,19 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def acl_cluster(tmp_path_factory, zookeeper) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("acl"))
-    cluster.up(1, {"gcWaitTime": "0"}, zookeeper_port=zookeeper.port, root=f"/acl-{uuid.uuid4().hex[:8]}/ledgers",
-               autorecovery=True, secure=True)
-    with BookKeeper(cluster.metadata_service_uri, **cluster.client_options) as bk:
-        handle = bk.create_ledger(1, 1, 1, password=b"pw")
-        handle.add_entry(b"guarded")
-        handle.close()
-        writer = bk.open_log_writer("orders", ensemble_size=1, write_quorum=1, ack_quorum=1)
-        writer.append(b"order 1")
-        writer.close()
-    yield cluster
-    cluster.down()
+    try:                    # stopped also when the setup fails half-way
+        cluster.up(1, {"gcWaitTime": "0"}, zookeeper_port=zookeeper.port,
+                   root=f"/acl-{uuid.uuid4().hex[:8]}/ledgers", autorecovery=True, secure=True)
+        with BookKeeper(cluster.metadata_service_uri, **cluster.client_options) as bk:
+            handle = bk.create_ledger(1, 1, 1, password=b"pw")
+            handle.add_entry(b"guarded")
+            handle.close()
+            writer = bk.open_log_writer("orders", ensemble_size=1, write_quorum=1, ack_quorum=1)
+            writer.append(b"order 1")
+            writer.close()
+        yield cluster
+    finally:
+        cluster.down()
 
 
 def kazoo(cluster: LocalCluster, auth: bool) -> KazooClient:

@@ -18,10 +18,12 @@ pytestmark = pytest.mark.spark
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory, zookeeper) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("spark-secure"))
-    cluster.up(3, {"gcWaitTime": "0"}, zookeeper_port=zookeeper.port,
-               root=f"/spark-secure-{uuid.uuid4().hex[:8]}/ledgers", autorecovery=False, secure=True)
-    yield cluster
-    cluster.down()
+    try:                    # stopped also when the setup fails half-way
+        cluster.up(3, {"gcWaitTime": "0"}, zookeeper_port=zookeeper.port,
+                   root=f"/spark-secure-{uuid.uuid4().hex[:8]}/ledgers", autorecovery=False, secure=True)
+        yield cluster
+    finally:
+        cluster.down()
 
 
 def test_append_and_read_with_tls_and_acls(spark, secure_cluster) -> None:
