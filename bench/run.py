@@ -29,6 +29,7 @@ from bench import (
     client_add,
     disk,
     ledger_read,
+    log_scale,
     recovery_time,
     rereplication,
     spark_batch,
@@ -47,6 +48,7 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("bookie_rss", bookie_rss.run),
     ("spark_batch", spark_batch.run),
     ("rereplication", rereplication.run),
+    ("log_scale", log_scale.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
