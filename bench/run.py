@@ -30,6 +30,7 @@ from bench import (
     client_bulk,
     disk,
     ledger_read,
+    log_scale,
     metrics_overhead,
     recovery_time,
     rereplication,
@@ -55,6 +56,7 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("tls", tls.run),
     ("metrics_overhead", metrics_overhead.run),
     ("slow_bookie", slow_bookie.run),
+    ("log_scale", log_scale.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -20,7 +20,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
 
-from client import BadPasswordError, BookKeeper, DataLossError, NoSuchEntryError, NoSuchLedgerError
+from client import (
+    BadPasswordError,
+    BookKeeper,
+    DataLossError,
+    LedgerHandle,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from client.log.core import meta as lm
 from spark_connector import envelope as env
 from spark_connector.arrow_io import chunk_to_batch
@@ -40,6 +47,7 @@ ENVELOPE_COLUMNS = ("key", "timestamp")
 LAC_WAIT_S = 10.0
 ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from the log's records alone
 PLAN_THREADS = 16              # ledger metadata read at once while planning
+OPEN_THREADS = 8               # ledgers a task opens at once (a coalesced partition of many ledgers)
 ENVELOPE_BATCH = 1000
 
 
@@ -162,12 +170,13 @@ def plan(opts: ReadOptions) -> list[CoalescedPartition]:
 
 
 # ---- tasks: reading --------------------------------------------------------------------------------
-def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
+                   opened: LedgerHandle | None = None) -> Iterator[pa.RecordBatch]:
     """Entries first..last of the partition's ledger as RecordBatches (one per read chunk)."""
     source = opts.source
     bk = shared_client(source.metadata_service_uri, source.client_settings)
     try:
-        rh = bk.open_ledger(part.physical or part.ledger_id, source.password, recovery=False)
+        rh = opened or bk.open_ledger(part.physical or part.ledger_id, source.password, recovery=False)
         if not rh.is_closed and rh.last_add_confirmed < part.last_entry_id:
             rh.wait_for_lac(part.last_entry_id - 1, LAC_WAIT_S)   # a bookie behind the one planning asked
             if rh.last_add_confirmed < part.last_entry_id:
@@ -189,12 +198,28 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema) 
 
 
 def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """A task's rows: the pieces of a coalesced partition one after the other (log order), or one piece."""
-    if isinstance(partition, CoalescedPartition):
-        for piece in partition.pieces:
-            yield from read_partition(opts, piece, schema)
-    elif isinstance(partition, LedgerPartition):
+    """A task's rows: the pieces of a coalesced partition one after the other (log order), or one piece.
+    The ledgers of many pieces are opened ahead, concurrently (one metadata read each, once per ledger)."""
+    if isinstance(partition, LedgerPartition):
         yield from read_partition(opts, partition, schema)
+    if not isinstance(partition, CoalescedPartition):
+        return
+    if len(partition.pieces) == 1:
+        yield from read_partition(opts, partition.pieces[0], schema)
+        return
+    bk = shared_client(opts.source.metadata_service_uri)
+    ids = list(dict.fromkeys(p.physical or p.ledger_id for p in partition.pieces))
+
+    def open_one(ledger_id: int) -> LedgerHandle | None:
+        try:
+            return bk.open_ledger(ledger_id, opts.source.password, recovery=False)
+        except (NoSuchLedgerError, NoSuchEntryError):
+            return None                          # read_partition reports it as data loss
+
+    with concurrent.futures.ThreadPoolExecutor(min(OPEN_THREADS, len(ids))) as pool:
+        handles = dict(zip(ids, pool.map(open_one, ids), strict=True))
+    for piece in partition.pieces:
+        yield from read_partition(opts, piece, schema, handles.get(piece.physical or piece.ledger_id))
 
 
 class BkLedgerBatchReader(DataSourceReader):

@@ -143,6 +143,11 @@ def plan_partitions(log: str | None, ledgers: Sequence[LedgerView], bounds: Mapp
         if view.ledger_id not in bounds:
             continue
         first, end = bounds[view.ledger_id]
+        if len(view.fragment_starts) <= 1 and end - first <= max_entries:     # the common small ledger
+            if end > first:
+                out.append(LedgerPartition(log, view.ledger_id, first, end - 1, view.envelope, view.physical,
+                                           view.base))
+            continue
         for lo, hi in fragment_ranges(view, first, end):
             out += [LedgerPartition(log, view.ledger_id, a, b, view.envelope, view.physical, view.base)
                     for a, b in split_range(lo, hi, max_entries)]

@@ -1,0 +1,148 @@
+"""log_scale: logs of many ledgers: commit latency by log length, planning, small-ledger reads, compaction.
+
+Figures (issue 14), each compared to a limit measured in the same run:
+- commit latency (one sink-like commit: append a sealed ledger + a batch marker, one ZooKeeper
+  transaction) of a log of 1k, 10k and 100k ledgers (quick: 500 / 2k / 10k), median of repeated
+  commits, against the smallest log's latency: the stored form keeps it flat (aim: ratio <= 1.5).
+  Metadata only (a real ZooKeeper, no bookies: the ledger ids are not backed by ledgers).
+- planning time of a Spark batch read of a 100k-ledger log (quick: 10k) against 2 s.
+- Spark read (count) of N one-entry ledgers (10,000 full, 1,000 quick, 200 tiny) against the same rows
+  in one ledger (aim: ratio >= 0.5): small ledgers are coalesced into few tasks.
+- compaction throughput (payload bytes/s of `compact_log` on those N ledgers) against the client's
+  write rate of the same rows into one ledger (pipelined adds, E=3 Qw=2 Qa=2).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import statistics
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bench.core import MB, Context, Row
+from bookie.local.cluster import LocalCluster
+from client.log.core.meta import LogMetadata
+
+NAME = "log_scale"
+SIZES = {"full": (1_000, 10_000, 100_000), "quick": (500, 2_000, 10_000), "tiny": (100, 300, 1_000)}
+SMALL = {"full": 10_000, "quick": 1_000, "tiny": 200}
+COMMITS = {"full": 30, "quick": 15, "tiny": 5}
+BATCH = 2_000
+VALUE = 100
+
+
+def _fill(store: Any, name: str, upto: int, have: int) -> None:
+    from client.log.core import meta as lm
+    from client.log.store import update_logs
+
+    while have < upto:
+        count = min(BATCH, upto - have)
+        ledgers = [(i, 0, VALUE, 1) for i in range(have + 1, have + count + 1)]
+        def append(metas: Mapping[str, LogMetadata], ledgers: list[tuple[int, int, int, int]] = ledgers
+                   ) -> dict[str, LogMetadata]:
+            return {name: lm.with_sealed_ledgers_appended(metas[name], ledgers, 2)}
+
+        update_logs(store, [name], append, create=True)
+        have += count
+
+
+def _commit_ms(store: Any, name: str, next_id: int, repeats: int) -> float:
+    from client.log.core import meta as lm
+    from client.log.store import update_logs
+
+    times = []
+    for i in range(repeats):
+        def commit(metas: Mapping[str, LogMetadata], i: int = i) -> dict[str, LogMetadata]:
+            appended = lm.with_sealed_ledgers_appended(metas[name], [(next_id + i, 0, VALUE, 1)], 3)
+            return {name: lm.with_batch_marker(appended, "bench", i)}
+
+        started = time.perf_counter()
+        update_logs(store, [name], commit)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def metadata_rows(ctx: Context, uri: str) -> list[Row]:
+    from client.meta.store import MetadataStore
+    from spark_connector.batch_reader import plan
+    from spark_connector.options import parse_read_options
+
+    sizes = SIZES.get(ctx.settings.mode, SIZES["quick"])
+    repeats = COMMITS.get(ctx.settings.mode, 15)
+    rows: list[Row] = []
+    with MetadataStore(uri) as store:
+        latencies = {}
+        have = 0
+        for size in sizes:
+            _fill(store, "scale", size, have)          # ledger ids 1..size (the commits' ids follow)
+            have = max(have, size)
+            latencies[size] = _commit_ms(store, "scale", have + 1, repeats)
+            have += repeats
+        smallest = latencies[sizes[0]]
+        for size in sizes:
+            rows.append(Row(NAME, f"commit latency, log of {size:,} ledgers", latencies[size], "ms", smallest,
+                            f"vs the {sizes[0]:,}-ledger log; aim <= 1.5 (bytes per commit do not grow)"))
+        opts = parse_read_options({"metadataServiceUri": uri, "log": "scale", "failOnDataLoss": "false"})
+        started = time.perf_counter()
+        parts = plan(opts)
+        planning = time.perf_counter() - started
+        rows.append(Row(NAME, f"planning a {have:,}-ledger log ({len(parts)} partitions)", planning, "s", 2.0,
+                        "limit 2 s (issue 14); closed ledgers planned from the log's own records"))
+    return rows
+
+
+def _small_ledgers(bk: Any, count: int) -> list[int]:
+    def one(i: int) -> int:
+        lh = bk.create_ledger(3, 2, 2)
+        lh.add_entry(b"%0*d" % (VALUE, i))
+        lh.close()
+        return int(lh.ledger_id)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        return sorted(pool.map(one, range(count)))
+
+
+def data_rows(ctx: Context, cluster: LocalCluster) -> list[Row]:
+    from bench.spark_batch import start_spark
+    from client import BookKeeper, append_ledgers
+
+    count = SMALL.get(ctx.settings.mode, 1_000)
+    uri = cluster.metadata_service_uri
+    spark = start_spark()                 # before any client: the JVM is forked without gRPC threads
+    ctx.stack.callback(spark.stop)
+    with BookKeeper(uri) as bk:
+        ids = _small_ledgers(bk, count)
+        for start in range(0, count, 500):
+            append_ledgers(bk, "small", ids[start:start + 500])
+        started = time.perf_counter()
+        with bk.open_log_writer("one", ensemble_size=3, write_quorum=2, ack_quorum=2) as w:
+            for fut in [w.append_async(b"%0*d" % (VALUE, i)) for i in range(count)]:
+                fut.result(60)
+        write_rate = count * VALUE / (time.perf_counter() - started) / MB
+
+        def read(log: str) -> float:
+            df = spark.read.format("bkledger").options(metadataServiceUri=uri, log=log).load()
+            started = time.perf_counter()
+            assert df.count() == count
+            return count / (time.perf_counter() - started)
+
+        read("one")                                                     # warm the session's workers
+        one, small = read("one"), read("small")
+        started = time.perf_counter()
+        done = bk.compact_log("small", target_bytes=1 << 30, min_ledgers=2, grace_s=0)
+        compaction = done.replaced and count * VALUE / (time.perf_counter() - started) / MB
+    return [
+        Row(NAME, f"Spark read of {count:,} one-entry ledgers", small, "rows/s", one,
+            "vs the same rows in one ledger; aim >= 0.5 (small ledgers coalesced into few tasks)"),
+        Row(NAME, f"compaction of {count:,} one-entry ledgers", float(compaction), "MB/s", write_rate,
+            "vs the client's write rate of the same rows into one ledger (E=3 Qw=2 Qa=2)"),
+    ]
+
+
+def run(ctx: Context) -> list[Row]:
+    cluster = LocalCluster(ctx.data_dir / "log-scale-cluster")
+    ctx.stack.callback(cluster.down)
+    cluster.up(3, {"journalSyncData": "true"})
+    data = data_rows(ctx, cluster)
+    return [*metadata_rows(ctx, cluster.metadata_service_uri), *data]
