@@ -69,11 +69,12 @@ class _Batch:
 class _Queued:
     """An AddRequest being gathered: its batches by ledger (and flags), and its payload bytes."""
 
-    __slots__ = ("batches", "nbytes")
+    __slots__ = ("batches", "nbytes", "sealed")
 
     def __init__(self) -> None:
         self.batches: dict[_BatchKey, _Batch] = {}
         self.nbytes = 0
+        self.sealed = False         # takes no more batches (it holds a chunk sent as its own request)
 
     def to_proto(self) -> pb.AddRequest:
         return pb.AddRequest.FromString(self.encode())
@@ -152,14 +153,19 @@ class BookieClient:
         recovery_add: bool = False,
         high_priority: bool = False,
         write_flags: int = 0,
+        own_request: bool = False,
     ) -> None:
-        """Queue a batch; it leaves with the next write of the stream. Acks reach the handler."""
+        """Queue a batch; it leaves with the next write of the stream. Acks reach the handler.
+        `own_request`: the batch is an AddRequest of its own, merged with nothing, so it is acknowledged on
+        its own (a large bulk sent in chunks is acknowledged chunk by chunk, not all at its end)."""
         if self.failed:
             raise ConnectionError(f"bookie {self.bookie_id} connection failed")
         queued = self._queued[-1] if self._queued else None
-        if queued is None or (queued.nbytes and queued.nbytes + len(data) > MAX_REQUEST_BYTES):
+        if (queued is None or queued.sealed or (own_request and queued.nbytes)
+                or (queued.nbytes and queued.nbytes + len(data) > MAX_REQUEST_BYTES)):
             queued = _Queued()
             self._queued.append(queued)
+        queued.sealed = own_request
         key = (ledger_id, master_key, recovery_add, high_priority, write_flags)
         batch = queued.batches.get(key)
         if batch is None:

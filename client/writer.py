@@ -24,7 +24,15 @@ from client.errors import BKError, ClientClosedError, LedgerClosedError, LedgerF
 from client.protocol import transforms
 from client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
 from client.protocol.metadata import LedgerMetadata, LedgerState
-from client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, Resend, SendAdd
+from client.protocol.pending_adds import (
+    CompleteAdds,
+    FailAdds,
+    NeedEnsembleChange,
+    PendingAdds,
+    Resend,
+    SendAdd,
+    SendAdds,
+)
 from client.protocol.write_set import write_set
 from proto import bookie_pb2 as pb
 
@@ -35,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkledger.client.writer")
 _LENGTH = struct.Struct(">q")
 TICK = 0.1
-BULK_CHUNK_BYTES = 4 * 1024 * 1024   # a bulk is packaged (and sent) in pieces of at most this size
+BULK_CHUNK_BYTES = 1024 * 1024   # a bulk is packaged, sent and acknowledged in pieces of at most this size
 
 
 class LedgerWriter:
@@ -216,15 +224,17 @@ class LedgerWriter:
             self._futures.append((entry_id - 1, fut, _bulk_slots(payload.count, self._window_limit)))
         flush_run()
         self._sent.extend(batches)
-        if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
 
-            for batch in batches:                       # E == Qw and no failure: each blob to everyone
+        e, qw = self.md.ensemble_size, self.md.write_quorum
+        for batch in batches:            # each an AddRequest of its own: a bulk is acknowledged chunk by chunk
+            count = batch.last - batch.first + 1
+            if not sends.skip and e == qw:              # E == Qw and no failure: each blob to everyone
                 entry_ids = range(batch.first, batch.last + 1)
                 sizes = _sizes(batch.offsets)
                 for bookie_id in self.pending.ensemble:
-                    self._send(bookie_id, entry_ids, sizes, batch.data)
-        else:
-            self._route(sends.targets(self.md.ensemble_size, self.md.write_quorum))
+                    self._send(bookie_id, entry_ids, sizes, batch.data, own_request=True)
+            else:
+                self._route(SendAdds(batch.first, count, sends.skip).targets(e, qw), own_request=True)
 
     def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
         from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: only once bulks are used
@@ -254,7 +264,8 @@ class LedgerWriter:
             return sent[lo].view(entry_id)
         raise KeyError(f"ledger {self.ledger_id}: entry {entry_id} is not pending")
 
-    def _route(self, sends: list[tuple[int, tuple[int, ...]]], recovery: bool = False) -> None:
+    def _route(self, sends: list[tuple[int, tuple[int, ...]]], recovery: bool = False,
+               own_request: bool = False) -> None:
         """Send each entry to the given ensemble indices, one batch per bookie."""
         per_index: dict[int, list[int]] = collections.defaultdict(list)
         for entry_id, indices in sends:
@@ -263,15 +274,16 @@ class LedgerWriter:
         ensemble = self.pending.ensemble
         for index, entry_ids in per_index.items():
             views = [self._entry(e) for e in entry_ids]
-            self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views))
+            self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views), own_request)
 
-    def _send(self, bookie_id: str, entry_ids: Sequence[int], sizes: list[int], data: bytes) -> None:
+    def _send(self, bookie_id: str, entry_ids: Sequence[int], sizes: list[int], data: bytes,
+              own_request: bool = False) -> None:
         client = self.ctx.pool.cached(bookie_id)
         if client is None:
             self.on_bookie_failed(bookie_id)
             return
         client.register(self.ledger_id, self)
-        client.send_add(self.ledger_id, self.master_key, entry_ids, sizes, data)
+        client.send_add(self.ledger_id, self.master_key, entry_ids, sizes, data, own_request=own_request)
 
     # ---- events from bookies (client loop) ------------------------------------------------------
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:

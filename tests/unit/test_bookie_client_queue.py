@@ -174,3 +174,27 @@ def test_hand_serialized_request_parses_as_the_protobuf_one(batches) -> None:
             ledger_id, key, recovery, priority, flags)
         assert list(got.entry_ids) == batch.entry_ids and list(got.sizes) == batch.sizes
         assert got.data == b"".join(batch.chunks)
+
+
+def test_a_batch_sent_as_its_own_request_is_merged_with_nothing() -> None:
+    """own_request (a chunk of a bulk): each such batch is one AddRequest, answered on its own, so a large
+    bulk is acknowledged chunk by chunk; adds queued after it still leave together."""
+    async def scenario() -> None:
+        client, call, acks = _client(limit=1)
+        _add(client, 1, 0)
+        await _settle()
+        for first in (1, 3):
+            client.send_add(1, KEY, [first, first + 1], [3, 3], bytes(6), own_request=True)
+        _add(client, 1, 5)
+        _add(client, 1, 6)
+        for _ in range(3):
+            call.answer(call.written[-1])
+            await _settle()
+        assert [[list(b.entry_ids) for b in r.batches] for r in call.written] == [
+            [[0]], [[1, 2]], [[3, 4]], [[5, 6]]]
+        call.answer(call.written[-1])
+        await _settle()
+        assert acks.entries == {1: list(range(7))}
+        await client.close()
+
+    asyncio.run(scenario())
