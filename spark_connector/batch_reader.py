@@ -5,9 +5,9 @@ planning reads the log's ledger list; small CLOSED ledgers are planned from what
 (entries, bytes), the others from their metadata (read concurrently): the LAC of an OPEN ledger (as it
 is now) or the last entry id of a CLOSED one is the bound. `spark_connector.planning` cuts the pieces,
 `spark_connector.coalesce` packs them into few partitions. Each task opens its ledgers without recovery
-and streams each entry range with `read_chunk`, yielding one Arrow RecordBatch per chunk
-(`spark_connector.arrow_io`). Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any
-ledger carries the envelope.
+and streams each entry range with `read_chunk`, one chunk read ahead while the last is converted and
+shipped, yielding one Arrow RecordBatch per chunk (`spark_connector.arrow_io`).
+Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from client import (
     NoSuchLedgerError,
 )
 from client.log.core import meta as lm
+from client.reader import ReadChunk
 from spark_connector import envelope as env
 from spark_connector.arrow_io import chunk_to_batch
 from spark_connector.clients import planning_client, shared_client
@@ -49,6 +50,7 @@ ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from th
 PLAN_THREADS = 16              # ledger metadata read at once while planning
 OPEN_THREADS = 8               # ledgers a task opens at once (a coalesced partition of many ledgers)
 ENVELOPE_BATCH = 1000
+_PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
 
 def read_schema(with_envelope: bool) -> StructType:
@@ -170,6 +172,23 @@ def plan(opts: ReadOptions) -> list[CoalescedPartition]:
 
 
 # ---- tasks: reading --------------------------------------------------------------------------------
+def prefetched_chunks(rh: LedgerHandle, first: int, last: int) -> Iterator[ReadChunk]:
+    """Read chunks first..last in order, the next one always in flight while the caller converts and
+    ships the current one (Arrow conversion, IPC to the JVM): reads overlap the rest of the task."""
+    position = first
+    ahead: concurrent.futures.Future[ReadChunk] | None = None
+    try:
+        while position <= last:
+            chunk = ahead.result() if ahead is not None else rh.read_chunk(position, last)
+            position = chunk.entry_ids[-1] + 1
+            ahead = _PREFETCH.submit(rh.read_chunk, position, last) if position <= last else None
+            yield chunk
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+
+
+
 def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
                    opened: LedgerHandle | None = None) -> Iterator[pa.RecordBatch]:
     """Entries first..last of the partition's ledger as RecordBatches (one per read chunk)."""
@@ -182,13 +201,10 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
             if rh.last_add_confirmed < part.last_entry_id:
                 rh.refresh()
         base = part.base                            # a compacted ledger: its entries sit from `base` on
-        position = base + part.first_entry_id
         envelope = part.envelope if part.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
-        while position <= base + part.last_entry_id:
-            chunk = rh.read_chunk(position, base + part.last_entry_id)
+        for chunk in prefetched_chunks(rh, base + part.first_entry_id, base + part.last_entry_id):
             ids = chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
             yield chunk_to_batch(schema, part.log, part.ledger_id, ids, chunk.payloads, envelope)
-            position = chunk.entry_ids[-1] + 1
     except (NoSuchLedgerError, NoSuchEntryError) as exc:
         what = f"ledger {part.ledger_id} entries {part.first_entry_id}..{part.last_entry_id}"
         if opts.fail_on_data_loss:
@@ -207,7 +223,7 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
     if len(partition.pieces) == 1:
         yield from read_partition(opts, partition.pieces[0], schema)
         return
-    bk = shared_client(opts.source.metadata_service_uri)
+    bk = shared_client(opts.source.metadata_service_uri, opts.source.client_settings)
     ids = list(dict.fromkeys(p.physical or p.ledger_id for p in partition.pieces))
 
     def open_one(ledger_id: int) -> LedgerHandle | None:

@@ -197,10 +197,16 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
             self._sweep(bk, keep=listed)
 
     def _sweep(self, bk: BookKeeper, keep: set[int]) -> None:
-        """Delete this job's ledgers that no commit message named (killed or losing task attempts)."""
+        """Delete this job's ledgers that no commit message named (killed or losing task attempts) and the
+        log does not list (copies a commit made of overtaken ledgers carry the job's tag too)."""
         try:
+            src = self.opts.source
+            try:
+                listed = set(bk.log_metadata(src.log).ledger_ids) if src.log is not None else set()
+            except LogNotFoundError:
+                listed = set()
             for ledger_id in bk.list_ledgers():
-                if ledger_id <= self.floor or ledger_id in keep:
+                if ledger_id <= self.floor or ledger_id in keep or ledger_id in listed:
                     continue
                 with contextlib.suppress(NoSuchLedgerError):
                     md = bk.ledger_metadata(ledger_id)

@@ -2,8 +2,8 @@
 
 Spark reuses its Python worker processes across tasks (spark.python.worker.reuse), so a task finds the
 client (ZooKeeper session, bookie connections, event loop thread) that an earlier task of the same
-process opened, like a Kafka consumer pool on executors. The driver-side planning code opens a
-short-lived client with `planning_client` instead, closed when planning is done. Clients are never
+process opened, like a Kafka consumer pool on executors. The driver-side planning and commit code
+(`planning_client`) runs in Python workers too and uses the same shared client. Clients are never
 pickled: readers and writers carry only options and call `shared_client` where they run. Security
 settings (TLS, ZooKeeper credentials) given as options travel with them and key the cache with the URI;
 settings in the file named by BKLEDGER_CLIENT_CONF apply underneath (client.config).
@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 from client import BookKeeper
 from client.config import ClientConfig
+from client.errors import ClientClosedError
+from client.meta.errors import MetadataStoreError
 
 Settings = tuple[tuple[str, str], ...]
 _lock = threading.Lock()
@@ -50,13 +52,15 @@ def drop_client(uri: str, settings: Settings = ()) -> None:
 
 @contextlib.contextmanager
 def planning_client(uri: str, settings: Settings = ()) -> Iterator[BookKeeper]:
-    """A client for driver-side planning or commit, closed afterwards."""
-    bk = open_client(uri, settings)
+    """The client for driver-side planning or commit: the process's shared one too (these run in Python
+    workers that Spark reuses, so a read's schema and planning steps no longer open and close a ZooKeeper
+    session each). A client that failed with a client or metadata-store error is dropped, not reused."""
+    bk = shared_client(uri, settings)
     try:
         yield bk
-    finally:
-        with contextlib.suppress(Exception):
-            bk.close()
+    except (ClientClosedError, MetadataStoreError):
+        drop_client(uri, settings)
+        raise
 
 
 @atexit.register

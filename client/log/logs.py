@@ -51,6 +51,7 @@ from client.log.store import (
     update_log,
     update_logs,
 )
+from client.meta import log_leases
 from client.meta.errors import NoSuchNodeError
 from client.protocol.metadata import LedgerState
 
@@ -417,5 +418,6 @@ class LogsMixin:
             delete_log_znodes(bk.store, loaded)
         except NoSuchNodeError:
             raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
+        log_leases.forget_log(bk.store, name)
         if delete_ledgers_too:
             delete_ledgers(bk, sorted(loaded.meta.listed_ids))

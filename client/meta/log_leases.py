@@ -13,7 +13,7 @@ import contextlib
 import json
 from collections.abc import Mapping
 
-from client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
+from client.meta.errors import MetadataFormatError, MetadataStoreError, NoSuchNodeError, ZNodeExistsError
 from client.meta.store import MetadataStore
 
 
@@ -44,3 +44,9 @@ def holder(store: MetadataStore, log: str, ledger_id: int) -> dict[str, str] | N
     except ValueError as exc:
         raise MetadataFormatError(f"log writer lease of {log!r} ledger {ledger_id} is not JSON: {exc}") from exc
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def forget_log(store: MetadataStore, log: str) -> None:
+    """Remove the log's (empty) lease directory once the log is deleted; live leases are left alone."""
+    with contextlib.suppress(NoSuchNodeError, MetadataStoreError):
+        store.delete(store.layout.log_writers + "/" + log)

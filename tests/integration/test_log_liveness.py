@@ -92,6 +92,9 @@ def test_closed_or_rolled_writer_holds_no_lease(bk: BookKeeper, name: str):
     writer.close()
     assert log_leases.holder(bk.store, name, second) is None
     assert bk.append_ledgers(name, [closed_ledger(bk, b"j")])         # a closed writer: nothing to fence
+    assert bk.store.exists(f"{bk.store.layout.log_writers}/{name}")
+    bk.delete_log(name)
+    assert not bk.store.exists(f"{bk.store.layout.log_writers}/{name}")
 
 
 def test_dead_writer_is_recovered_once_its_session_ends(cluster, bk: BookKeeper, name: str):

@@ -14,11 +14,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from client.logs import JOB_KEY
 
 import pyspark_bkledger  # noqa: F401 - what a threaded driver does once (see its docstring)
-from client import BookKeeper, LogFencedError
+from client import BookKeeper, LogFencedError, NoSuchLedgerError
+from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector.batch_reader import read_schema
+from spark_connector.log_commit import commit_ledgers
 
 pytestmark = pytest.mark.spark
 WAIT_S = 300
@@ -129,5 +130,29 @@ def test_concurrent_appends_to_one_log_from_threads(spark, cluster, bk: BookKeep
     assert meta.entries == jobs * rows and meta.ledger_ids == sorted(meta.ledger_ids)
     listed = set(meta.ledger_ids)
     leftovers = [i for i in bk.list_ledgers()
-                 if i not in listed and bk.ledger_metadata(i).custom_metadata.get(JOB_KEY)]
+                 if i not in listed and bk.ledger_metadata(i).custom_metadata.get(LOG_KEY) == log.encode()]
     assert leftovers == []                      # re-homed originals and losing copies were deleted
+
+
+def test_commit_re_homes_ledgers_that_a_concurrent_commit_overtook(cluster, bk: BookKeeper) -> None:
+    """Two jobs' ledgers interleave (A: 1st, 3rd; B: 2nd, 4th); A commits first, so B's first ledger is
+    below the log's tail: B's commit copies it above the tail and lands whole, in order, exactly once."""
+    log = fresh("overtaken")
+    made = []
+    for i in range(4):
+        lh = bk.create_ledger(3, 2, 2, custom_metadata={LOG_KEY: log.encode(), JOB_KEY: b"AB"[i % 2:i % 2 + 1]})
+        for k in range(3):
+            lh.add_entry(b"%d-%d" % (i, k))
+        lh.close()
+        made.append(lh.ledger_id)
+    a, b = made[0::2], made[1::2]
+    assert commit_ledgers(bk, log, a, password=b"", fence_live_writer=False)
+    assert commit_ledgers(bk, log, b, password=b"", fence_live_writer=False)
+    meta = bk.log_metadata(log)
+    assert meta.ledger_ids[:2] == a and meta.ledger_ids[2] == b[1] and meta.ledger_ids[3] > b[1]
+    copy = bk.open_ledger(meta.ledger_ids[3], b"", recovery=False)
+    assert [e.payload for e in copy.read_entries(0, 2)] == [b"1-0", b"1-1", b"1-2"]
+    assert copy.metadata.custom_metadata[JOB_KEY] == b"B"
+    with pytest.raises(NoSuchLedgerError):                 # the overtaken original is gone
+        bk.ledger_metadata(b[0])
+    assert meta.entries == 12
