@@ -92,11 +92,16 @@ SECURITY_KEYS = (
 )
 
 
+_TRUE_WORDS = ("true", "yes", "on", "1")        # what BookKeeper's configuration library accepts, and 1/0
+_FALSE_WORDS = ("false", "no", "off", "0")
+
+
 def _convert(key: str, kind: type, raw: Any) -> Any:
     if kind is bool and isinstance(raw, str):
-        if raw.strip().lower() not in ("true", "false"):
-            raise InvalidOptionError(f"client setting {key} must be true or false, got {raw!r}")
-        return raw.strip().lower() == "true"
+        word = raw.strip().lower()
+        if word not in _TRUE_WORDS + _FALSE_WORDS:
+            raise InvalidOptionError(f"client setting {key} must be a bool (true or false), got {raw!r}")
+        return word in _TRUE_WORDS
     try:
         return kind(raw)
     except (TypeError, ValueError):
