@@ -53,6 +53,7 @@ from client.log.store import (
 )
 from client.meta import log_leases
 from client.meta.errors import NoSuchNodeError
+from client.progress import NO_PROGRESS, ProgressSink
 from client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
@@ -378,17 +379,18 @@ class LogsMixin:
         return RetentionTask(bk, interval_s, names)
 
     def compact_log(self, name: str, *, target_bytes: int = 64 * 1024 * 1024, min_ledgers: int = 4,
-                    grace_s: float = 600.0, password: bytes = b"") -> CompactionResult:
+                    grace_s: float = 600.0, password: bytes = b"",
+                    progress: ProgressSink = NO_PROGRESS) -> CompactionResult:
         """Rewrite runs of at least `min_ledgers` small CLOSED ledgers (together at most `target_bytes`) into
         one ledger each, same payloads in the same order, and swap them in with one CAS; positions keep
-        working. The old ledgers are deleted after `grace_s` seconds (by a later run). See
-        `client.log.compaction`."""
+        working. The old ledgers are deleted after `grace_s` seconds (by a later run). `progress` hears of
+        each run copied and may ask to stop between runs (`client.progress`). See `client.log.compaction`."""
         from client.log.compaction import compact_log
 
         bk = _bk(self)
         bk._check_open()
         return compact_log(bk, name, target_bytes=target_bytes, min_ledgers=min_ledgers, grace_s=grace_s,
-                           password=password)
+                           password=password, progress=progress)
 
     def start_log_compaction(self, interval_s: float = 600.0, names: Iterable[str] | None = None, *,
                              target_bytes: int = 64 * 1024 * 1024, min_ledgers: int = 4,
