@@ -275,3 +275,20 @@ def test_swaps_are_bounded_and_replaced_ledgers_wait_in_child_znodes(bk, name, m
     for ledger_id in old:
         with pytest.raises(NoSuchLedgerError):
             bk.ledger_metadata(ledger_id)
+
+
+def test_background_compaction_runs_on_its_schedule(bk, name):
+    """start_log_compaction, like start_log_retention: a daemon thread compacting the named logs every
+    interval; the log reads back the same; stop() ends it."""
+    write_small_ledgers(bk, name, 8, 3)
+    before = [(r.position, r.payload) for r in read_all(bk, name)]
+    task = bk.start_log_compaction(interval_s=0.1, names=[name], min_ledgers=2, grace_s=0)
+    try:
+        deadline = time.monotonic() + 30
+        while len(bk.log_metadata(name).ledgers) > 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        task.stop()
+    assert len(bk.log_metadata(name).ledgers) == 3 and task.runs >= 1
+    assert any(r.replaced == 6 for r in task.results)
+    assert [(r.position, r.payload) for r in read_all(bk, name)] == before
