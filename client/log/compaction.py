@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from client.errors import (
@@ -103,8 +103,27 @@ def compact_log(bk: BookKeeper, name: str, *, target_bytes: int = DEFAULT_TARGET
     by_id = {led.ledger_id: led for led in meta.ledgers}
     progress.begin(sum(len(r.ledger_ids) for r in runs),
                    sum(by_id[i].size or 0 for r in runs for i in r.ledger_ids))
-    swapped: list[tuple[int, list[int]]] = []
     batch: list[tuple[cp.Run, LogLedger]] = []
+    try:
+        swapped, written, stopped = _copy_and_swap(bk, name, runs, by_id, batch, min_ledgers, grace_s, password,
+                                                   progress)
+    except BaseException:
+        _discard_unlisted(bk, name, [led.ledger_id for _, led in batch])
+        raise
+    if grace_s == 0 and swapped:
+        deleted += delete_due(bk, name)
+    if swapped:
+        log.info("log %r: compacted %d ledgers into %s", name, sum(len(i) for _, i in swapped),
+                 sorted(new for new, _ in swapped))
+    return CompactionResult(swapped, written - len(swapped), deleted, stopped)
+
+
+def _copy_and_swap(bk: BookKeeper, name: str, runs: Sequence[cp.Run], by_id: Mapping[int, LogLedger],
+                   batch: list[tuple[cp.Run, LogLedger]], min_ledgers: int, grace_s: float, password: bytes,
+                   progress: ProgressSink) -> tuple[list[tuple[int, list[int]]], int, bool]:
+    """Copy the runs in order into `batch` and swap it in every SWAP_LEDGERS replaced ledgers and at the
+    end (`batch` holds what is copied and not yet swapped). (swapped, copies written, stopped early)."""
+    swapped: list[tuple[int, list[int]]] = []
     written = 0
     stopped = False
     for run in runs:
@@ -117,16 +136,25 @@ def compact_log(bk: BookKeeper, name: str, *, target_bytes: int = DEFAULT_TARGET
             written += 1
             if sum(len(r.ledger_ids) for r, _ in batch) >= SWAP_LEDGERS:
                 swapped += _swap(bk, name, batch, grace_s)
-                batch = []
+                batch.clear()
         progress.advance(items=len(run.ledger_ids), nbytes=sum(by_id[i].size or 0 for i in run.ledger_ids))
     if batch:
         swapped += _swap(bk, name, batch, grace_s)
-    if grace_s == 0 and swapped:
-        deleted += delete_due(bk, name)
-    if swapped:
-        log.info("log %r: compacted %d ledgers into %s", name, sum(len(i) for _, i in swapped),
-                 sorted(new for new, _ in swapped))
-    return CompactionResult(swapped, written - len(swapped), deleted, stopped)
+        batch.clear()
+    return swapped, written, stopped
+
+
+def _discard_unlisted(bk: BookKeeper, name: str, copies: Sequence[int]) -> None:
+    """After a failure: delete the copies the log does not list (an error may follow a swap that landed,
+    e.g. ZooKeeper lost mid-commit); if the log cannot be read, leave them and say so."""
+    if not copies:
+        return
+    try:
+        listed = require_log(bk.store, name)[0].listed_ids
+        _delete_copies(bk, [i for i in copies if i not in listed])
+    except BKError as exc:
+        log.warning("log %r: compaction failed; could not check its copies %s (delete the unlisted ones): %s",
+                    name, list(copies), exc)
 
 
 def _swap(bk: BookKeeper, name: str, batch: Sequence[tuple[cp.Run, LogLedger]],

@@ -18,7 +18,7 @@ import pytest
 
 from bookie.cli import main as cli_main
 from client import BookKeeper
-from client.errors import LogNotFoundError, LogUpdateConflictError, NoSuchLedgerError
+from client.errors import BKError, LogNotFoundError, LogUpdateConflictError, NoSuchLedgerError
 from client.log import compaction
 from client.log.core import compaction as cp
 from client.log.core.meta import Position
@@ -292,3 +292,20 @@ def test_background_compaction_runs_on_its_schedule(bk, name):
     assert len(bk.log_metadata(name).ledgers) == 3 and task.runs >= 1
     assert any(r.replaced == 6 for r in task.results)
     assert [(r.position, r.payload) for r in read_all(bk, name)] == before
+
+
+def test_a_failed_compaction_leaves_no_copies_behind(bk, name):
+    """The second run cannot be read (its ledgers have another password): compaction fails with the
+    error, the copy of the first run (made, not yet swapped) is deleted, the log is as it was."""
+    ids = []
+    for password in (b"", b"", b"", b"other", b"other", b"other", b"", b""):
+        lh = bk.create_ledger(3, 2, 2, password=password)
+        lh.add_entry(b"x-%d" % len(ids))
+        lh.close()
+        ids.append(lh.ledger_id)
+    append_ledgers(bk, name, ids)
+    existing = set(bk.list_ledgers())
+    with pytest.raises(BKError):
+        bk.compact_log(name, min_ledgers=2, grace_s=0)
+    assert set(bk.list_ledgers()) == existing
+    assert bk.log_metadata(name).ledger_ids == ids and cp.pending(bk.log_metadata(name)) == []
