@@ -323,10 +323,15 @@ class LogsMixin:
         bk._check_open()
         return bk.store.children(bk.store.layout.logs)
 
-    def log_metadata(self, name: str) -> LogMetadata:
+    def log_metadata(self, name: str, *, from_ledger: int | None = None) -> LogMetadata:
+        """The log's metadata: all of it, or with `from_ledger` (a ledger id positions use) only the ledgers
+        from the segment holding it on (`first_index` ledgers come before; all of them if the log begins
+        after it): what a reader at that ledger needs, read in a time that does not grow with the log."""
         bk = _bk(self)
         bk._check_open()
-        return require_log(bk.store, name)[0]
+        if from_ledger is None:
+            return require_log(bk.store, name)[0]
+        return require_loaded(bk.store, name, from_ledger=from_ledger).meta
 
     def truncate_log(self, name: str, before: Position) -> list[int]:
         """Drop the ledgers entirely before `before` (R30): CAS the shorter list, then delete the dropped
