@@ -5,10 +5,15 @@ Like Delta Lake's OPTIMIZE: readers see the same records at the same positions b
 log records which old ledger ids each new ledger replaced and where each began: `client.log.core.
 compaction`). The copy reads each old ledger without recovery and adds its payloads, unchanged and in
 order (the key/timestamp envelope is inside the payload; the ledger's custom metadata is carried over,
-without the job tag). The swap is one compare-and-swap of the whole log's head: a writer's roll, a
-sink's commit or a truncation racing it makes one side retry, never both land half. Old ledgers wait
-on the log's pending list for `grace_s` so a reader in the middle of one finishes; every compaction run
-(and `bk.start_log_compaction`) first deletes the ones whose grace period ended.
+without the job tag). Runs are swapped in as they are copied, `SWAP_LEDGERS` replaced ledgers at a
+time; each swap is one ZooKeeper transaction checked on the log head's version (the compare-and-swap):
+a writer's roll, a sink's commit or a truncation racing it makes one side retry, never both land half.
+The swap also creates a child znode of the log naming the replaced ledgers (`pending-...`; the head
+lists only these znodes and when each is due), so neither the head nor one transaction grows with the
+log. Old ledgers wait there for `grace_s` so a reader in the middle of one finishes; every compaction
+run (and `bk.start_log_compaction`) first deletes the ones whose grace period ended. Progress goes to a
+`client.progress.ProgressSink`, which may ask to stop between runs; a failure deletes the copies not
+yet swapped in.
 """
 
 from __future__ import annotations
