@@ -166,12 +166,7 @@ def cmd_log(args: argparse.Namespace) -> int:
                 else:
                     print("\n".join(describe_log(meta)))
             elif args.action == "compact":
-                done = bk.compact_log(args.name, target_bytes=args.target_bytes, min_ledgers=args.min_ledgers,
-                                      grace_s=args.grace_s, password=args.password.encode())
-                for new, old in done.compacted:
-                    print(f"ledger {new} replaces {len(old)} ledgers ({old[0]}..{old[-1]})")
-                print(f"compacted {done.replaced} ledgers into {len(done.compacted)}; skipped {done.skipped} runs "
-                      f"(the log changed); deleted {len(done.deleted)} ledgers whose grace period ended")
+                return log_compact(bk, args)
             else:
                 start: Any = args.start if args.start in ("earliest", "latest") else Position.parse(args.start)
                 with bk.open_log_reader(args.name, start, password=args.password.encode()) as reader:
@@ -185,6 +180,28 @@ def cmd_log(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def log_compact(bk: Any, args: argparse.Namespace) -> int:
+    """`bkledger log compact NAME`: progress on stderr like the shell's recover/decommission (a bar on a
+    terminal, lines otherwise, nothing with --json); the first Ctrl-C stops between two runs (what was
+    copied so far is swapped in, the log stays whole), prints what was done and exits 130."""
+    from bookie.progress import Progress, stop_on_interrupt
+
+    with Progress("compact", json_output=args.json) as progress, stop_on_interrupt(progress):
+        done = bk.compact_log(args.name, target_bytes=args.target_bytes, min_ledgers=args.min_ledgers,
+                              grace_s=args.grace_s, password=args.password.encode(), progress=progress)
+    if args.json:
+        print(json.dumps(done.as_dict(), indent=2, sort_keys=True))
+    else:
+        for new, old in done.compacted:
+            print(f"ledger {new} replaces {len(old)} ledgers ({old[0]}..{old[-1]})")
+        print(f"compacted {done.replaced} ledgers into {len(done.compacted)}; skipped {done.skipped} runs "
+              f"(the log changed); deleted {len(done.deleted)} ledgers whose grace period ended")
+        if progress.stop_asked:
+            print("compact interrupted (Ctrl-C): the runs copied so far are in the log, the rest was not "
+                  "touched; run the same command again to go on.")
+    return 130 if progress.stop_asked else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-ledgers", type=int, default=4, help="fewest ledgers in a run worth compacting (compact)")
     p.add_argument("--grace-s", type=float, default=600.0,
                    help="seconds before replaced ledgers are deleted, by a later run (compact)")
-    p.add_argument("--json", action="store_true", help="metadata as JSON (describe)")
+    p.add_argument("--json", action="store_true", help="metadata (describe) or the result (compact) as JSON")
     p.set_defaults(func=cmd_log)
     return parser
 

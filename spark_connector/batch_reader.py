@@ -12,9 +12,10 @@ Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -49,6 +50,7 @@ LAC_WAIT_S = 10.0
 ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from the log's records alone
 PLAN_THREADS = 16              # ledger metadata read at once while planning
 OPEN_THREADS = 8               # ledgers a task opens at once (a coalesced partition of many ledgers)
+READ_AHEAD = 16                # pieces of a coalesced partition whose first chunk is read ahead
 ENVELOPE_BATCH = 1000
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
@@ -172,11 +174,12 @@ def plan(opts: ReadOptions) -> list[CoalescedPartition]:
 
 
 # ---- tasks: reading --------------------------------------------------------------------------------
-def prefetched_chunks(rh: LedgerHandle, first: int, last: int) -> Iterator[ReadChunk]:
+def prefetched_chunks(rh: LedgerHandle, first: int, last: int,
+                      ahead: concurrent.futures.Future[ReadChunk] | None = None) -> Iterator[ReadChunk]:
     """Read chunks first..last in order, the next one always in flight while the caller converts and
-    ships the current one (Arrow conversion, IPC to the JVM): reads overlap the rest of the task."""
+    ships the current one (Arrow conversion, IPC to the JVM): reads overlap the rest of the task.
+    `ahead`: the first chunk, already asked for (a coalesced partition reads its next pieces early)."""
     position = first
-    ahead: concurrent.futures.Future[ReadChunk] | None = None
     try:
         while position <= last:
             chunk = ahead.result() if ahead is not None else rh.read_chunk(position, last)
@@ -190,8 +193,10 @@ def prefetched_chunks(rh: LedgerHandle, first: int, last: int) -> Iterator[ReadC
 
 
 def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
-                   opened: LedgerHandle | None = None) -> Iterator[pa.RecordBatch]:
-    """Entries first..last of the partition's ledger as RecordBatches (one per read chunk)."""
+                   opened: LedgerHandle | None = None,
+                   first_chunk: concurrent.futures.Future[ReadChunk] | None = None) -> Iterator[pa.RecordBatch]:
+    """Entries first..last of the partition's ledger as RecordBatches (one per read chunk); `first_chunk`:
+    the read of its first chunk, already under way on `opened`."""
     source = opts.source
     bk = shared_client(source.metadata_service_uri, source.client_settings)
     try:
@@ -202,7 +207,7 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
                 rh.refresh()
         base = part.base                            # a compacted ledger: its entries sit from `base` on
         envelope = part.envelope if part.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
-        for chunk in prefetched_chunks(rh, base + part.first_entry_id, base + part.last_entry_id):
+        for chunk in prefetched_chunks(rh, base + part.first_entry_id, base + part.last_entry_id, first_chunk):
             ids = chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
             yield chunk_to_batch(schema, part.log, part.ledger_id, ids, chunk.payloads, envelope)
     except (NoSuchLedgerError, NoSuchEntryError) as exc:
@@ -234,8 +239,31 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
 
     with concurrent.futures.ThreadPoolExecutor(min(OPEN_THREADS, len(ids))) as pool:
         handles = dict(zip(ids, pool.map(open_one, ids), strict=True))
-    for piece in partition.pieces:
-        yield from read_partition(opts, piece, schema, handles.get(piece.physical or piece.ledger_id))
+        for piece, first_chunk in zip(partition.pieces, read_ahead(pool, partition.pieces, handles), strict=True):
+            yield from read_partition(opts, piece, schema, handles.get(piece.physical or piece.ledger_id),
+                                      first_chunk)
+
+
+def read_ahead(pool: concurrent.futures.ThreadPoolExecutor, pieces: Sequence[LedgerPartition],
+               handles: Mapping[int, LedgerHandle | None]
+               ) -> Iterator[concurrent.futures.Future[ReadChunk] | None]:
+    """Each piece's first chunk, asked for READ_AHEAD pieces before it is needed (one round trip each,
+    which for thousands of one-entry ledgers is most of the task); None for a ledger that is not closed
+    (read_partition waits for its LAC first)."""
+    def start(piece: LedgerPartition) -> concurrent.futures.Future[ReadChunk] | None:
+        rh = handles.get(piece.physical or piece.ledger_id)
+        if rh is None or not rh.is_closed:
+            return None
+        return pool.submit(rh.read_chunk, piece.base + piece.first_entry_id, piece.base + piece.last_entry_id)
+
+    flight = collections.deque(start(p) for p in pieces[:READ_AHEAD])
+    following = iter(pieces[READ_AHEAD:])
+    while flight:
+        got = flight.popleft()
+        nxt = next(following, None)
+        if nxt is not None:
+            flight.append(start(nxt))
+        yield got
 
 
 class BkLedgerBatchReader(DataSourceReader):

@@ -21,7 +21,6 @@ the marker recorded in the log stays valid. Options: those of a batch append, pl
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -34,12 +33,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from client import BookKeeper, LogNotFoundError, NoSuchLedgerError
+from client import BookKeeper
 from spark_connector.batch_writer import (
     JOB_KEY,
     LOG_KEY,
     BkLedgerBatchWriter,
     LedgerCommitMessage,
+    delete_unlisted_tagged,
     ledger_ids,
     plan_layout,
 )
@@ -103,21 +103,12 @@ def sweep_dead_runs(bk: BookKeeper, log_name: str, tag: str, keep: set[int]) -> 
     a time, so no task of this sink is writing a ledger that may still be committed; what remains is
     what a dead run left (its driver died between the tasks and the commit; Spark replays that batch)
     or a failed task attempt. A ledger the log lists is never touched."""
-    try:
-        listed = set(bk.log_metadata(log_name).ledger_ids)
-    except LogNotFoundError:
-        listed = set()
     prefix = f"{tag}#".encode()
-    gone = []
-    for ledger_id in bk.list_ledgers():
-        if ledger_id in listed:
-            continue
-        with contextlib.suppress(NoSuchLedgerError):
-            md = bk.ledger_metadata(ledger_id)
-            ours = md.custom_metadata.get(JOB_KEY, b"").startswith(prefix)
-            if ours and md.custom_metadata.get(LOG_KEY) == log_name.encode() and ledger_id not in keep:
-                bk.delete_ledger(ledger_id)
-                gone.append(ledger_id)
+
+    def ours(custom: Mapping[str, bytes]) -> bool:
+        return custom.get(JOB_KEY, b"").startswith(prefix) and custom.get(LOG_KEY) == log_name.encode()
+
+    gone = delete_unlisted_tagged(bk, log_name, [i for i in bk.list_ledgers() if i not in keep], ours)
     if gone:
         log.info("log %r: deleted ledgers %s that %s wrote but never committed", log_name, gone, tag)
     return gone
@@ -125,15 +116,7 @@ def sweep_dead_runs(bk: BookKeeper, log_name: str, tag: str, keep: set[int]) -> 
 
 def delete_unlisted(bk: BookKeeper, log_name: str, ids: Sequence[int]) -> list[int]:
     """Delete those of `ids` that the log does not list; returns them."""
-    try:
-        listed = set(bk.log_metadata(log_name).ledger_ids)
-    except LogNotFoundError:
-        listed = set()
-    gone = [i for i in ids if i not in listed]
-    for ledger_id in gone:
-        with contextlib.suppress(NoSuchLedgerError):
-            bk.delete_ledger(ledger_id)
-    return gone
+    return delete_unlisted_tagged(bk, log_name, ids, lambda custom: True)
 
 
 class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
@@ -197,15 +180,9 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
             existing = bk.list_ledgers()
             tag = self.tasks.job_id.encode()
             candidates = [i for i in existing if i > self.tasks.floor and i not in keep]
-            if candidates:
-                listed = set(bk.log_metadata(self.log_name).ledger_ids)
-                for ledger_id in candidates:
-                    if ledger_id in listed:
-                        continue
-                    with contextlib.suppress(NoSuchLedgerError):
-                        if bk.ledger_metadata(ledger_id).custom_metadata.get(JOB_KEY) == tag:
-                            bk.delete_ledger(ledger_id)
-                            log.info("deleted ledger %d left by a failed task of %s", ledger_id, self.identity)
+            for ledger_id in delete_unlisted_tagged(bk, self.log_name, candidates,
+                                                    lambda custom: custom.get(JOB_KEY) == tag):
+                log.info("deleted ledger %d left by a failed task of %s", ledger_id, self.identity)
             self.tasks.floor = max(existing, default=self.tasks.floor)
         except Exception as exc:  # cleanup is best effort: the log is already right
             log.warning("sweeping the ledgers of %s failed: %s", self.identity, exc)

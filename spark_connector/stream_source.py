@@ -253,11 +253,13 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._bk = open_client(source.metadata_service_uri, source.client_settings)
         return self._bk
 
-    def _ledger_ids(self) -> list[int]:
+    def _ledger_ids(self, from_ledger: int | None = None) -> list[int]:
+        """The log's (logical) ledger ids: all, or from `from_ledger`'s segment on (all if the log begins
+        after it, so a truncated start is still seen as one): a trigger does not read a long log whole."""
         from client import LogNotFoundError
 
         try:
-            meta = self.bk.log_metadata(self.opts.log)
+            meta = self.bk.log_metadata(self.opts.log, from_ledger=from_ledger)
         except LogNotFoundError:
             return []
         located = logical_ledgers(meta)            # positions' ledger ids (compaction keeps them)
@@ -282,7 +284,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _segments(self, from_ledger: int) -> list[Segment]:
         """The log's ledgers at or after `from_ledger`, as readable now."""
-        meta_ids = self._ledger_ids()
+        meta_ids = self._ledger_ids(from_ledger if from_ledger >= 0 else None)
         out = []
         for ledger_id in meta_ids:
             if ledger_id < from_ledger:
@@ -346,7 +348,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = pos_of(self.opts.log, start)
-        ids = self._ledger_ids()
+        ids = self._ledger_ids(begin.ledger if begin.ledger >= 0 else None)
         checked = self._checked_start(begin, ids)
         segments = self._segments(checked.ledger)
         end = readable_end(segments, checked)
@@ -378,7 +380,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = pos_of(self.opts.log, start), pos_of(self.opts.log, end)
         if stop <= begin:
             return []
-        ids = self._ledger_ids()
+        ids = self._ledger_ids(begin.ledger if begin.ledger >= 0 else None)
         begin = self._checked_start(begin, ids)
         if stop.ledger not in ids:
             begin = self._checked_start(stop, ids)       # the whole range is gone

@@ -5,10 +5,15 @@ Like Delta Lake's OPTIMIZE: readers see the same records at the same positions b
 log records which old ledger ids each new ledger replaced and where each began: `client.log.core.
 compaction`). The copy reads each old ledger without recovery and adds its payloads, unchanged and in
 order (the key/timestamp envelope is inside the payload; the ledger's custom metadata is carried over,
-without the job tag). The swap is one compare-and-swap of the whole log's head: a writer's roll, a
-sink's commit or a truncation racing it makes one side retry, never both land half. Old ledgers wait
-on the log's pending list for `grace_s` so a reader in the middle of one finishes; every compaction run
-(and `bk.start_log_compaction`) first deletes the ones whose grace period ended.
+without the job tag). Runs are swapped in as they are copied, `SWAP_LEDGERS` replaced ledgers at a
+time; each swap is one ZooKeeper transaction checked on the log head's version (the compare-and-swap):
+a writer's roll, a sink's commit or a truncation racing it makes one side retry, never both land half.
+The swap also creates a child znode of the log naming the replaced ledgers (`pending-...`; the head
+lists only these znodes and when each is due), so neither the head nor one transaction grows with the
+log. Old ledgers wait there for `grace_s` so a reader in the middle of one finishes; every compaction
+run (and `bk.start_log_compaction`) first deletes the ones whose grace period ended. Progress goes to a
+`client.progress.ProgressSink`, which may ask to stop between runs; a failure deletes the copies not
+yet swapped in.
 """
 
 from __future__ import annotations
@@ -18,13 +23,31 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from client.errors import BKError, ClientClosedError, InvalidOptionError, NoSuchLedgerError
+from client.errors import (
+    BKError,
+    ClientClosedError,
+    InvalidOptionError,
+    LogUpdateConflictError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
 from client.log.core import compaction as cp
-from client.log.core.meta import LogLedger, LogMetadata
-from client.log.store import now_ms, require_log, update_log
+from client.log.core.meta import LogLedger
+from client.log.store import (
+    LOG_UPDATE_ATTEMPTS,
+    commit_changes,
+    now_ms,
+    prepare_change,
+    require_loaded,
+    require_log,
+)
+from client.meta.zksession import ZkOp
+from client.progress import NO_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
@@ -35,6 +58,8 @@ COMPACTED_KEY = "bkledger.compacted"      # custom metadata of a ledger compacti
 DEFAULT_TARGET_BYTES = 64 * 1024 * 1024
 DEFAULT_MIN_LEDGERS = 4
 DEFAULT_GRACE_S = 600.0
+SWAP_LEDGERS = 4096                       # replaced ledgers swapped in per transaction (and pending znode)
+PENDING_PREFIX = "pending-"               # child znodes of a log naming replaced ledgers to delete
 READ_THREADS = 8                          # old ledgers read at once while copying (in order)
 
 
@@ -42,15 +67,22 @@ READ_THREADS = 8                          # old ledgers read at once while copyi
 class CompactionResult:
     """What one compaction did: (new ledger id, the listed ledger ids it replaced) per run swapped in,
     runs written but not swapped (the log changed under them; their ledger was deleted), ledgers deleted
-    whose grace period had ended."""
+    whose grace period had ended; `stopped`: the progress sink asked to stop (Ctrl-C) and runs were left
+    for the next compaction (what was copied before was swapped in)."""
 
     compacted: list[tuple[int, list[int]]]
     skipped: int
     deleted: list[int]
+    stopped: bool = False
 
     @property
     def replaced(self) -> int:
         return sum(len(ids) for _, ids in self.compacted)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"compacted": [{"ledger_id": new, "replaced": old} for new, old in self.compacted],
+                "replaced": self.replaced, "skipped": self.skipped, "deleted": self.deleted,
+                "stopped": self.stopped}
 
 
 def check_options(target_bytes: int, min_ledgers: int, grace_s: float) -> None:
@@ -65,44 +97,112 @@ def check_options(target_bytes: int, min_ledgers: int, grace_s: float) -> None:
 
 def compact_log(bk: BookKeeper, name: str, *, target_bytes: int = DEFAULT_TARGET_BYTES,
                 min_ledgers: int = DEFAULT_MIN_LEDGERS, grace_s: float = DEFAULT_GRACE_S,
-                password: bytes = b"") -> CompactionResult:
+                password: bytes = b"", progress: ProgressSink = NO_PROGRESS) -> CompactionResult:
+    """Plan the runs on the whole log, copy them in order and swap them in, SWAP_LEDGERS replaced ledgers
+    per transaction (so each stays far below ZooKeeper's limit however long the log); between runs
+    `progress.stop_requested()` may end it early (what was copied is swapped in first)."""
     check_options(target_bytes, min_ledgers, grace_s)
     deleted = delete_due(bk, name)
     meta, _ = require_log(bk.store, name)
-    written: list[tuple[cp.Run, LogLedger]] = []
-    for run in cp.plan_runs(meta, target_bytes, min_ledgers):
-        for part in _same_kind(bk, meta, run, min_ledgers):
-            elements = [led for led in meta.ledgers if led.ledger_id in set(part.ledger_ids)]
-            new_id = copy_run(bk, elements, password)
-            written.append((part, cp.compacted_ledger(elements, new_id, now_ms())))
-    swapped: list[tuple[int, list[int]]] = []
+    runs = cp.plan_runs(meta, target_bytes, min_ledgers)
+    by_id = {led.ledger_id: led for led in meta.ledgers}
+    progress.begin(sum(len(r.ledger_ids) for r in runs),
+                   sum(by_id[i].size or 0 for r in runs for i in r.ledger_ids))
+    batch: list[tuple[cp.Run, LogLedger]] = []
+    try:
+        swapped, written, stopped = _copy_and_swap(bk, name, runs, by_id, batch, min_ledgers, grace_s, password,
+                                                   progress)
+    except BaseException:
+        _discard_unlisted(bk, name, [led.ledger_id for _, led in batch])
+        raise
+    if grace_s == 0 and swapped:
+        deleted += delete_due(bk, name)
+    if swapped:
+        log.info("log %r: compacted %d ledgers into %s", name, sum(len(i) for _, i in swapped),
+                 sorted(new for new, _ in swapped))
+    return CompactionResult(swapped, written - len(swapped), deleted, stopped)
 
-    def swap(current: LogMetadata) -> LogMetadata:
-        swapped.clear()
-        out = current
-        for run, led in written:
+
+def _copy_and_swap(bk: BookKeeper, name: str, runs: Sequence[cp.Run], by_id: Mapping[int, LogLedger],
+                   batch: list[tuple[cp.Run, LogLedger]], min_ledgers: int, grace_s: float, password: bytes,
+                   progress: ProgressSink) -> tuple[list[tuple[int, list[int]]], int, bool]:
+    """Copy the runs in order into `batch` and swap it in every SWAP_LEDGERS replaced ledgers and at the
+    end (`batch` holds what is copied and not yet swapped). (swapped, copies written, stopped early)."""
+    swapped: list[tuple[int, list[int]]] = []
+    written = 0
+    stopped = False
+    for run in runs:
+        if progress.stop_requested():
+            stopped = True
+            break
+        for part in _same_kind(bk, run, min_ledgers):
+            elements = [by_id[i] for i in part.ledger_ids]
+            batch.append((part, cp.compacted_ledger(elements, copy_run(bk, elements, password), now_ms())))
+            written += 1
+            if sum(len(r.ledger_ids) for r, _ in batch) >= SWAP_LEDGERS:
+                swapped += _swap(bk, name, batch, grace_s)
+                batch.clear()
+        progress.advance(items=len(run.ledger_ids), nbytes=sum(by_id[i].size or 0 for i in run.ledger_ids))
+    if batch:
+        swapped += _swap(bk, name, batch, grace_s)
+        batch.clear()
+    return swapped, written, stopped
+
+
+def _discard_unlisted(bk: BookKeeper, name: str, copies: Sequence[int]) -> None:
+    """After a failure: delete the copies the log does not list (an error may follow a swap that landed,
+    e.g. ZooKeeper lost mid-commit); if the log cannot be read, leave them and say so."""
+    if not copies:
+        return
+    try:
+        listed = require_log(bk.store, name)[0].listed_ids
+        _delete_copies(bk, [i for i in copies if i not in listed])
+    except BKError as exc:
+        log.warning("log %r: compaction failed; could not check its copies %s (delete the unlisted ones): %s",
+                    name, list(copies), exc)
+
+
+def _swap(bk: BookKeeper, name: str, batch: Sequence[tuple[cp.Run, LogLedger]],
+          grace_s: float) -> list[tuple[int, list[int]]]:
+    """Swap the copied runs that are still in the log as they were into it, in ONE transaction checked on
+    the head's version, with a new child znode naming the replaced ledgers for deletion after `grace_s`;
+    retried on a lost race. Copies that could not be swapped are deleted. What was swapped."""
+    swapped: list[tuple[int, list[int]]] = []
+    for attempt in range(LOG_UPDATE_ATTEMPTS):
+        loaded = require_loaded(bk.store, name, whole=True)
+        out, swapped = loaded.meta, []
+        for run, led in batch:
             changed = cp.with_compacted(out, run, led)
             if changed is not None:
                 out = changed
                 swapped.append((led.ledger_id, list(run.ledger_ids)))
-        old = [i for _, ids in swapped for i in ids]
-        return cp.with_pending(out, old, now_ms() + int(grace_s * 1000))
-
-    if written:
-        update_log(bk.store, name, swap, whole=True)
+        if not swapped:
+            break
+        znode = f"{PENDING_PREFIX}{uuid.uuid4().hex[:12]}"
+        change = prepare_change(bk.store, loaded, cp.with_pending(out, znode, now_ms() + int(grace_s * 1000)))
+        path, data = f"{loaded.path}/{znode}", cp.encode_pending([i for _, ids in swapped for i in ids])
+        bk.store.check_size(path, data, f"log {name!r}: the ledgers this compaction replaced")
+        try:
+            commit_changes(bk.store, [dataclasses.replace(change, ops=(*change.ops, ZkOp("create", path, data)))])
+            break
+        except MetadataVersionError:
+            time.sleep(min(0.002 * 2**attempt, 0.05))
+    else:
+        _delete_copies(bk, [led.ledger_id for _, led in batch])
+        raise LogUpdateConflictError(f"log {name!r}: changed under this compaction {LOG_UPDATE_ATTEMPTS} times in "
+                                     "a row; its copies were deleted; retry later")
     done = {new for new, _ in swapped}
-    for _, led in written:
-        if led.ledger_id not in done:
-            with contextlib.suppress(NoSuchLedgerError):
-                bk.delete_ledger(led.ledger_id)
-    if grace_s == 0 and swapped:
-        deleted += delete_due(bk, name)
-    if swapped:
-        log.info("log %r: compacted %d ledgers into %s", name, sum(len(i) for _, i in swapped), sorted(done))
-    return CompactionResult(swapped, len(written) - len(swapped), deleted)
+    _delete_copies(bk, [led.ledger_id for _, led in batch if led.ledger_id not in done])
+    return swapped
 
 
-def _same_kind(bk: BookKeeper, meta: LogMetadata, run: cp.Run, min_ledgers: int) -> list[cp.Run]:
+def _delete_copies(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
+    for ledger_id in ledger_ids:
+        with contextlib.suppress(NoSuchLedgerError):
+            bk.delete_ledger(ledger_id)
+
+
+def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int) -> list[cp.Run]:
     """The run cut where the ledgers' kind changes (custom metadata but the job tag: the envelope, the
     log; digest type, password), so a compacted ledger is read exactly as its parts were."""
     mds = bk.store.read_ledgers(list(run.ledger_ids))
@@ -167,20 +267,29 @@ def _wait(futures: Iterable[concurrent.futures.Future[int]]) -> None:
 
 
 def delete_due(bk: BookKeeper, name: str) -> list[int]:
-    """Delete the replaced ledgers whose grace period ended (after taking them off the log's list)."""
-    due: list[int] = []
-
-    def take(meta: LogMetadata) -> LogMetadata:
-        new, ids = cp.without_due(meta, now_ms())
-        due[:] = ids
-        return new
-
-    if not cp.pending(require_log(bk.store, name)[0]):
-        return []
-    update_log(bk.store, name, take, whole=False)
-    for ledger_id in due:
-        with contextlib.suppress(NoSuchLedgerError):
-            bk.delete_ledger(ledger_id)
+    """Delete the replaced ledgers whose grace period ended: first take them off the log's pending list
+    (and their child znodes) in one transaction checked on the head, then delete the ledgers."""
+    for attempt in range(LOG_UPDATE_ATTEMPTS):
+        loaded = require_loaded(bk.store, name, whole=False)
+        new, due, znodes = cp.without_due(loaded.meta, now_ms())
+        if not due and not znodes:
+            return []
+        drops = []
+        for znode in znodes:
+            got = bk.store.get(f"{loaded.path}/{znode}")
+            if got is not None:
+                due += cp.decode_pending(got[0])
+                drops.append(ZkOp("delete", f"{loaded.path}/{znode}", version=got[1]))
+        change = prepare_change(bk.store, loaded, new)
+        try:
+            commit_changes(bk.store, [dataclasses.replace(change, ops=(*change.ops, *drops))])
+            break
+        except MetadataVersionError:
+            time.sleep(min(0.002 * 2**attempt, 0.05))
+    else:
+        raise LogUpdateConflictError(f"log {name!r}: changed under the deletion of replaced ledgers "
+                                     f"{LOG_UPDATE_ATTEMPTS} times in a row; retry later")
+    _delete_copies(bk, due)
     return list(due)
 
 

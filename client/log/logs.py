@@ -53,6 +53,7 @@ from client.log.store import (
 )
 from client.meta import log_leases
 from client.meta.errors import NoSuchNodeError
+from client.progress import NO_PROGRESS, ProgressSink
 from client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
@@ -322,10 +323,15 @@ class LogsMixin:
         bk._check_open()
         return bk.store.children(bk.store.layout.logs)
 
-    def log_metadata(self, name: str) -> LogMetadata:
+    def log_metadata(self, name: str, *, from_ledger: int | None = None) -> LogMetadata:
+        """The log's metadata: all of it, or with `from_ledger` (a ledger id positions use) only the ledgers
+        from the segment holding it on (`first_index` ledgers come before; all of them if the log begins
+        after it): what a reader at that ledger needs, read in a time that does not grow with the log."""
         bk = _bk(self)
         bk._check_open()
-        return require_log(bk.store, name)[0]
+        if from_ledger is None:
+            return require_log(bk.store, name)[0]
+        return require_loaded(bk.store, name, from_ledger=from_ledger).meta
 
     def truncate_log(self, name: str, before: Position) -> list[int]:
         """Drop the ledgers entirely before `before` (R30): CAS the shorter list, then delete the dropped
@@ -378,17 +384,18 @@ class LogsMixin:
         return RetentionTask(bk, interval_s, names)
 
     def compact_log(self, name: str, *, target_bytes: int = 64 * 1024 * 1024, min_ledgers: int = 4,
-                    grace_s: float = 600.0, password: bytes = b"") -> CompactionResult:
+                    grace_s: float = 600.0, password: bytes = b"",
+                    progress: ProgressSink = NO_PROGRESS) -> CompactionResult:
         """Rewrite runs of at least `min_ledgers` small CLOSED ledgers (together at most `target_bytes`) into
         one ledger each, same payloads in the same order, and swap them in with one CAS; positions keep
-        working. The old ledgers are deleted after `grace_s` seconds (by a later run). See
-        `client.log.compaction`."""
+        working. The old ledgers are deleted after `grace_s` seconds (by a later run). `progress` hears of
+        each run copied and may ask to stop between runs (`client.progress`). See `client.log.compaction`."""
         from client.log.compaction import compact_log
 
         bk = _bk(self)
         bk._check_open()
         return compact_log(bk, name, target_bytes=target_bytes, min_ledgers=min_ledgers, grace_s=grace_s,
-                           password=password)
+                           password=password, progress=progress)
 
     def start_log_compaction(self, interval_s: float = 600.0, names: Iterable[str] | None = None, *,
                              target_bytes: int = 64 * 1024 * 1024, min_ledgers: int = 4,

@@ -83,9 +83,12 @@ def log_path(store: MetadataStore, name: str) -> str:
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
-def load_log(store: MetadataStore, name: str, *, whole: bool = True) -> LoadedLog | None:
+def load_log(store: MetadataStore, name: str, *, whole: bool = True,
+             from_ledger: int | None = None) -> LoadedLog | None:
     """The log at one head version (None if it does not exist); `whole=False` loads only what a commit
-    needs (the head, the last segment and any holding a ledger not yet recorded as sealed)."""
+    needs (the head, the last segment and any holding a ledger not yet recorded as sealed);
+    `from_ledger` (a reader's) loads the segments from the one that holds that (logical) ledger id on,
+    found by binary search (all of them if the log's first ledger comes after it)."""
     path = log_path(store, name)
     for _ in range(SNAPSHOT_ATTEMPTS):
         got = store.get(path)
@@ -98,9 +101,14 @@ def load_log(store: MetadataStore, name: str, *, whole: bool = True) -> LoadedLo
             raise MetadataFormatError(str(exc)) from exc
         if head is None:
             return LoadedLog(name, path, version, st.Window(base))
-        numbers = list(range(st.window_start(head, whole), head.last + 1))
+        start = st.window_start(head, whole) if from_ledger is None else \
+            _segment_holding(store, path, name, head, from_ledger)
+        if start is None:
+            continue                               # a segment went while we searched: read again
+        numbers = list(range(start, head.last + 1))
         raw = store.get_many([f"{path}/{st.segment_name(head.prefix, n)}" for n in numbers])
-        if any(r is None for r in raw) or (whole and _moved(store, path, version)):
+        snapshot = whole or from_ledger is not None
+        if any(r is None for r in raw) or (snapshot and _moved(store, path, version)):
             continue                               # changed while we read: read again
         try:
             segments = [(n, st.decode_segment(name, n, r[0])) for n, r in zip(numbers, raw, strict=True)
@@ -113,13 +121,39 @@ def load_log(store: MetadataStore, name: str, *, whole: bool = True) -> LoadedLo
     raise LogUpdateConflictError(f"log {name!r} changed {SNAPSHOT_ATTEMPTS} times while being read; retry later")
 
 
+def _segment_holding(store: MetadataStore, path: str, name: str, head: st.Head, ledger_id: int) -> int | None:
+    """The last segment whose first (logical) ledger id is <= `ledger_id` (head.first if none is): a
+    binary search over the segments, reading about log2(segments) of them (empty ones, left by
+    compaction, are stepped over). None if a segment vanished meanwhile."""
+    lo, hi, best = head.first, head.last, head.first
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        number, first = mid, None
+        while number <= hi and first is None:
+            got = store.get(f"{path}/{st.segment_name(head.prefix, number)}")
+            if got is None:
+                return None
+            try:
+                ledgers = st.decode_segment(name, number, got[0])
+            except ValueError:
+                return None                        # newer than the head read: read again
+            first = lm.logical_first_id(ledgers[0]) if ledgers else None
+            number += 0 if first is not None else 1
+        if first is not None and first <= ledger_id:
+            best, lo = number, number + 1
+        else:
+            hi = mid - 1
+    return best
+
+
 def _moved(store: MetadataStore, path: str, version: int) -> bool:
     got = store.get(path)
     return got is None or got[1] != version
 
 
-def require_loaded(store: MetadataStore, name: str, *, whole: bool = True) -> LoadedLog:
-    got = load_log(store, name, whole=whole)
+def require_loaded(store: MetadataStore, name: str, *, whole: bool = True,
+                   from_ledger: int | None = None) -> LoadedLog:
+    got = load_log(store, name, whole=whole, from_ledger=from_ledger)
     if got is None:
         raise LogNotFoundError(f"log {name!r} does not exist: check the name (bkledger log list) or create it "
                                "by opening a log writer")

@@ -233,8 +233,10 @@ class MetadataStore(ZkSession):
     def create_ledger(self, md: LedgerMetadata) -> int:
         """Store the metadata of a new ledger; LedgerExistsError if the id is taken. Returns version 0."""
         path = self.layout.ledger(md.ledger_id)
+        data = serde.serialize(md)
+        self.check_size(path, data, _metadata_why(md))
         try:
-            self._create_maybe(path, serde.serialize(md))
+            self._create_maybe(path, data)
         except NodeExistsError:
             raise LedgerExistsError(f"ledger {md.ledger_id} already exists ({path})") from None
         return 0
@@ -253,8 +255,10 @@ class MetadataStore(ZkSession):
 
     def write_ledger(self, md: LedgerMetadata, expected_version: int) -> int:
         """CAS the metadata at `expected_version`; MetadataVersionError if it changed. The new version."""
+        path, data = self.layout.ledger(md.ledger_id), serde.serialize(md)
+        self.check_size(path, data, _metadata_why(md))
         try:
-            return self._set_maybe(self.layout.ledger(md.ledger_id), serde.serialize(md), expected_version)
+            return self._set_maybe(path, data, expected_version)
         except (NoNodeError, NoSuchNodeError):
             raise NoSuchLedgerError(f"ledger {md.ledger_id} does not exist (deleted?)") from None
 
@@ -449,6 +453,12 @@ class MetadataStore(ZkSession):
     def delete_cookie(self, bookie_id: str, expected_version: int = -1) -> None:
         with contextlib.suppress(NoSuchNodeError):
             self.delete(self.layout.cookie(bookie_id), expected_version)
+
+
+def _metadata_why(md: LedgerMetadata) -> str:
+    custom = sum(len(k.encode("utf-8")) + len(v) for k, v in md.custom_metadata.items())
+    return (f"the metadata of ledger {md.ledger_id} ({custom} bytes of custom metadata, "
+            f"{len(md.fragments)} fragments)")
 
 
 def _service_info(bookie_id: str, info: Mapping[str, str | int]) -> bytes:

@@ -3,6 +3,12 @@ positions held before it still work, and it races a live writer, a reader and a 
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -12,11 +18,15 @@ import pytest
 
 from bookie.cli import main as cli_main
 from client import BookKeeper
-from client.errors import LogNotFoundError, LogUpdateConflictError
+from client.errors import BKError, LogNotFoundError, LogUpdateConflictError, NoSuchLedgerError
+from client.log import compaction
+from client.log.core import compaction as cp
 from client.log.core.meta import Position
 from client.log.logs import append_ledgers
 from client.log.reader import LogRecord
+from client.log.store import log_path, now_ms
 from tests.integration.conftest import start_cluster
+from tests.integration.test_progress import read_until
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +191,121 @@ def test_compaction_races_sink_commits(bk, name):
     meta = bk.log_metadata(name)
     assert meta.committed_batches == {"query": 24} and len(meta.ledgers) <= 3
     assert [r.payload for r in read_all(bk, name)] == committed
+
+
+def compact_cmd(uri: str, name: str, *argv: str) -> list[str]:
+    return [sys.executable, "-m", "bookie.cli", "log", "compact", name, "--uri", uri, "--grace-s", "0", *argv]
+
+
+PROGRESS_ENV = {**os.environ, "BKLEDGER_PROGRESS_INTERVAL": "0"}
+
+
+def test_compact_reports_progress_lines_and_json(bk, name, cluster):
+    """Like `shell recover`: not on a terminal, a line with the totals, one per run, a last 'done' line;
+    with --json nothing on stderr and the result as JSON."""
+    uri = cluster.metadata_service_uri
+    write_small_ledgers(bk, name, 10, 3)                  # 8 ledgers of 24 bytes compactable, runs of 2
+    loud = subprocess.run(compact_cmd(uri, name, "--target-bytes", "50", "--min-ledgers", "2"),
+                          capture_output=True, text=True, timeout=120, env=PROGRESS_ENV)
+    assert loud.returncode == 0, loud.stderr
+    lines = [line for line in loud.stderr.splitlines() if line.startswith("compact: ")]
+    assert re.fullmatch(r"compact: 8 ledgers, ~192 B", lines[0]), lines
+    assert [re.match(r"compact: (\d)/8 ledgers, ", line).group(1) for line in lines[1:-1]] == ["2", "4", "6", "8"]
+    assert re.match(r"compact: 8/8 ledgers, .*\(done after \d+s\)$", lines[-1]), lines
+    assert "compacted 8 ledgers into 4" in loud.stdout
+    write_small_ledgers(bk, name, 4, 3)
+    quiet = subprocess.run(compact_cmd(uri, name, "--min-ledgers", "2", "--json"), capture_output=True, text=True,
+                           timeout=120, env=PROGRESS_ENV)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    result = json.loads(quiet.stdout)
+    assert result["replaced"] == 8 and len(result["compacted"]) == 1 and result["stopped"] is False
+    assert len(result["deleted"]) == 8 and result["compacted"][0]["ledger_id"] == bk.log_metadata(name).ledger_ids[0]
+
+
+def test_ctrl_c_stops_compact_between_runs_and_a_rerun_finishes(bk, name, cluster):
+    """SIGINT during `log compact`: what was copied is swapped in, the rest untouched, exit 130; the log
+    reads back the same; a second run compacts what was left."""
+    uri = cluster.metadata_service_uri
+    positions = write_small_ledgers(bk, name, 62, 3)
+    before = [(r.position, r.payload) for r in read_all(bk, name)]
+    proc = subprocess.Popen(compact_cmd(uri, name, "--target-bytes", "50", "--min-ledgers", "2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=PROGRESS_ENV)
+    try:
+        read_until(proc, r"^compact: 2/60 ledgers", 60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "Ctrl-C: stopping after the step in hand" in err and "compact interrupted (Ctrl-C)" in out
+    done = int(re.search(r"compacted (\d+) ledgers into", out).group(1))
+    assert 2 <= done < 60 and len(bk.log_metadata(name).ledgers) == 62 - done // 2
+    assert [(r.position, r.payload) for r in read_all(bk, name)] == before
+    again = subprocess.run(compact_cmd(uri, name, "--target-bytes", "50", "--min-ledgers", "2", "--json"),
+                           capture_output=True, text=True, timeout=120, env=PROGRESS_ENV)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["replaced"] == 60 - done
+    assert len(bk.log_metadata(name).ledgers) == 32
+    assert [(r.position, r.payload) for r in read_all(bk, name, positions[7])] == before[7:]
+
+
+def test_swaps_are_bounded_and_replaced_ledgers_wait_in_child_znodes(bk, name, monkeypatch):
+    """A compaction swaps SWAP_LEDGERS replaced ledgers per transaction, each with a child znode naming
+    them (the head names only the znodes, so it stays small however much was replaced); once the grace
+    period ended the next run deletes the ledgers and the znodes."""
+    monkeypatch.setattr(compaction, "SWAP_LEDGERS", 4)
+    write_small_ledgers(bk, name, 14, 3)
+    before = [(r.position, r.payload) for r in read_all(bk, name)]
+    old = bk.log_metadata(name).ledger_ids[:12]
+    done = bk.compact_log(name, target_bytes=50, min_ledgers=2, grace_s=600)
+    assert done.replaced == 12 and done.deleted == []
+    path = log_path(bk.store, name)
+    znodes = [c for c in bk.store.children(path) if c.startswith(compaction.PENDING_PREFIX)]
+    assert len(znodes) == 3                                          # 6 runs of 2, swapped 4 ledgers at a time
+    assert sorted(i for z in znodes for i in cp.decode_pending(bk.store.get(f"{path}/{z}")[0])) == old
+    assert sorted(w for _, w in cp.pending(bk.log_metadata(name))) == sorted(znodes)
+    assert all(bk.ledger_metadata(i) for i in old)                   # still there for readers mid-way
+    assert [(r.position, r.payload) for r in read_all(bk, name)] == before
+    monkeypatch.setattr(compaction, "now_ms", lambda: now_ms() + 601_000)
+    assert sorted(compaction.delete_due(bk, name)) == old
+    assert not [c for c in bk.store.children(path) if c.startswith(compaction.PENDING_PREFIX)]
+    assert cp.pending(bk.log_metadata(name)) == []
+    assert [(r.position, r.payload) for r in read_all(bk, name)] == before
+    for ledger_id in old:
+        with pytest.raises(NoSuchLedgerError):
+            bk.ledger_metadata(ledger_id)
+
+
+def test_background_compaction_runs_on_its_schedule(bk, name):
+    """start_log_compaction, like start_log_retention: a daemon thread compacting the named logs every
+    interval; the log reads back the same; stop() ends it."""
+    write_small_ledgers(bk, name, 8, 3)
+    before = [(r.position, r.payload) for r in read_all(bk, name)]
+    task = bk.start_log_compaction(interval_s=0.1, names=[name], min_ledgers=2, grace_s=0)
+    try:
+        deadline = time.monotonic() + 30
+        while len(bk.log_metadata(name).ledgers) > 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        task.stop()
+    assert len(bk.log_metadata(name).ledgers) == 3 and task.runs >= 1
+    assert any(r.replaced == 6 for r in task.results)
+    assert [(r.position, r.payload) for r in read_all(bk, name)] == before
+
+
+def test_a_failed_compaction_leaves_no_copies_behind(bk, name):
+    """The second run cannot be read (its ledgers have another password): compaction fails with the
+    error, the copy of the first run (made, not yet swapped) is deleted, the log is as it was."""
+    ids = []
+    for password in (b"", b"", b"", b"other", b"other", b"other", b"", b""):
+        lh = bk.create_ledger(3, 2, 2, password=password)
+        lh.add_entry(b"x-%d" % len(ids))
+        lh.close()
+        ids.append(lh.ledger_id)
+    append_ledgers(bk, name, ids)
+    existing = set(bk.list_ledgers())
+    with pytest.raises(BKError):
+        bk.compact_log(name, min_ledgers=2, grace_s=0)
+    assert set(bk.list_ledgers()) == existing
+    assert bk.log_metadata(name).ledger_ids == ids and cp.pending(bk.log_metadata(name)) == []

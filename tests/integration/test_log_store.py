@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from client.errors import MetadataVersionError
+from client.log.core import compaction as cp
 from client.log.core import meta as lm
 from client.log.core import stored as st
 from client.log.store import commit_changes, load_log, log_path, prepare_change, update_log, update_logs
@@ -131,3 +132,34 @@ def test_a_value_above_the_server_limit_is_refused_with_a_typed_error(store):
     with pytest.raises(ZNodeTooLargeError, match="small"):
         store.cas("small", b"y" * (1024 * 1024), 0)
     assert store.get("small") == (b"x", 0)
+
+
+def test_a_reader_loads_the_log_from_its_ledger_on(store):
+    """load_log(from_ledger=L) finds L's segment by binary search and loads from there: a few segments of
+    a 20,000-ledger log, whatever L; segments emptied by compaction are stepped over; a ledger before the
+    log's first (truncated) loads it all, so a reader still sees that as data loss."""
+    append_sealed(store, "read", 1, 20_000)
+    whole = load_log(store, "read")
+    assert whole is not None
+    runs = [cp.Run(tuple(range(first, first + 900))) for first in (1_001, 5_001, 12_001)]   # 3-4 segments each
+    meta = whole.meta
+    for n, run in enumerate(runs):
+        elements = [led for led in meta.ledgers if led.ledger_id in set(run.ledger_ids)]
+        compacted = cp.with_compacted(meta, run, cp.compacted_ledger(elements, 50_000 + n, 7))
+        assert compacted is not None
+        meta = compacted
+    update_log(store, "read", lambda _: meta)
+    everything = lm.logical_ledgers(load_log(store, "read").meta)
+    assert [x.ledger_id for x in everything] == list(range(1, 20_001))
+    for wanted in (1, 256, 257, 1_000, 1_001, 1_500, 1_901, 5_450, 12_899, 12_900, 19_999, 20_000, 30_000):
+        loaded = load_log(store, "read", from_ledger=wanted)
+        assert loaded is not None
+        ids = [x.ledger_id for x in lm.logical_ledgers(loaded.meta)]
+        assert ids[0] <= wanted and ids[-1] == 20_000 and (wanted in ids or wanted > 20_000)
+        assert ids == [x.ledger_id for x in everything][ids[0] - 1:]
+        assert loaded.meta.first_index + len(loaded.meta.ledgers) == len(meta.ledgers)
+        assert ids[0] > min(wanted, 20_000) - st.SEGMENT_LEDGERS - 900     # its segment (or compacted ledger)
+    update_log(store, "read", lambda m: lm.truncated_before(m, lm.Position(5_000, 0))[0])
+    truncated = load_log(store, "read", from_ledger=10)
+    assert truncated is not None and truncated.meta.first_index == 0
+    assert lm.logical_ledgers(truncated.meta)[0].ledger_id == 5_000

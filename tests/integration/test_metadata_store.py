@@ -23,6 +23,7 @@ from client.meta.errors import (
     NoSuchNodeError,
     UpdateConflictError,
     ZNodeExistsError,
+    ZNodeTooLargeError,
 )
 from client.meta.layout import LedgerManagerType as M
 from client.meta.store import MetadataStore
@@ -393,3 +394,21 @@ def test_update_loop_survives_a_paused_server(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(server.pid, signal.SIGCONT)
         server.stop()
+
+
+def test_ledger_metadata_above_the_server_limit_is_refused_naming_the_ledger(store: MetadataStore) -> None:
+    """Big custom metadata: ZNodeTooLargeError at once (not "ZooKeeper unreachable" after retries), naming
+    the ledger's znode and why; nothing is written, and a later update that grows too big is refused too."""
+    big = ledger(store.new_ledger_id(), custom_metadata={"blob": b"x" * (1 << 20)})
+    started = time.monotonic()
+    with pytest.raises(ZNodeTooLargeError, match=rf"{store.ledger_path(big.ledger_id)}: the metadata of ledger "
+                       rf"{big.ledger_id} \(1048580 bytes of custom metadata"):
+        store.create_ledger(big)
+    assert time.monotonic() - started < 2.0
+    with pytest.raises(NoSuchLedgerError):
+        store.read_ledger(big.ledger_id)
+    small = ledger(store.new_ledger_id())
+    store.create_ledger(small)
+    with pytest.raises(ZNodeTooLargeError, match="custom metadata"):
+        store.write_ledger(dataclasses.replace(small, custom_metadata=big.custom_metadata), 0)
+    assert store.read_ledger(small.ledger_id) == (small, 0)

@@ -19,6 +19,7 @@ import pyspark_bkledger  # noqa: F401 - what a threaded driver does once (see it
 from client import BookKeeper, LogFencedError, NoSuchLedgerError
 from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector.batch_reader import read_schema
+from spark_connector.batch_writer import delete_unlisted_tagged
 from spark_connector.log_commit import commit_ledgers
 
 pytestmark = pytest.mark.spark
@@ -156,3 +157,42 @@ def test_commit_re_homes_ledgers_that_a_concurrent_commit_overtook(cluster, bk: 
     with pytest.raises(NoSuchLedgerError):                 # the overtaken original is gone
         bk.ledger_metadata(b[0])
     assert meta.entries == 12
+
+
+class LogReadCounter:
+    """The client, counting whole-log reads (a million-ledger log takes seconds to read)."""
+
+    def __init__(self, bk: BookKeeper) -> None:
+        self._bk, self.log_reads = bk, 0
+
+    def log_metadata(self, name: str):
+        self.log_reads += 1
+        return self._bk.log_metadata(name)
+
+    def __getattr__(self, attr: str):
+        return getattr(self._bk, attr)
+
+
+def test_sweep_reads_the_log_only_for_a_tagged_unlisted_ledger(cluster, bk: BookKeeper) -> None:
+    """A commit's sweep reads the ledgers' tags first and the log only when one of them is this job's: the
+    common commit (no failed task attempt) never reads the whole log; a listed ledger is never deleted."""
+    log = fresh("sweep")
+    made = {}
+    for job in ("listed", "left", "other"):
+        lh = bk.create_ledger(3, 2, 2, custom_metadata={LOG_KEY: log.encode(), JOB_KEY: job.encode()})
+        lh.add_entry(job.encode())
+        lh.close()
+        made[job] = lh.ledger_id
+    bk.append_ledgers(log, [made["listed"]])
+    counter = LogReadCounter(bk)
+
+    def ours(custom) -> bool:
+        return custom.get(JOB_KEY) in (b"listed", b"left")
+
+    assert delete_unlisted_tagged(counter, log, [made["other"]], ours) == []        # type: ignore[arg-type]
+    assert counter.log_reads == 0
+    assert delete_unlisted_tagged(counter, log, list(made.values()), ours) == [made["left"]]  # type: ignore[arg-type]
+    assert counter.log_reads == 1
+    with pytest.raises(NoSuchLedgerError):
+        bk.ledger_metadata(made["left"])
+    assert bk.ledger_metadata(made["listed"]) and bk.ledger_metadata(made["other"])

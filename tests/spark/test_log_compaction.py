@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from client.log.core.meta import Position
 from tests.spark.test_streaming import Collector, fill, fresh, stream
 
 pytestmark = pytest.mark.spark
@@ -63,3 +64,29 @@ def test_batch_read_positions_across_compaction(spark, cluster, bk) -> None:
     narrowed = batch(spark, uri, log, startingPositions=f'{{"{log}": {{"{start_lid}": {start_e}}}}}',
                      endingPositions=f'{{"{log}": {{"{end_lid}": {end_e}}}}}')
     assert [(r.ledger_id, r.entry_id, bytes(r.value)) for r in narrowed.collect()] == rows[12:31]
+
+
+def test_streaming_query_whose_ledgers_were_truncated_meets_data_loss(spark, cluster, bk, tmp_path: Path) -> None:
+    """A trigger reads the log from its start ledger's segment only; a start ledger truncated away is still
+    seen as such: failOnDataLoss=true fails the query, false goes on from the log's earliest record."""
+    uri, log = cluster.metadata_service_uri, fresh("truncated-stream")
+    checkpoint = str(tmp_path / "ck")
+    fill(bk, log, 0, 30, roll_entries=10)
+
+    def run(**options: str) -> Collector:
+        sink = Collector()
+        q = (stream(spark, uri, log, **options).writeStream.foreachBatch(sink)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination(120)
+        finally:
+            q.stop()
+        return sink
+
+    assert [v for _, _, v in run(maxEntriesPerTrigger="15").rows] == [b"%d" % i for i in range(30)]
+    fill(bk, log, 30, 30, roll_entries=10)
+    kept = bk.log_metadata(log).ledgers[-2].ledger_id
+    bk.truncate_log(log, before=Position(kept, 0))
+    with pytest.raises(Exception, match="truncated from log"):
+        run()
+    assert [v for _, _, v in run(failOnDataLoss="false").rows] == [b"%d" % i for i in range(40, 60)]

@@ -89,14 +89,26 @@ def test_compacted_ledgers_survive_the_stored_form():
 
 
 def test_pending_deletes_wait_for_their_time():
-    meta = cp.with_pending(cp.with_pending(log_of((1, 1, 1)), [7, 8], 1000), [9], 2000)
-    assert cp.pending(meta) == [(1000, [7, 8]), (2000, [9])]
-    later, due = cp.without_due(meta, 1500)
-    assert due == [7, 8] and cp.pending(later) == [(2000, [9])]
-    done, due = cp.without_due(later, 2000)
-    assert due == [9] and cp.pending(done) == [] and cp.PENDING_KEY not in done.extra
+    """Ids listed in the head (as stored before) and child znodes holding them (as compaction writes now)."""
+    meta = cp.with_pending(cp.with_pending(log_of((1, 1, 1)), [7, 8], 1000), "pending-ab", 2000)
+    assert cp.pending(meta) == [(1000, [7, 8]), (2000, "pending-ab")]
+    later, due, znodes = cp.without_due(meta, 1500)
+    assert (due, znodes) == ([7, 8], []) and cp.pending(later) == [(2000, "pending-ab")]
+    done, due, znodes = cp.without_due(later, 2000)
+    assert (due, znodes) == ([], ["pending-ab"]) and cp.pending(done) == [] and cp.PENDING_KEY not in done.extra
     assert lm.decode("orders", lm.encode(meta)).extra == meta.extra
-    assert dataclasses.replace(meta).extra[cp.PENDING_KEY] == [[1000, [7, 8]], [2000, [9]]]
+    assert dataclasses.replace(meta).extra[cp.PENDING_KEY] == [[1000, [7, 8]], [2000, "pending-ab"]]
+    assert cp.decode_pending(cp.encode_pending([3, 4])) == [3, 4]
+
+
+def test_a_million_replaced_ledgers_keep_the_head_small():
+    """The head names one child znode per swap, not the ledgers: its size does not grow with them."""
+    meta = log_of((1, 1, 1))
+    for n in range(245):                        # a million ledgers swapped 4096 at a time
+        meta = cp.with_pending(meta, f"pending-{n:012x}", 1000 + n)
+    head = st.encode_head(meta, st.Head("s1"))
+    assert len(head) < 16 * 1024
+    assert len(cp.encode_pending(range(10**12, 10**12 + 4096))) < 64 * 1024
 
 
 def test_replaced_record_names_each_old_ledger_once():

@@ -8,12 +8,14 @@ for every ledger it replaced, (old ledger id, entry where that ledger's entries 
 position (old ledger id, entry id) still resolves (`client.log.core.meta.locate`) and readers keep
 seeing the same positions. The swap is valid only if the run is still in the log as it was (a
 truncation may have removed part of it meanwhile): else that run is skipped. The replaced ledgers go
-on the log's pending-deletion list (`PENDING_KEY` in the head) with the time after which they may go.
+on the log's pending-deletion list (`PENDING_KEY` in the head, the ids in a child znode) with the time
+after which they may go.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,27 +100,45 @@ def with_compacted(meta: LogMetadata, run: Run, new: LogLedger) -> LogMetadata |
 
 
 # ---- the ledgers waiting for their grace period to end ----------------------------------------------------
-def pending(meta: LogMetadata) -> list[tuple[int, list[int]]]:
-    """(delete after, ms since the epoch; ledger ids) of the log's replaced ledgers not yet deleted."""
+# The head lists (delete after ms, what): `what` names a child znode of the log holding the ledger ids
+# (`encode_pending`; written in the swap's transaction, so the head stays small whatever a compaction
+# replaced), or is the ids themselves (as a head stored them before).
+def pending(meta: LogMetadata) -> list[tuple[int, list[int] | str]]:
+    """(delete after, ms since the epoch; ledger ids or the child znode holding them) of the log's
+    replaced ledgers not yet deleted."""
     raw: Any = meta.extra.get(PENDING_KEY) or []
-    return [(int(after), [int(i) for i in ids]) for after, ids in raw]
+    return [(int(after), what if isinstance(what, str) else [int(i) for i in what]) for after, what in raw]
 
 
-def with_pending(meta: LogMetadata, ledger_ids: Sequence[int], after_ms: int) -> LogMetadata:
-    if not ledger_ids:
+def with_pending(meta: LogMetadata, what: Sequence[int] | str, after_ms: int) -> LogMetadata:
+    if not what:
         return meta
-    items = [*pending(meta), (after_ms, list(ledger_ids))]
-    return dataclasses.replace(meta, extra={**meta.extra, PENDING_KEY: [[a, ids] for a, ids in items]})
+    item: list[int] | str = what if isinstance(what, str) else list(what)
+    items = [*pending(meta), (after_ms, item)]
+    return dataclasses.replace(meta, extra={**meta.extra, PENDING_KEY: [[a, w] for a, w in items]})
 
 
-def without_due(meta: LogMetadata, now_ms: int) -> tuple[LogMetadata, list[int]]:
-    """The log without the pending deletions due by `now_ms`, and their ledger ids."""
+def without_due(meta: LogMetadata, now_ms: int) -> tuple[LogMetadata, list[int], list[str]]:
+    """The log without the pending deletions due by `now_ms`; their ledger ids listed in the head, and
+    the child znodes holding the others."""
     items = pending(meta)
-    due = [i for after, ids in items if after <= now_ms for i in ids]
+    due = [what for after, what in items if after <= now_ms]
     if not due:
-        return meta, []
-    kept = [[after, ids] for after, ids in items if after > now_ms]
+        return meta, [], []
+    kept = [[after, what] for after, what in items if after > now_ms]
     extra = {k: v for k, v in meta.extra.items() if k != PENDING_KEY}
     if kept:
         extra[PENDING_KEY] = kept
-    return dataclasses.replace(meta, extra=extra), due
+    ids = [i for what in due if not isinstance(what, str) for i in what]
+    return dataclasses.replace(meta, extra=extra), ids, [what for what in due if isinstance(what, str)]
+
+
+def encode_pending(ledger_ids: Sequence[int]) -> bytes:
+    return json.dumps({"ledgers": list(ledger_ids)}, separators=(",", ":")).encode("utf-8")
+
+
+def decode_pending(data: bytes) -> list[int]:
+    try:
+        return [int(i) for i in json.loads(data)["ledgers"]]
+    except (UnicodeDecodeError, TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"pending deletions are not readable: {exc}") from exc

@@ -390,6 +390,11 @@ def logical_ledgers(meta: LogMetadata) -> list[Located]:
     return out
 
 
+def logical_first_id(led: LogLedger) -> int:
+    """The first ledger id positions use for this ledger: its own, or the first one it replaced."""
+    return led.replaced[0][0] if led.replaced else led.ledger_id
+
+
 def locate(meta: LogMetadata, ledger_id: int) -> Located | None:
     """Where the (logical) ledger's entries are now, or None if the log does not hold it."""
     for led in meta.ledgers:
