@@ -8,6 +8,9 @@ is now) or the last entry id of a CLOSED one is the bound. `spark_connector.plan
 and streams each entry range with `read_chunk`, one chunk read ahead while the last is converted and
 shipped, yielding one Arrow RecordBatch per chunk (`spark_connector.arrow_io`).
 Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
+A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
+times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
+are packed together; `minPartitions` then splits the largest partitions (`spark_connector.narrowing`).
 """
 
 from __future__ import annotations

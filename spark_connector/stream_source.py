@@ -5,11 +5,15 @@ Mirrors Kafka's micro-batch source and a Pulsar non-durable cursor on top of Boo
 * Offsets are one position per log, plain JSON: `{"orders": {"ledger": 12, "entry": 40}}` means "the
   next record to read is entry 40 of ledger 12" (an exclusive end, an inclusive start). A log with no
   ledger yet is at `{"ledger": -1, "entry": 0}`. Spark persists these dicts verbatim in the checkpoint.
+  A stream reads the logs of option `log` (a comma list) or every log `logPattern` matches, looked up
+  again at each trigger: a log that appears later starts at its earliest record (Kafka's
+  subscribePattern); the driver keeps a `spark_connector.stream_cursor.LogCursor` per log.
 * `latestOffset(start, limit)` looks at the log (its ledger list in ZooKeeper; open ledgers are opened
   without recovery, so the writer is never fenced) and returns how far a batch may go: up to the LAC of
   the first ledger that is still OPEN, never past it, and never into a later ledger before the earlier
   one is CLOSED. Admission control: `maxEntriesPerTrigger` (ReadMaxRows) and `maxBytesPerTrigger`
-  (ReadMaxBytes, counted with each ledger's average entry size). No new entry: it returns `start` as is.
+  (ReadMaxBytes, counted with each ledger's average entry size), shared over the logs in proportion to
+  what each has waiting. No new entry in any log: it returns `start` as is.
 * `partitions(start, end)` is deterministic for any range Spark logged: every ledger strictly between
   the two positions is CLOSED (latestOffset never moves past an OPEN one), so the range is fixed. Data
   truncated from the log meanwhile is data loss: DataLossError, or skipped with `failOnDataLoss=false`.
