@@ -179,8 +179,8 @@ def plan(opts: ReadOptions, pushed: Pushed | None = None) -> list[CoalescedParti
     """The partitions of a read: each log's (or the raw ledgers') pieces within positions, times and the
     pushed filters, packed by `coalesce`, then split up to `minPartitions`."""
     pushed = pushed or Pushed()
-    if empty(pushed):
-        return []
+    if empty(pushed) or (opts.logs is None and pushed.logs is not None):
+        return []               # contradicting filters, or a filter on `log`, which is null for raw ledgers
     views: list[LedgerView] = []
     pieces: list[LedgerPartition] = []
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:

@@ -142,8 +142,8 @@ def test_stream_of_a_pattern_picks_up_a_new_log(spark, cluster, bk, logs, tmp_pa
     uri, prefix = cluster.metadata_service_uri, fresh("s")
     add_ledger(bk, f"{prefix}-1", [T0 + i for i in range(10)])
     df = (spark.readStream.format("bkledger").schema(read_schema(True)).option("metadataServiceUri", uri)
-          .option("logPattern", f"{prefix}-.*").option("startingPositionsByTimestamp",
-                                                      f'{{"{prefix}-1": {T0 + 4}}}').load())
+          .option("logPattern", f"{prefix}-.*").option("maxEntriesPerTrigger", "4")
+          .option("startingPositionsByTimestamp", f'{{"{prefix}-1": {T0 + 4}}}').load())
     seen: list[tuple[str, bytes]] = []
     q = (df.writeStream.foreachBatch(lambda batch, _id: seen.extend(
         (r.log, bytes(r.value)) for r in batch.select("log", "value").collect()))
