@@ -8,6 +8,9 @@ is now) or the last entry id of a CLOSED one is the bound. `spark_connector.plan
 and streams each entry range with `read_chunk`, one chunk read ahead while the last is converted and
 shipped, yielding one Arrow RecordBatch per chunk (`spark_connector.arrow_io`).
 Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
+A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
+times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
+are packed together; `minPartitions` then splits the largest partitions (`spark_connector.narrowing`).
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
 
 from client import (
@@ -35,8 +39,12 @@ from spark_connector import envelope as env
 from spark_connector.arrow_io import chunk_to_batch
 from spark_connector.clients import planning_client, shared_client
 from spark_connector.coalesce import CoalescedPartition, coalesce, entry_bytes
+from spark_connector.kafka_options import TimeBound, check_named_logs, for_log
+from spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids, spans_of
 from spark_connector.options import BkLedgerOptionError, ReadOptions, SourceOptions
-from spark_connector.planning import LedgerPartition, LedgerView, plan_partitions, resolve_bounds
+from spark_connector.planning import Bounds, LedgerPartition, LedgerView, plan_partitions, resolve_bounds
+from spark_connector.pushdown import Pushed, absorb, empty
+from spark_connector.time_seek import TimeProbe
 
 log = logging.getLogger("bkledger.spark")
 
@@ -156,7 +164,10 @@ def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
 
 def discover_schema(opts: ReadOptions) -> StructType:
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
-        return read_schema(has_envelope(bk, discover(bk, opts)))
+        if opts.logs is None:
+            return read_schema(has_envelope(bk, discover(bk, opts)))
+        return read_schema(any(has_envelope(bk, discover(bk, for_log(opts, name)))
+                               for name in read_logs(bk, opts)))
 
 
 def coalesced(opts: ReadOptions, views: Sequence[LedgerView], pieces: Sequence[LedgerPartition]
@@ -166,11 +177,70 @@ def coalesced(opts: ReadOptions, views: Sequence[LedgerView], pieces: Sequence[L
     return coalesce(pieces, entry_bytes(sizes), opts.max_entries_per_partition, opts.target_partition_bytes)
 
 
-def plan(opts: ReadOptions) -> list[CoalescedPartition]:
+def plan(opts: ReadOptions, pushed: Pushed | None = None) -> list[CoalescedPartition]:
+    """The partitions of a read: each log's (or the raw ledgers') pieces within positions, times and the
+    pushed filters, packed by `coalesce`, then split up to `minPartitions`."""
+    pushed = pushed or Pushed()
+    if empty(pushed) or (opts.logs is None and pushed.logs is not None):
+        return []               # contradicting filters, or a filter on `log`, which is null for raw ledgers
+    views: list[LedgerView] = []
+    pieces: list[LedgerPartition] = []
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
-        views = discover(bk, opts)
-    bounds = resolve_bounds(opts.source.log, views, opts.starting, opts.ending, opts.fail_on_data_loss)
-    return coalesced(opts, views, plan_partitions(opts.source.log, views, bounds, opts.max_entries_per_partition))
+        if opts.logs is None:
+            views = discover(bk, opts)
+            bounds = resolve_bounds(None, views, opts.starting, opts.ending, opts.fail_on_data_loss)
+            pieces = plan_partitions(None, views, narrow_ids(bounds, pushed), opts.max_entries_per_partition)
+        for name in read_logs(bk, opts, pushed):
+            one = for_log(opts, name)
+            log_views = discover(bk, one)
+            bounds = log_bounds(bk, one, log_views, pushed)
+            pieces += plan_partitions(name, log_views, bounds, opts.max_entries_per_partition)
+            views += log_views
+    parts = coalesced(opts, views, pieces)
+    return at_least(parts, opts.min_partitions) if opts.min_partitions else parts
+
+
+def read_logs(bk: BookKeeper, opts: ReadOptions, pushed: Pushed | None = None) -> list[str]:
+    """The logs a read covers now (a pattern is matched against the logs there are), as the `log`
+    filter leaves them; per-log options naming other logs fail."""
+    if opts.logs is None:
+        return []
+    names = opts.logs.resolve(bk.list_logs() if opts.logs.pattern is not None else ())
+    for option, named in (("startingPositions", opts.starting_by_log), ("endingPositions", opts.ending_by_log),
+                          ("startingPositionsByTimestamp", (opts.starting_time or TimeBound()).by_log),
+                          ("endingPositionsByTimestamp", (opts.ending_time or TimeBound()).by_log)):
+        check_named_logs(option, named, names)
+    return [n for n in names if pushed is None or pushed.keeps_log(n)]
+
+
+def log_bounds(bk: BookKeeper, opts: ReadOptions, views: Sequence[LedgerView], pushed: Pushed) -> Bounds:
+    """[first, end) per ledger of one log (`opts` from `for_log`): positions, unless a time is given for
+    that end (Kafka's precedence), cut by the pushed filters' ids and times."""
+    name = opts.source.log
+    assert name is not None
+    start_ms = opts.starting_time.for_log(name) if opts.starting_time else None
+    end_ms = opts.ending_time.for_log(name) if opts.ending_time else None
+    bounds = resolve_bounds(name, views, "earliest" if start_ms is not None else opts.starting,
+                            "latest" if end_ms is not None else opts.ending, opts.fail_on_data_loss)
+    bounds = narrow_ids(bounds, pushed)
+    lo_us = _bound(max, start_ms, pushed.time_lo_us)
+    hi_us = _bound(min, end_ms, pushed.time_hi_us)
+    if not bounds or (lo_us is None and hi_us is None):
+        return bounds
+    probe = TimeProbe(bk, views, opts.source.password)
+    if lo_us is not None:
+        at = first_at_or_after(spans_of(bounds), probe, lo_us)
+        bounds = {} if at is None else narrow(bounds, at, None)
+    if hi_us is not None and bounds:
+        at = first_at_or_after(spans_of(bounds), probe, hi_us)
+        bounds = bounds if at is None else narrow(bounds, None, at)
+    log.info("log %r: time bounds [%s, %s) us resolved with %d entry reads", name, lo_us, hi_us, probe.reads)
+    return bounds
+
+
+def _bound(pick: Callable[[int, int], int], ms: int | None, us: int | None) -> int | None:
+    candidates = [v for v in (None if ms is None else ms * 1000, us) if v is not None]
+    return pick(*candidates) if len(candidates) == 2 else (candidates[0] if candidates else None)
 
 
 # ---- tasks: reading --------------------------------------------------------------------------------
@@ -273,12 +343,45 @@ class BkLedgerBatchReader(DataSourceReader):
         check_schema(schema)
         self.opts = opts
         self.schema = schema
+        self.pushed: Pushed | None = None
 
     def partitions(self) -> list[InputPartition]:
-        return list(plan(self.opts))
+        return list(plan(self.opts, self.pushed))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         # a plain InputPartition(None), planned by Spark for an empty list, reads nothing
         yield from read_any(self.opts, partition, to_arrow_schema(self.schema, timezone="UTC"))
+
+
+class BkLedgerFilteringReader(BkLedgerBatchReader):
+    """The batch reader that also takes Spark's filters (`spark_connector.pushdown`)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.pushed, rest = absorb(filters)
+        return rest
+
+
+def pushdown_enabled() -> bool:
+    """Whether Spark plans this read with `spark.sql.python.filterPushdown.enabled`. Spark 4.2 asks for
+    the reader in one of two workers: `data_source_pushdown_filters` (switch on, filters to push: it calls
+    pushFilters) or `plan_data_source_read`, which reads the switch before it asks for the reader and
+    fails the query (DATA_SOURCE_PUSHDOWN_DISABLED) if the reader defines pushFilters while it is off.
+    The switch is not passed on, so it is read from that caller's frame; if not found, False (Spark
+    then filters every row itself)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_main" and "data_source_pushdown_filters" in frame.f_code.co_filename:
+            return True
+        if frame.f_code.co_name == "_main" and "plan_data_source_read" in frame.f_code.co_filename:
+            return bool(frame.f_locals.get("enable_pushdown", False))
+        frame = frame.f_back                    # type: ignore[assignment]
+    return False
+
+
+def reader_for(opts: ReadOptions, schema: StructType) -> BkLedgerBatchReader:
+    """What `BkLedgerDataSource.reader` returns: with pushFilters where Spark's switch allows it."""
+    if pushdown_enabled():
+        return BkLedgerFilteringReader(opts, schema)
+    return BkLedgerBatchReader(opts, schema)

@@ -39,9 +39,9 @@ class BkLedgerDataSource(DataSource):
         return discover_schema(discovery_options(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from spark_connector.batch_reader import BkLedgerBatchReader
+        from spark_connector.batch_reader import reader_for
 
-        return BkLedgerBatchReader(parse_read_options(self.options), schema)
+        return reader_for(parse_read_options(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_connector.batch_writer import plan_writer

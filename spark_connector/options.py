@@ -19,10 +19,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from client import InvalidOptionError
 from client.config import SECURITY_KEYS
+
+if TYPE_CHECKING:
+    from spark_connector.kafka_options import LogChoice, TimeBound
 
 PositionSpec = Literal["earliest", "latest"] | dict[int, int]
 EARLIEST = -2
@@ -33,7 +36,9 @@ COMPRESSIONS = ("none", "lz4")
 ENVELOPE_MODES = ("auto", "true", "false")
 
 COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path", *SECURITY_KEYS)
-READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition", "targetPartitionBytes")
+READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition", "targetPartitionBytes",
+        "logPattern", "startingTimestamp", "endingTimestamp", "startingPositionsByTimestamp",
+        "endingPositionsByTimestamp", "minPartitions")       # the last six: spark_connector.kafka_options
 WRITE = ("ensembleSize", "writeQuorum", "ackQuorum", "compression", "envelope", "maxInFlight")
 WRITE_COMMIT = ("fenceLiveWriter",)     # how a commit treats a live LogWriter of the log
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
@@ -69,6 +74,13 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_entries_per_partition: int = DEFAULT_MAX_ENTRIES_PER_PARTITION
     target_partition_bytes: int = DEFAULT_TARGET_PARTITION_BYTES
+    # reads of logs (spark_connector.kafka_options): which logs, positions and times per log
+    logs: LogChoice | None = None
+    starting_by_log: Mapping[str, PositionSpec] = dataclasses.field(default_factory=dict)
+    ending_by_log: Mapping[str, PositionSpec] = dataclasses.field(default_factory=dict)
+    starting_time: TimeBound | None = None
+    ending_time: TimeBound | None = None
+    min_partitions: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +170,7 @@ def parse_source(options: Mapping[str, str], *, allow_ledgers: bool = True) -> S
         raise BkLedgerOptionError("log", "give either log or ledgers, not both")
     if raw_ledgers is not None and not allow_ledgers:
         raise BkLedgerOptionError("ledgers", "writes go to a log: give option log instead of ledgers")
-    if log is None and raw_ledgers is None:
+    if log is None and raw_ledgers is None and (not allow_ledgers or "logpattern" not in opts):
         which = "log or ledgers" if allow_ledgers else "log"
         raise BkLedgerOptionError("log", f"is required: give option {which}")
     ledgers = parse_ledger_list(raw_ledgers) if raw_ledgers is not None else None
@@ -222,6 +234,11 @@ def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = 
     check_known(options, (*COMMON, *READ, *WRITE, *extra_known), "reads")
     opts = _lowered(options)
     source = parse_source(options)
+    from spark_connector.kafka_options import check_raw_ledger_reads, parse_log_reads
+
+    if source.ledgers is None:
+        return parse_log_reads(opts, source)
+    check_raw_ledger_reads(opts)
     return ReadOptions(
         source=source,
         starting=parse_positions(opts, "startingPositions", source.log, "earliest"),
@@ -229,6 +246,7 @@ def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = 
         fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
         max_entries_per_partition=parse_int(opts, "maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION),
         target_partition_bytes=parse_int(opts, "targetPartitionBytes", DEFAULT_TARGET_PARTITION_BYTES),
+        min_partitions=parse_int(opts, "minPartitions", 0) or None,
     )
 
 

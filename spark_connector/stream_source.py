@@ -5,11 +5,15 @@ Mirrors Kafka's micro-batch source and a Pulsar non-durable cursor on top of Boo
 * Offsets are one position per log, plain JSON: `{"orders": {"ledger": 12, "entry": 40}}` means "the
   next record to read is entry 40 of ledger 12" (an exclusive end, an inclusive start). A log with no
   ledger yet is at `{"ledger": -1, "entry": 0}`. Spark persists these dicts verbatim in the checkpoint.
+  A stream reads the logs of option `log` (a comma list) or every log `logPattern` matches, looked up
+  again at each trigger: a log that appears later starts at its earliest record (Kafka's
+  subscribePattern); the driver keeps a `spark_connector.stream_cursor.LogCursor` per log.
 * `latestOffset(start, limit)` looks at the log (its ledger list in ZooKeeper; open ledgers are opened
   without recovery, so the writer is never fenced) and returns how far a batch may go: up to the LAC of
   the first ledger that is still OPEN, never past it, and never into a later ledger before the earlier
   one is CLOSED. Admission control: `maxEntriesPerTrigger` (ReadMaxRows) and `maxBytesPerTrigger`
-  (ReadMaxBytes, counted with each ledger's average entry size). No new entry: it returns `start` as is.
+  (ReadMaxBytes, counted with each ledger's average entry size), shared over the logs in proportion to
+  what each has waiting. No new entry in any log: it returns `start` as is.
 * `partitions(start, end)` is deterministic for any range Spark logged: every ledger strictly between
   the two positions is CLOSED (latestOffset never moves past an OPEN one), so the range is fixed. Data
   truncated from the log meanwhile is data loss: DataLossError, or skipped with `failOnDataLoss=false`.
@@ -41,9 +45,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client import DataLossError
-from client.log.core.meta import logical_ledgers
-from spark_connector.batch_reader import check_schema, coalesced, ledger_view, read_any, recorded_view
+from spark_connector.batch_reader import check_schema, coalesced, read_any
+from spark_connector.kafka_options import LogChoice, check_named_logs, for_log
+from spark_connector.narrowing import at_least
 from spark_connector.options import (
     EARLIEST,
     BkLedgerOptionError,
@@ -53,7 +57,20 @@ from spark_connector.options import (
     parse_int,
     parse_read_options,
 )
-from spark_connector.planning import LedgerView, plan_partitions
+from spark_connector.planning import LedgerPartition, LedgerView
+from spark_connector.stream_cursor import LogCursor
+from spark_connector.stream_positions import (  # noqa: F401  (re-exported: the stream's position helpers)
+    BEFORE_ANY,
+    Pos,
+    Segment,
+    advance,
+    entries_between,
+    offset_of,
+    parse_starting,
+    pos_of,
+    readable_end,
+    share,
+)
 
 if TYPE_CHECKING:
     from client import BookKeeper
@@ -61,86 +78,70 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkledger.spark.stream")
 
 STREAM_READ = ("maxEntriesPerTrigger", "maxBytesPerTrigger")
-SAMPLE_ENTRIES = 32          # entries read to estimate the entry size of an OPEN ledger with no sealed sibling
 
 
-# ---- positions and offsets -----------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, order=True)
-class Pos:
-    """Where the next record of a log comes from: (ledger id, entry id). (-1, 0): before any ledger."""
-
-    ledger: int
-    entry: int
-
-
-BEFORE_ANY = Pos(-1, 0)
-
-
-def offset_of(log_name: str, pos: Pos) -> dict[str, Any]:
-    """The offset dict Spark persists: plain JSON types only."""
-    return {log_name: {"ledger": pos.ledger, "entry": pos.entry}}
-
-
-def pos_of(log_name: str, offset: Mapping[str, Any]) -> Pos:
-    """Parse an offset dict this source produced (or a user gave as startingPositions)."""
-    item = offset.get(log_name)
-    if not isinstance(item, Mapping) or "ledger" not in item or "entry" not in item:
-        raise BkLedgerOptionError("startingPositions", f"offset {json.dumps(offset)} has no position of log "
-                                  f"{log_name!r}; expected {{\"{log_name}\": {{\"ledger\": 12, \"entry\": 0}}}}")
-    ledger, entry = item["ledger"], item["entry"]
-    if isinstance(ledger, bool) or isinstance(entry, bool) or not isinstance(ledger, int) \
-            or not isinstance(entry, int) or ledger < -1 or entry < 0:
-        raise BkLedgerOptionError("startingPositions", f"position {json.dumps(item)} of log {log_name!r} is "
-                                  "not {\"ledger\": <ledger id >= 0>, \"entry\": <entry id >= 0>}")
-    return Pos(ledger, entry)
-
-
-def parse_starting(raw: str | None, log_name: str) -> str | Pos:
-    """"earliest" (default), "latest", or a JSON position (this source's offset form or the batch form)."""
-    if raw is None or raw.strip().lower() == "earliest":
-        return "earliest"
-    text = raw.strip()
-    if text.lower() == "latest":
-        return "latest"
+def parse_starting_by_log(raw: str | None, choice: LogChoice) -> tuple[str, dict[str, Pos]]:
+    """`startingPositions` of a stream: ("earliest" or "latest", {}) or ("earliest", a position per log
+    named in the JSON; each as this source's offset form or the batch form). Logs not named (and logs a
+    pattern picks up later) start at the earliest record."""
+    if raw is None or raw.strip().lower() in ("earliest", "latest"):
+        return (raw or "earliest").strip().lower(), {}
+    example = f"{{\"{(choice.names or ('orders',))[0]}\": {{\"ledger\": 12, \"entry\": 0}}}}"
     try:
-        parsed = json.loads(text)
+        parsed = json.loads(raw)
     except json.JSONDecodeError:
-        raise BkLedgerOptionError("startingPositions", f"must be earliest, latest or JSON like "
-                                  f"{{\"{log_name}\": {{\"ledger\": 12, \"entry\": 0}}}}; got {raw!r}") from None
-    if isinstance(parsed, dict) and isinstance(parsed.get(log_name), dict) and "ledger" in parsed[log_name]:
-        return pos_of(log_name, parsed)
-    per_ledger = _position_map(parsed, "startingPositions", log_name, "earliest")
-    ledger = min(per_ledger)
-    return Pos(ledger, max(0, per_ledger[ledger]) if per_ledger[ledger] != EARLIEST else 0)
+        raise BkLedgerOptionError("startingPositions", f"must be earliest, latest or JSON like {example}; "
+                                  f"got {raw!r}") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise BkLedgerOptionError("startingPositions", f"must be a JSON object like {example}; got {raw!r}")
+    if not all(isinstance(v, dict) for v in parsed.values()):
+        if len(choice.names) != 1:
+            raise BkLedgerOptionError("startingPositions", f"a stream of several logs takes positions keyed "
+                                                           f"by log, e.g. {example}")
+        parsed = {choice.names[0]: parsed}
+    out: dict[str, Pos] = {}
+    for name, value in parsed.items():
+        if "ledger" in value:
+            out[name] = pos_of(name, {name: value})
+            continue
+        per_ledger = _position_map(value, "startingPositions", name, "earliest")
+        ledger = min(per_ledger)
+        out[name] = Pos(ledger, max(0, per_ledger[ledger]) if per_ledger[ledger] != EARLIEST else 0)
+    if choice.pattern is None:
+        check_named_logs("startingPositions", out, choice.names)
+    return "earliest", out
 
 
 @dataclasses.dataclass(frozen=True)
 class StreamOptions:
     read: ReadOptions
-    starting: str | Pos
+    starting: str                      # "earliest" or "latest": logs without a position of their own
+    starting_at: Mapping[str, Pos]     # per log, from startingPositions JSON
     max_entries_per_trigger: int | None
     max_bytes_per_trigger: int | None
 
     @property
-    def log(self) -> str:
-        assert self.read.source.log is not None
-        return self.read.source.log
+    def choice(self) -> LogChoice:
+        assert self.read.logs is not None
+        return self.read.logs
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     """Batch read options plus the streaming ones; BkLedgerOptionError on any problem."""
     opts = _lowered(options)
     batch_view = {k: v for k, v in opts.items() if k not in ("startingpositions", "endingpositions")}
-    if "endingpositions" in opts:
-        raise BkLedgerOptionError("endingPositions", "is for batch reads; a stream has no end "
-                                  "(use Trigger.AvailableNow to stop at the data present at start)")
+    for name in ("endingPositions", "endingTimestamp", "endingPositionsByTimestamp"):
+        if name.lower() in opts:
+            raise BkLedgerOptionError(name, "is for batch reads; a stream has no end "
+                                      "(use Trigger.AvailableNow to stop at the data present at start)")
     read = parse_read_options(batch_view, extra_known=STREAM_READ)
-    if read.source.log is None:
-        raise BkLedgerOptionError("ledgers", "a stream reads a log: give option log instead of ledgers")
+    if read.logs is None:
+        raise BkLedgerOptionError("ledgers", "a stream reads logs: give option log or logPattern instead of "
+                                             "ledgers")
     max_entries = parse_int(opts, "maxEntriesPerTrigger", 0) or None
     max_bytes = parse_int(opts, "maxBytesPerTrigger", 0) or None
-    return StreamOptions(read, parse_starting(opts.get("startingpositions"), read.source.log), max_entries,
-                         max_bytes)
+    starting, starting_at = parse_starting_by_log(opts.get("startingpositions"), read.logs)
+    return StreamOptions(read, starting, starting_at, max_entries, max_bytes)
 
 
 def discovery_options(options: Mapping[str, str]) -> ReadOptions:
@@ -148,102 +149,35 @@ def discovery_options(options: Mapping[str, str]) -> ReadOptions:
     `DataSource.schema()` can use this for both, since the schema does not depend on positions."""
     lowered = _lowered(options)
     read = parse_read_options({k: v for k, v in lowered.items() if k not in _STREAM_ONLY})
-    if read.source.log is not None and "startingpositions" in lowered:
-        parse_starting(lowered["startingpositions"], read.source.log)    # a malformed value fails here
+    if read.logs is not None and "startingpositions" in lowered:
+        parse_starting_by_log(lowered["startingpositions"], read.logs)    # a malformed value fails here
     return read
 
 
 _STREAM_ONLY = {"startingpositions", "endingpositions", *(name.lower() for name in STREAM_READ)}
 
 
-# ---- what the driver sees of a log ---------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Segment:
-    """One ledger of the log as seen now: readable entries [0, end), CLOSED or not, bytes if known."""
-
-    ledger_id: int
-    end: int
-    closed: bool
-    size: int | None = None
-
-    @property
-    def avg_entry_bytes(self) -> float | None:
-        return self.size / self.end if self.size is not None and self.end > 0 else None
-
-
-def readable_end(segments: Sequence[Segment], start: Pos) -> Pos:
-    """How far a reader at `start` can go now: to the LAC of the first OPEN ledger at or after start
-    (never past it), else to the end of the last ledger."""
-    end = start
-    for seg in segments:
-        if seg.ledger_id < start.ledger:
-            continue
-        end = Pos(seg.ledger_id, max(seg.end, start.entry if seg.ledger_id == start.ledger else 0))
-        if not seg.closed:
-            break
-    return end
-
-
-def entries_between(segments: Sequence[Segment], start: Pos, end: Pos) -> int:
-    return sum(hi - lo for lo, hi, _ in _spans(segments, start, end))
-
-
-def advance(segments: Sequence[Segment], start: Pos, end: Pos, max_entries: int | None,
-            max_bytes: int | None, avg_bytes: Mapping[int, float]) -> Pos:
-    """The furthest position in (start, end] within the entry and byte budgets; at least one entry
-    when any is available, so a record bigger than maxBytesPerTrigger does not stall the stream."""
-    entries_left = float("inf") if max_entries is None else float(max_entries)
-    bytes_left = float("inf") if max_bytes is None else float(max_bytes)
-    pos, taken = start, 0
-    for lo, hi, seg in _spans(segments, start, end):
-        per_entry = max(1.0, avg_bytes.get(seg.ledger_id, 1.0))
-        take = int(min(hi - lo, entries_left, bytes_left // per_entry))
-        if take == 0 and taken == 0 and hi > lo:
-            take = 1
-        pos, taken = Pos(seg.ledger_id, lo + take), taken + take
-        entries_left -= take
-        bytes_left -= take * per_entry
-        if lo + take < hi or entries_left <= 0 or bytes_left < per_entry:
-            break
-    return pos
-
-
-def _spans(segments: Sequence[Segment], start: Pos, end: Pos) -> Iterator[tuple[int, int, Segment]]:
-    """(first, end exclusive, segment) of each ledger between two positions, in log order."""
-    for seg in segments:
-        if start.ledger <= seg.ledger_id <= end.ledger:
-            lo = start.entry if seg.ledger_id == start.ledger else 0
-            hi = end.entry if seg.ledger_id == end.ledger else seg.end
-            yield lo, max(lo, hi), seg
-
-
-def ranges(segments: Sequence[Segment], start: Pos, end: Pos) -> dict[int, tuple[int, int]]:
-    """Per ledger: [first, end) of the entries between two positions (for planning)."""
-    return {seg.ledger_id: (lo, hi) for lo, hi, seg in _spans(segments, start, end) if hi > lo}
-
-
 # ---- the reader -----------------------------------------------------------------------------------
 class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader of one log. The driver-side instance keeps a client and a cache of CLOSED
-    ledgers (immutable); neither is pickled, so the copies Spark sends to tasks stay small."""
+    """Micro-batch reader of one or more logs (a list, or every log a pattern matches, looked up again at
+    each trigger). The driver-side instance keeps a client and a `LogCursor` per log (with caches of
+    CLOSED ledgers); neither is pickled, so the copies Spark sends to tasks stay small."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         check_schema(schema)
         self.schema = schema
         self.opts = parse_stream_options(options)
         self._bk: BookKeeper | None = None
-        self._closed_views: dict[int, LedgerView] = {}
-        self._closed_sizes: dict[int, int] = {}
-        self._sampled: dict[int, float] = {}
-        self._cap: Pos | None = None
-        self._latest: Pos | None = None
+        self._cursors: dict[str, LogCursor] = {}
+        self._cap: dict[str, Pos] | None = None
+        self._latest: dict[str, Pos] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_bk=None, _closed_views={}, _closed_sizes={}, _sampled={})
+        state.update(_bk=None, _cursors={})
         return state
 
-    # ---- client and views (driver) ----
+    # ---- client and logs (driver) ----
     @property
     def bk(self) -> BookKeeper:
         if self._bk is None:
@@ -253,91 +187,28 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._bk = open_client(source.metadata_service_uri, source.client_settings)
         return self._bk
 
-    def _ledger_ids(self, from_ledger: int | None = None) -> list[int]:
-        """The log's (logical) ledger ids: all, or from `from_ledger`'s segment on (all if the log begins
-        after it, so a truncated start is still seen as one): a trigger does not read a long log whole."""
-        from client import LogNotFoundError
+    def _client(self) -> BookKeeper:
+        return self.bk
 
-        try:
-            meta = self.bk.log_metadata(self.opts.log, from_ledger=from_ledger)
-        except LogNotFoundError:
-            return []
-        located = logical_ledgers(meta)            # positions' ledger ids (compaction keeps them)
-        for led in located:                        # small CLOSED ledgers: the log's records are enough
-            cached = self._closed_views.get(led.ledger_id)
-            moved = cached is not None and led.compacted and cached.physical != led.physical
-            if (cached is None or moved) and (view := recorded_view(led, self.opts.read)):
-                self._closed_views[led.ledger_id] = view
-                self._closed_sizes[led.ledger_id] = view.size or 0
-        return [led.ledger_id for led in located]
+    def cursor(self, name: str) -> LogCursor:
+        if name not in self._cursors:
+            self._cursors[name] = LogCursor(name, for_log(self.opts.read, name), self._client)
+        return self._cursors[name]
 
-    def _view(self, ledger_id: int) -> LedgerView:
-        """The ledger as planning sees it (batch_reader.ledger_view); CLOSED ones are cached (immutable)."""
-        cached = self._closed_views.get(ledger_id)
-        if cached is not None:
-            return cached
-        view = ledger_view(self.bk, ledger_id, self.opts.read.source)
-        if view.closed:
-            self._closed_views[ledger_id] = view
-            self._closed_sizes[ledger_id] = view.size or 0
-        return view
-
-    def _segments(self, from_ledger: int) -> list[Segment]:
-        """The log's ledgers at or after `from_ledger`, as readable now."""
-        meta_ids = self._ledger_ids(from_ledger if from_ledger >= 0 else None)
-        out = []
-        for ledger_id in meta_ids:
-            if ledger_id < from_ledger:
-                continue
-            view = self._view(ledger_id)
-            out.append(Segment(ledger_id, view.last_entry_id + 1, view.closed, self._closed_sizes.get(ledger_id)))
-        return out
-
-    def _avg_bytes(self, segments: Sequence[Segment]) -> dict[int, float]:
-        known = [s.avg_entry_bytes for s in segments if s.avg_entry_bytes is not None]
-        fallback = sum(known) / len(known) if known else None
-        out: dict[int, float] = {}
-        for seg in segments:
-            avg = seg.avg_entry_bytes if seg.avg_entry_bytes is not None else fallback
-            if avg is None:
-                avg = self._sample(seg)
-            out[seg.ledger_id] = avg
-        return out
-
-    def _sample(self, seg: Segment) -> float:
-        """Average size of the first entries of an OPEN ledger (read once; used only for maxBytes)."""
-        if seg.ledger_id not in self._sampled and seg.end > 0:
-            rh = self.bk.open_ledger(seg.ledger_id, self.opts.read.source.password, recovery=False)
-            chunk = rh.read_chunk(0, min(seg.end, SAMPLE_ENTRIES) - 1)
-            self._sampled[seg.ledger_id] = sum(len(p) for p in chunk.payloads) / max(1, len(chunk.payloads))
-        return self._sampled.get(seg.ledger_id, 1.0)
-
-    def _checked_start(self, start: Pos, ids: Sequence[int]) -> Pos:
-        """`start`, or, if its ledger is gone from the log (truncated), DataLossError or the log's
-        earliest position (failOnDataLoss=false)."""
-        if start.ledger == -1 or start.ledger in ids:
-            return start
-        if ids and start.ledger < ids[0]:
-            what = f"ledger {start.ledger} was truncated from log {self.opts.log!r} (first ledger now {ids[0]})"
-        else:
-            what = f"ledger {start.ledger} is not in log {self.opts.log!r} (ledgers {list(ids)[:5]}...)"
-        if self.opts.read.fail_on_data_loss:
-            raise DataLossError(f"{what}; set failOnDataLoss=false to continue from the earliest record, or "
-                                "start a new query (new checkpoint)")
-        log.warning("%s; continuing from the earliest record", what)
-        return Pos(ids[0], 0) if ids else BEFORE_ANY
+    def _names(self) -> list[str]:
+        """The logs this stream reads now (a pattern is matched against the logs there are now)."""
+        choice = self.opts.choice
+        return choice.resolve(self.bk.list_logs() if choice.pattern is not None else ())
 
     # ---- Spark's API ----
     def initialOffset(self) -> dict[str, Any]:
-        starting = self.opts.starting
-        if isinstance(starting, Pos):
-            return offset_of(self.opts.log, starting)
-        ids = self._ledger_ids()
-        if not ids:
-            return offset_of(self.opts.log, BEFORE_ANY)
-        if starting == "earliest":
-            return offset_of(self.opts.log, Pos(ids[0], 0))
-        return offset_of(self.opts.log, readable_end(self._segments(ids[0]), Pos(ids[0], 0)))
+        starting_time = self.opts.read.starting_time
+        out: dict[str, Any] = {}
+        for name in self._names():
+            time_ms = starting_time.for_log(name) if starting_time is not None else None
+            pos = self.cursor(name).initial(self.opts.starting, self.opts.starting_at.get(name), time_ms)
+            out.update(offset_of(name, pos))
+        return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_entries_per_trigger is not None:
@@ -346,55 +217,83 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.opts.max_bytes_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = pos_of(self.opts.log, start)
-        ids = self._ledger_ids(begin.ledger if begin.ledger >= 0 else None)
-        checked = self._checked_start(begin, ids)
-        segments = self._segments(checked.ledger)
-        end = readable_end(segments, checked)
-        self._latest = end
-        if self._cap is not None and self._cap < end:
-            end = max(self._cap, checked)
+    def _budgets(self, limit: ReadLimit) -> tuple[int | None, int | None]:
         max_entries = self.opts.max_entries_per_trigger if not isinstance(limit, ReadAllAvailable) else None
         max_bytes = self.opts.max_bytes_per_trigger if not isinstance(limit, ReadAllAvailable) else None
         if isinstance(limit, ReadMaxRows):
             max_entries = limit.max_rows
         elif isinstance(limit, ReadMaxBytes):
             max_bytes = limit.max_bytes
+        return max_entries, max_bytes
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Per log: up to where it can be read now (capped by Trigger.AvailableNow), the budgets of the
+        read limit shared over the logs in proportion to what each has. A log a pattern matches for the
+        first time starts at its earliest record (Kafka: new topics of subscribePattern)."""
+        names = sorted(set(self._names()) | set(start))
+        plans: dict[str, tuple[Pos, Pos, list[Segment]]] = {}
+        for name in names:
+            cursor = self.cursor(name)
+            first = pos_of(name, start) if name in start else BEFORE_ANY
+            ids = cursor.ledger_ids(first.ledger if first.ledger >= 0 else None)
+            begin = cursor.checked_start(first, ids)
+            segments = cursor.segments(begin.ledger, ids)
+            end = readable_end(segments, begin)
+            self._latest[name] = end
+            if self._cap is not None and self._cap.get(name, BEFORE_ANY) < end:
+                end = max(self._cap.get(name, BEFORE_ANY), begin)
+            plans[name] = (begin, end, segments)
+        max_entries, max_bytes = self._budgets(limit)
         if max_entries is not None or max_bytes is not None:
-            avg = self._avg_bytes(segments) if max_bytes is not None else {}
-            end = advance(segments, checked, end, max_entries, max_bytes, avg)
-        if entries_between(segments, checked, end) == 0:
-            return start
-        return offset_of(self.opts.log, end)
+            plans = self._admit(plans, max_entries, max_bytes)
+        out: dict[str, Any] = {}
+        moved = False
+        for name, (begin, end, segments) in plans.items():
+            if entries_between(segments, begin, end) > 0:
+                moved = True
+            if name in start or end > BEFORE_ANY:
+                out.update(offset_of(name, end))
+        return out if moved else start
+
+    def _admit(self, plans: dict[str, tuple[Pos, Pos, list[Segment]]], max_entries: int | None,
+               max_bytes: int | None) -> dict[str, tuple[Pos, Pos, list[Segment]]]:
+        """Each log's end within its share of the entry and byte budgets."""
+        available = {name: entries_between(seg, b, e) for name, (b, e, seg) in plans.items()}
+        avgs = {name: self.cursor(name).avg_bytes(seg) if max_bytes is not None and available[name] else {}
+                for name, (_, _, seg) in plans.items()}
+        sizes = {name: int(sum(avg.values()) / max(1, len(avg)) * available[name]) for name, avg in avgs.items()}
+        entry_shares, byte_shares = share(max_entries, available), share(max_bytes, sizes)
+        out = {}
+        for name, (begin, end, segments) in plans.items():
+            entries, size = entry_shares[name], byte_shares[name]
+            if available[name] and (entries is not None or size is not None):
+                end = advance(segments, begin, end, None if entries is None else int(entries),
+                              None if size is None else int(size), avgs[name])
+            out[name] = (begin, end, segments)
+        return out
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return None if self._latest is None else offset_of(self.opts.log, self._latest)
+        if not self._latest:
+            return None
+        out: dict[str, Any] = {}
+        for name, pos in sorted(self._latest.items()):
+            out.update(offset_of(name, pos))
+        return out
 
     def prepareForTriggerAvailableNow(self) -> None:
-        ids = self._ledger_ids()
-        self._cap = readable_end(self._segments(ids[0]), Pos(ids[0], 0)) if ids else BEFORE_ANY
-        log.info("log %r: Trigger.AvailableNow reads up to %s", self.opts.log, self._cap)
+        self._cap = {name: self.cursor(name).end_now() for name in self._names()}
+        log.info("Trigger.AvailableNow reads up to %s", self._cap)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin, stop = pos_of(self.opts.log, start), pos_of(self.opts.log, end)
-        if stop <= begin:
-            return []
-        ids = self._ledger_ids(begin.ledger if begin.ledger >= 0 else None)
-        begin = self._checked_start(begin, ids)
-        if stop.ledger not in ids:
-            begin = self._checked_start(stop, ids)       # the whole range is gone
-            return []
-        wanted = [i for i in ids if begin.ledger <= i <= stop.ledger]
-        views = [self._view(i) for i in wanted]
-        segments = [Segment(v.ledger_id, v.last_entry_id + 1, v.closed) for v in views]
-        for seg in segments[:-1]:
-            if not seg.closed:
-                raise AssertionError(f"ledger {seg.ledger_id} of log {self.opts.log!r} is still OPEN but a "
-                                     f"batch ends after it ({stop}): offsets not made by this source?")
-        bounds = ranges(segments, begin, stop)
-        pieces = plan_partitions(self.opts.log, views, bounds, self.opts.read.max_entries_per_partition)
-        return coalesced(self.opts.read, views, pieces)
+        views: list[LedgerView] = []
+        pieces: list[LedgerPartition] = []
+        for name in sorted(end):
+            begin = pos_of(name, start) if name in start else BEFORE_ANY
+            log_views, log_pieces = self.cursor(name).pieces(begin, pos_of(name, end))
+            views += log_views
+            pieces += log_pieces
+        parts = coalesced(self.opts.read, views, pieces)
+        return at_least(parts, self.opts.read.min_partitions) if self.opts.read.min_partitions else parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs in a task: the partition's entries as Arrow batches, exactly as a batch read returns them."""
