@@ -29,7 +29,7 @@ def main(uri: str, ready: str, logs: list[str]) -> None:
     driver_pid = os.getpid()
 
     class PausedWriter(BkLedgerBatchWriter):
-        def commit(self, messages) -> None:  # type: ignore[no-untyped-def]
+        def commit(self, messages) -> None:
             by_log = ledgers_by_log(messages, self.opts.source.log)
             with open(ready + ".tmp", "w", encoding="utf-8") as f:
                 json.dump({"ledgers": by_log, "commit_pid": os.getpid()}, f)
@@ -44,7 +44,7 @@ def main(uri: str, ready: str, logs: list[str]) -> None:
         def name(cls) -> str:
             return "bkledger_paused"
 
-        def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
+        def writer(self, schema, overwrite):
             inner = super().writer(schema, overwrite)
             assert isinstance(inner, BkLedgerBatchWriter)
             return PausedWriter(inner.opts, inner.layout, inner.job_id, inner.floor)
