@@ -116,6 +116,10 @@ def test_null_log_fails_naming_the_row_and_leaves_nothing(spark, cluster, bk: Bo
         time.sleep(0.2)                                                    # abort deletes; bounded wait
     assert not set(bk.list_ledgers()) - before
 
+    with pytest.raises(Exception, match="cannot be a znode name"):           # fails at the commit, aborted
+        append(routed_df(spark, [a, "bad/name"], 0, 10), uri)
+    assert a not in bk.list_logs() and not job_ledgers(bk, a) and not job_ledgers(bk, "bad/name")
+
     no_dest = spark.range(0, 3).selectExpr("cast(cast(id as string) as binary) as value")
     with pytest.raises(Exception, match="bkledger option log: is required"):
         append(no_dest, uri)
