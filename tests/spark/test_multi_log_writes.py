@@ -6,6 +6,7 @@ driver is a real process (tests/spark/multi_log_driver.py) killed with SIGKILL.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -144,6 +145,28 @@ def test_commit_re_homes_overtaken_ledgers_in_every_log(cluster, bk: BookKeeper)
         ids = bk.log_metadata(name).ledger_ids
         assert ids == sorted(ids) and ids[1] > max(made)
     assert len(head_zxids(cluster.metadata_service_uri, bk, [a, b])) == 1
+
+
+def test_concurrent_commits_to_the_same_new_logs_all_land_whole(cluster, bk: BookKeeper) -> None:
+    """Jobs committing at once to the same two logs, which none of them finds existing: one creates
+    them, the others lose the race (a created head, a moved version, a ledger overtaken) and retry
+    their whole transaction; every job lands in both logs, once, in one transaction each."""
+    a, b = fresh("ca"), fresh("cb")
+    jobs = []
+    for j in range(4):
+        ids = {}
+        for name in (a, b):
+            lh = bk.create_ledger(3, 2, 2, custom_metadata={LOG_KEY: name.encode(), JOB_KEY: b"%d" % j})
+            lh.add_entry(b"%d" % j)
+            lh.close()
+            ids[name] = [lh.ledger_id]
+        jobs.append(ids)
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        done = [pool.submit(commit_to_logs, bk, ids, password=b"", fence_live_writer=False) for ids in jobs]
+        assert all(f.result(WAIT_S) for f in done)
+    assert sorted(values(bk, a)) == sorted(values(bk, b)) == [0, 1, 2, 3]
+    assert values(bk, a) == values(bk, b), "two logs committed in different job orders"
+    assert not job_ledgers(bk, a) and not job_ledgers(bk, b)
 
 
 # ---- a driver killed between its tasks and its transaction ---------------------------------------
