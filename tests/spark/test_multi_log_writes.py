@@ -83,7 +83,9 @@ def job_ledgers(bk: BookKeeper, log: str) -> list[int]:
 def test_rows_go_to_the_log_their_column_names_in_one_transaction(spark, cluster, bk: BookKeeper) -> None:
     uri = cluster.metadata_service_uri
     old, new1, new2 = fresh("old"), fresh("new1"), fresh("new2")
-    append(routed_df(spark, [old], 1000, 1003, 1), uri)                  # an existing log with 3 records
+    with bk.open_log_writer(old) as w:                                   # an existing log with 3 records
+        for i in (1000, 1001, 1002):
+            w.append(b"%d" % i)
     append(routed_df(spark, [old, new1, new2], 0, 600), uri)
     got = values(bk, old)
     assert got[:3] == [1000, 1001, 1002] and sorted(got[3:]) == list(range(0, 600, 3))
@@ -209,17 +211,19 @@ def test_driver_killed_before_the_transaction_leaves_nothing_in_any_log(cluster,
 
 
 # ---- the exactly-once sink across several logs ---------------------------------------------------
-def crashing_after_commit(crash_batch: int) -> type:
-    """format("bkledger_crash_multi"): bkledger whose sink commit of `crash_batch` lands its transaction
-    and then fails as if the driver died before hearing back (no abort): Spark replays that batch."""
+def crashing_sink(crash_batch: int, when: str) -> type:
+    """format("bkledger_crash_multi"): bkledger whose sink commit of `crash_batch` fails as if the driver
+    died (no abort) before its transaction ("before": the ledgers are written, no log lists them) or
+    after it ("after": the transaction landed, the reply is lost): Spark replays that batch."""
     from spark_connector.datasource import BkLedgerDataSource
     from spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
 
     class CrashingWriter(BkLedgerStreamWriter):
         def commit(self, messages, batchId) -> None:
-            super().commit(messages, batchId)
+            if batchId != crash_batch or when == "after":
+                super().commit(messages, batchId)
             if batchId == crash_batch:
-                raise RuntimeError(f"injected crash after the transaction of batch {batchId}")
+                raise RuntimeError(f"injected crash {when} the transaction of batch {batchId}")
 
         def abort(self, messages, batchId) -> None:
             if batchId != crash_batch:
@@ -237,13 +241,15 @@ def crashing_after_commit(crash_batch: int) -> type:
     return CrashingSource
 
 
-def test_replayed_micro_batch_lands_once_in_each_log(spark, cluster, bk: BookKeeper, tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_replayed_micro_batch_lands_once_in_each_log(spark, cluster, bk: BookKeeper, tmp_path: Path,
+                                                     when: str) -> None:
     uri, src, even, odd = cluster.metadata_service_uri, fresh("src"), fresh("even"), fresh("odd")
     with bk.open_log_writer(src, roll_entries=100) as w:
         for f in [w.append_async(b"%d" % i) for i in range(200)]:
             f.result(60)
     checkpoint = str(tmp_path / "ck")
-    spark.dataSource.register(crashing_after_commit(0))
+    spark.dataSource.register(crashing_sink(0, when))
 
     def start(fmt: str):
         df = (spark.readStream.format("bkledger").schema(read_schema(False)).option("metadataServiceUri", uri)
@@ -256,10 +262,14 @@ def test_replayed_micro_batch_lands_once_in_each_log(spark, cluster, bk: BookKee
     q = start("bkledger_crash_multi")
     with pytest.raises(Exception, match="injected crash"):
         q.awaitTermination(WAIT_S)
-    assert sorted(values(bk, even)) == list(range(0, 100, 2))            # batch 0, in both logs
-    assert sorted(values(bk, odd)) == list(range(1, 100, 2))
-    assert bk.log_metadata(even).committed_batches == bk.log_metadata(odd).committed_batches
-    assert len(head_zxids(uri, bk, [even, odd])) == 1
+    if when == "after":
+        assert sorted(values(bk, even)) == list(range(0, 100, 2))        # batch 0, in both logs
+        assert sorted(values(bk, odd)) == list(range(1, 100, 2))
+        assert bk.log_metadata(even).committed_batches == bk.log_metadata(odd).committed_batches
+        assert len(head_zxids(uri, bk, [even, odd])) == 1
+    else:
+        assert even not in bk.list_logs() and odd not in bk.list_logs()  # nothing visible anywhere
+        assert job_ledgers(bk, even) and job_ledgers(bk, odd)            # the dead run's ledgers
 
     q = start("bkledger")                                                 # replays batch 0, then batch 1
     assert q.awaitTermination(WAIT_S)
