@@ -31,7 +31,7 @@ from client.errors import (
 )
 from client.ledger_handle import LedgerEntry, LedgerHandle
 from client.log.core.meta import LogMetadata, Position
-from client.log.logs import append_ledgers
+from client.log.logs import append_ledgers, append_ledgers_to_logs
 from client.log.reader import LogReader, LogRecord
 from client.log.writer import LogWriter
 
@@ -66,4 +66,5 @@ __all__ = [
     "Position",
     "ReadBeyondLastEntryError",
     "append_ledgers",
+    "append_ledgers_to_logs",
 ]

@@ -1,4 +1,5 @@
-"""Batch append to a log: each task writes its own new ledger; the driver appends them all in ONE CAS.
+"""Batch append to a log (or to the log each row names): each task writes its own new ledger per
+destination log; the driver appends them all in ONE ZooKeeper transaction.
 
 Mirrors a BookKeeper writer per ledger (one writer per ledger, R1-R10) and the "ledgers to logs"
 recipe: a task creates a ledger (tagged in its custom metadata with the job id and the envelope
@@ -8,6 +9,13 @@ flight), closes it and returns its ledger id. The driver's `commit` appends the 
 increase); `abort` deletes them. A task that fails deletes its own ledger before raising, and commit /
 abort sweep ledgers of this job that no message names (killed or losing task attempts), found by the
 job tag among the ledgers created since planning. Nothing half-written is ever listed in the log.
+
+Destinations (as Kafka's sink with its `topic` option and column): option `log` sends every row to that
+log; without it, the string column `log` names each row's log (a null there fails the task, naming the
+row by partition and row index). A task keeps one ledger per destination log (its custom metadata
+`bkledger.log` names the log), and the driver's commit appends to all the destination logs in one
+multi-operation transaction that checks each log's head version (`log_commit.commit_to_logs`): readers
+see the job in every log or in none.
 """
 
 from __future__ import annotations
@@ -17,28 +25,32 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
-from client import BookKeeper, LogNotFoundError, NoSuchLedgerError
+from client import BookKeeper, InvalidOptionError, LogNotFoundError, NoSuchLedgerError
 from client.ledger_handle import LedgerHandle
 from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector import envelope as env
 from spark_connector.arrow_io import byte_parts, timestamp_parts
 from spark_connector.clients import planning_client, shared_client
 from spark_connector.envelope import I64, U8
-from spark_connector.log_commit import commit_ledgers
+from spark_connector.log_commit import commit_to_logs
 from spark_connector.options import BkLedgerOptionError, WriteOptions
 
 log = logging.getLogger("bkledger.spark")
 
 IGNORED_COLUMNS = ("log", "ledger_id", "entry_id")     # a read DataFrame can be appended as it is
 ADD_TIMEOUT_S = 120.0
+KILLED_TASK_GRACE_S = 6.0       # > spark.python.task.killTimeout (2 s), with room for a loaded machine
+SWEEP_INTERVAL_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,21 +61,32 @@ class WriteLayout:
     key: str | None = None
     timestamp: str | None = None
     envelope: int = env.NONE
+    route: bool = False                 # each row's log comes from column log (no option log given)
 
 
 @dataclasses.dataclass
 class LedgerCommitMessage(WriterCommitMessage):
-    """What a task wrote: its ledger (None if it had no rows), partition, entry and byte counts."""
+    """What a task wrote: its ledger for option log's log (None if it had no rows), partition, entry and
+    byte counts; with per-row destinations, `routed` (log, ledger id) pairs instead."""
 
     ledger_id: int | None
     partition_id: int
     entries: int = 0
     bytes: int = 0
+    routed: tuple[tuple[str, int], ...] = ()
 
 
-def plan_layout(schema: StructType, envelope_mode: str) -> WriteLayout:
-    """Check the DataFrame's columns (BkLedgerOptionError naming the column) and pick the envelope."""
+def plan_layout(schema: StructType, envelope_mode: str, log_option: str | None = "") -> WriteLayout:
+    """Check the DataFrame's columns (BkLedgerOptionError naming the column) and pick the envelope and
+    the destination: option log if given (`log_option`, "" when not asked), else column log."""
     fields = {f.name: f.dataType for f in schema.fields}
+    route = log_option is None
+    if route and "log" not in fields:
+        raise BkLedgerOptionError("log", "is required: give option log, or a string column log naming each "
+                                         f"row's destination log; the DataFrame has {list(fields)}")
+    if route and fields["log"] != StringType():
+        raise BkLedgerOptionError("log", f"column log must be a string (the destination log's name), not "
+                                         f"{fields['log'].simpleString()}; or give option log")
     binary_like = (BinaryType(), StringType())
     if "value" not in fields:
         raise BkLedgerOptionError("value", "the DataFrame needs a value column (binary or string); "
@@ -85,7 +108,7 @@ def plan_layout(schema: StructType, envelope_mode: str) -> WriteLayout:
         raise BkLedgerOptionError("envelope", "is false but the DataFrame has key/timestamp columns, which only "
                                               "the envelope can carry")
     use = envelope_mode == "true" or (envelope_mode == "auto" and (key is not None or ts is not None))
-    return WriteLayout("value", key, ts, env.V1 if use else env.NONE)
+    return WriteLayout("value", key, ts, env.V1 if use else env.NONE, route)
 
 
 def encode_batch(batch: pa.RecordBatch, layout: WriteLayout) -> tuple[U8, I64]:
@@ -126,37 +149,51 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         self.floor = floor
 
     # ---- tasks ---------------------------------------------------------------------------------------
-    def _create(self, bk: BookKeeper, partition_id: int) -> LedgerHandle:
+    def _create(self, bk: BookKeeper, partition_id: int, log_name: str) -> LedgerHandle:
         o, src = self.opts, self.opts.source
         custom = {**env.custom_metadata(self.layout.envelope), JOB_KEY: self.job_id.encode(),
-                  LOG_KEY: (src.log or "").encode(), "bkledger.partition": str(partition_id).encode()}
+                  LOG_KEY: log_name.encode(), "bkledger.partition": str(partition_id).encode()}
         return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type or "crc32c",
                                 password=src.password, custom_metadata=custom, compression=o.compression)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
         partition_id = _partition_id()
         bk = shared_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings)
-        lh: LedgerHandle | None = None
+        ledgers: dict[str, LedgerHandle] = {}          # destination log -> this task's ledger for it
         pending: collections.deque[tuple[concurrent.futures.Future[int], int]] = collections.deque()
-        entries = nbytes = 0
+        entries = nbytes = rows = 0
         try:
             for batch in iterator:
                 if batch.num_rows == 0:
                     continue
-                data, offsets = encode_batch(batch, self.layout)
-                if lh is None:
-                    lh = self._create(bk, partition_id)
-                self._add_all(lh, data, offsets, pending)
-                entries += batch.num_rows
-                nbytes += int(offsets[-1])
+                for log_name, part in self._split(batch, partition_id, rows):
+                    data, offsets = encode_batch(part, self.layout)
+                    if log_name not in ledgers:
+                        ledgers[log_name] = self._create(bk, partition_id, log_name)
+                    self._add_all(ledgers[log_name], data, offsets, pending)
+                    nbytes += int(offsets[-1])
+                rows += batch.num_rows
+            entries = rows
             while pending:
                 pending.popleft()[0].result(ADD_TIMEOUT_S)
-            if lh is not None:
+            for lh in ledgers.values():
                 lh.close()
         except BaseException:
-            _discard(bk, lh)
+            for lh in ledgers.values():
+                _discard(bk, lh)
             raise
-        return LedgerCommitMessage(lh.ledger_id if lh is not None else None, partition_id, entries, nbytes)
+        if not self.layout.route:
+            only = next(iter(ledgers.values()), None)
+            return LedgerCommitMessage(only.ledger_id if only is not None else None, partition_id, entries, nbytes)
+        routed = tuple(sorted((name, lh.ledger_id) for name, lh in ledgers.items()))
+        return LedgerCommitMessage(None, partition_id, entries, nbytes, routed)
+
+    def _split(self, batch: pa.RecordBatch, partition_id: int, first_row: int) -> list[tuple[str, pa.RecordBatch]]:
+        """The batch's rows by destination log, in their order (option log: all of them to it)."""
+        if not self.layout.route:
+            assert self.opts.source.log is not None
+            return [(self.opts.source.log, batch)]
+        return split_by_log(batch, partition_id, first_row)
 
     def _add_all(self, lh: LedgerHandle, data: U8, offsets: I64,
                  pending: collections.deque[tuple[concurrent.futures.Future[int], int]]) -> None:
@@ -172,66 +209,120 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
 
     # ---- driver ----------------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        ids = ledger_ids(messages)
+        by_log = ledgers_by_log(messages, self.opts.source.log)
         src = self.opts.source
-        assert src.log is not None
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
-            if ids:
-                commit_ledgers(bk, src.log, ids, password=src.password,
-                               fence_live_writer=self.opts.fence_live_writer)
-            log.info("appended ledgers %s to log %r (job %s)", ids, src.log, self.job_id)
-            self._sweep(bk, keep=set(ids))
+            wanted = {name: ids for name, ids in by_log.items() if ids}
+            if wanted:
+                commit_to_logs(bk, wanted, password=src.password, fence_live_writer=self.opts.fence_live_writer)
+            log.info("appended ledgers %s in one transaction (job %s)", wanted, self.job_id)
+            self._sweep(bk, keep={i for ids in by_log.values() for i in ids})
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         src = self.opts.source
-        assert src.log is not None
-        ids = ledger_ids(messages)
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
-            if ids:                               # a commit whose CAS did land must not lose its ledgers
-                delete_unlisted_tagged(bk, src.log, ids, lambda custom: True)
-            self._sweep(bk, keep=set(ids))
+            listed = ListedLedgers(bk)
+            keep: set[int] = set()
+            for name, ids in ledgers_by_log(messages, src.log).items():
+                for ledger_id in ids:
+                    if listed.has(name, ledger_id):     # a commit whose transaction did land keeps its ledgers
+                        keep.add(ledger_id)
+                        continue
+                    with contextlib.suppress(NoSuchLedgerError):
+                        bk.delete_ledger(ledger_id)
+            self._sweep(bk, keep=keep)
+            if any(m is None for m in messages):
+                self._sweep_killed(bk, keep)
+
+    def _sweep_killed(self, bk: BookKeeper, keep: set[int]) -> None:
+        """Tasks without a message failed or were killed, and Spark calls abort while killed ones may still
+        run: one can create its ledger after the sweep above (seen on a loaded machine). Spark destroys a
+        Python worker that outlives its task's kill by spark.python.task.killTimeout (2 s); sweep again
+        until a grace period beyond that has passed, so a late ledger is deleted too."""
+        deadline = time.monotonic() + KILLED_TASK_GRACE_S
+        while time.monotonic() < deadline:
+            time.sleep(SWEEP_INTERVAL_S)       # nothing to await: the killed task's process is Spark's
+            self._sweep(bk, keep)
 
     def _sweep(self, bk: BookKeeper, keep: set[int]) -> None:
-        """Delete this job's ledgers that no commit message named (killed or losing task attempts) and the
-        log does not list (copies a commit made of overtaken ledgers carry the job's tag too)."""
+        """Delete this job's ledgers that no commit message named (killed or losing task attempts) and
+        their log does not list (copies a commit made of overtaken ledgers carry the job's tag too)."""
         try:
-            src = self.opts.source
-            assert src.log is not None
-            tag = self.job_id.encode()
-            candidates = [i for i in bk.list_ledgers() if i > self.floor and i not in keep]
-            for ledger_id in delete_unlisted_tagged(bk, src.log, candidates,
-                                                    lambda custom: custom.get(JOB_KEY) == tag):
-                log.info("deleted ledger %d left by a failed task of job %s", ledger_id, self.job_id)
-        except Exception as exc:  # cleanup is best effort: the log is already right
+            gone = sweep_tagged(bk, lambda job: job == self.job_id.encode(), keep, above=self.floor)
+            if gone:
+                log.info("deleted ledgers %s left by failed tasks of job %s", gone, self.job_id)
+        except Exception as exc:  # cleanup is best effort: the logs are already right
             log.warning("sweeping the ledgers of job %s failed: %s", self.job_id, exc)
 
 
-def delete_unlisted_tagged(bk: BookKeeper, log_name: str, candidates: Iterable[int],
-                           ours: Callable[[Mapping[str, bytes]], bool]) -> list[int]:
-    """Delete those of `candidates` whose custom metadata `ours` accepts and that the log does not list (as
-    a ledger or as one a compacted ledger replaced); their ids. The ledgers' metadata is read first and the
-    log only if one of them is ours: listing a long log reads every segment (seconds at a million ledgers),
-    which a commit must not pay when no task attempt failed."""
-    tagged: list[int] = []
-    for ledger_id in candidates:
+class ListedLedgers:
+    """The ledger ids each log lists (as a ledger or as one a compacted ledger replaced), read once per log
+    and only when asked (a missing log lists none): listing a long log reads every segment (seconds at a
+    million ledgers), which a commit must not pay when no task attempt failed."""
+
+    def __init__(self, bk: BookKeeper) -> None:
+        self._bk = bk
+        self._seen: dict[str, set[int]] = {}
+
+    def has(self, log_name: str, ledger_id: int) -> bool:
+        if log_name not in self._seen:
+            try:
+                self._seen[log_name] = set(self._bk.log_metadata(log_name).listed_ids)
+            except (LogNotFoundError, InvalidOptionError):
+                self._seen[log_name] = set()
+        return ledger_id in self._seen[log_name]
+
+
+def sweep_tagged(bk: BookKeeper, ours: Callable[[bytes], bool], keep: set[int], above: int = -1) -> list[int]:
+    """Delete the ledgers (ids above `above`, not in `keep`) whose job tag `ours` accepts and that the log
+    they were written for (their `bkledger.log` tag) does not list; the ids deleted."""
+    listed = ListedLedgers(bk)
+    gone = []
+    for ledger_id in bk.list_ledgers():
+        if ledger_id <= above or ledger_id in keep:
+            continue
         with contextlib.suppress(NoSuchLedgerError):
-            if ours(bk.ledger_metadata(ledger_id).custom_metadata):
-                tagged.append(ledger_id)
-    if not tagged:
-        return []
-    try:
-        listed = bk.log_metadata(log_name).listed_ids
-    except LogNotFoundError:
-        listed = set()
-    gone = [i for i in tagged if i not in listed]
-    for ledger_id in gone:
-        with contextlib.suppress(NoSuchLedgerError):
-            bk.delete_ledger(ledger_id)
+            custom = bk.ledger_metadata(ledger_id).custom_metadata
+            target = custom.get(LOG_KEY)
+            if not ours(custom.get(JOB_KEY, b"")) or target is None:
+                continue
+            if not listed.has(target.decode(errors="replace"), ledger_id):
+                bk.delete_ledger(ledger_id)
+                gone.append(ledger_id)
     return gone
 
 
+def split_by_log(batch: pa.RecordBatch, partition_id: int, first_row: int) -> list[tuple[str, pa.RecordBatch]]:
+    """The rows of `batch` grouped by column log, each group in row order. ValueError naming the row's
+    position (partition, row index within the task) if a log is null."""
+    column = batch.column("log")
+    if column.null_count:
+        row = first_row + int(np.argmax(~pc.is_valid(column).to_numpy(zero_copy_only=False)))
+        raise ValueError(f"bkledger: column log is null in row {row} of partition {partition_id}: every row "
+                         "needs a destination log (or give option log to send all rows to one log)")
+    names = pc.unique(column).to_pylist()
+    if len(names) == 1:
+        return [(str(names[0]), batch)]
+    return [(str(name), batch.filter(pc.equal(column, name))) for name in names]
+
+
+def ledgers_by_log(messages: Iterable[WriterCommitMessage | None], default_log: str | None) -> dict[str, list[int]]:
+    """The job's ledgers per destination log (sorted); `default_log` (option log) is always present."""
+    out: dict[str, list[int]] = {} if default_log is None else {default_log: []}
+    for m in messages:
+        if not isinstance(m, LedgerCommitMessage):
+            continue
+        if m.ledger_id is not None and default_log is not None:
+            out[default_log].append(m.ledger_id)
+        for name, ledger_id in m.routed:
+            out.setdefault(name, []).append(ledger_id)
+    return {name: sorted(ids) for name, ids in out.items()}
+
+
 def ledger_ids(messages: Iterable[WriterCommitMessage | None]) -> list[int]:
-    return sorted(m.ledger_id for m in messages if isinstance(m, LedgerCommitMessage) and m.ledger_id is not None)
+    """Every ledger the messages name, whatever its log."""
+    ours = [m for m in messages if isinstance(m, LedgerCommitMessage)]
+    return sorted([i for m in ours for _, i in m.routed] + [m.ledger_id for m in ours if m.ledger_id is not None])
 
 
 def plan_writer(opts: WriteOptions, schema: StructType, overwrite: bool) -> BkLedgerBatchWriter:
@@ -239,7 +330,7 @@ def plan_writer(opts: WriteOptions, schema: StructType, overwrite: bool) -> BkLe
     if overwrite:
         raise BkLedgerOptionError("mode", "overwrite is not supported: a bkledger log is append-only; use "
                                           "mode(\"append\") (or truncate the log with the client first)")
-    layout = plan_layout(schema, opts.envelope)
+    layout = plan_layout(schema, opts.envelope, opts.source.log)
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         floor = max(bk.list_ledgers(), default=-1)
     return BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)

@@ -10,6 +10,9 @@ and tries again with the copies, a bounded number of times. The originals are de
 the copies (and are otherwise swept with the job's other unlisted ledgers). So concurrent jobs each land
 whole, none twice; only a job that keeps losing for `COMMIT_ATTEMPTS` rounds fails (with
 LogUpdateConflictError, nothing of it appended).
+
+`commit_to_logs` does the same for a job that wrote to several logs (per-row destinations): all of
+them in ONE ZooKeeper transaction (`client.log.logs.append_ledgers_to_logs`), retried whole.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from client import BookKeeper, NoSuchLedgerError, append_ledgers
+from client import BookKeeper, NoSuchLedgerError, append_ledgers_to_logs
 from client.errors import InvalidLogUpdateError, LogNotFoundError, LogUpdateConflictError
+from client.log.core.meta import late_ledgers
 
 log = logging.getLogger("bkledger.spark")
 
@@ -33,18 +37,28 @@ COPY_TIMEOUT_S = 120.0
 def commit_ledgers(bk: BookKeeper, name: str, ids: list[int], *, password: bytes, fence_live_writer: bool,
                    commit_marker: tuple[str, int] | None = None) -> bool:
     """append_ledgers(ids), re-homing ledgers that another job's commit left below the log's tail."""
-    current = sorted(ids)
+    return commit_to_logs(bk, {name: ids}, password=password, fence_live_writer=fence_live_writer,
+                          commit_marker=commit_marker)
+
+
+def commit_to_logs(bk: BookKeeper, ids: Mapping[str, list[int]], *, password: bytes, fence_live_writer: bool,
+                   commit_marker: tuple[str, int] | None = None) -> bool:
+    """append_ledgers_to_logs(ids): every destination log in ONE transaction; on a lost race the whole
+    transaction is tried again, after re-homing the ledgers that other jobs' commits left below a log's
+    tail (in any of the logs). False (nothing appended) if the marker shows the batch committed."""
+    current = {name: sorted(got) for name, got in ids.items()}
     copies: dict[int, int] = {}                  # original -> copy, for the ids re-homed so far
     try:
         for _ in range(COMMIT_ATTEMPTS):
             try:
-                done = append_ledgers(bk, name, current, commit_marker=commit_marker, password=password,
-                                      fence_live_writer=fence_live_writer)
+                done = append_ledgers_to_logs(bk, current, commit_marker=commit_marker, password=password,
+                                              fence_live_writer=fence_live_writer)
             except InvalidLogUpdateError:
-                late = _below_tail(bk, name, current)
+                late = _below_tail(bk, current)
                 if not late:
                     raise
-                current = _rehome(bk, current, late, password, copies)
+                current = {name: _rehome(bk, got, late.get(name, []), password, copies)
+                           for name, got in current.items()}
                 continue
             _delete(bk, copies.keys() if done else copies.values())    # the replaced, or the unused
             return done
@@ -52,16 +66,16 @@ def commit_ledgers(bk: BookKeeper, name: str, ids: list[int], *, password: bytes
         _delete(bk, copies.values())
         raise
     _delete(bk, copies.values())
-    raise LogUpdateConflictError(f"log {name!r}: other appends kept landing first ({COMMIT_ATTEMPTS} times); "
-                                 "nothing of this job was appended; retry it")
+    raise LogUpdateConflictError(f"logs {sorted(ids)}: other appends kept landing first ({COMMIT_ATTEMPTS} "
+                                 "times); nothing of this job was appended; retry it")
 
 
-def _below_tail(bk: BookKeeper, name: str, ids: list[int]) -> list[int]:
-    try:
-        last = bk.log_metadata(name).last_ledger_id
-    except LogNotFoundError:
-        return []
-    return [] if last is None else [i for i in ids if i <= last]
+def _below_tail(bk: BookKeeper, ids: Mapping[str, list[int]]) -> dict[str, list[int]]:
+    metas = {}
+    for name in ids:
+        with contextlib.suppress(LogNotFoundError):
+            metas[name] = bk.log_metadata(name)
+    return late_ledgers(metas, ids)
 
 
 def _rehome(bk: BookKeeper, ids: list[int], late: list[int], password: bytes, copies: dict[int, int]) -> list[int]:

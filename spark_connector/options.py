@@ -159,7 +159,7 @@ def parse_ledger_list(raw: str) -> tuple[int, ...]:
     return ids
 
 
-def parse_source(options: Mapping[str, str], *, allow_ledgers: bool = True) -> SourceOptions:
+def parse_source(options: Mapping[str, str], *, allow_ledgers: bool = True, need_log: bool = True) -> SourceOptions:
     opts = _lowered(options)
     uri = opts.get("metadataserviceuri", "").strip()
     if not uri:
@@ -170,7 +170,13 @@ def parse_source(options: Mapping[str, str], *, allow_ledgers: bool = True) -> S
         raise BkLedgerOptionError("log", "give either log or ledgers, not both")
     if raw_ledgers is not None and not allow_ledgers:
         raise BkLedgerOptionError("ledgers", "writes go to a log: give option log instead of ledgers")
-    if log is None and raw_ledgers is None and (not allow_ledgers or "logpattern" not in opts):
+    if not allow_ledgers and log is not None and "," in log:
+        raise BkLedgerOptionError("log", f"a write goes to one log per row, not a list ({log!r}); to write to "
+                                         "several logs, give each row's log in a string column named log")
+    if not allow_ledgers and "logpattern" in opts:
+        raise BkLedgerOptionError("logPattern", "is for reads; a write names its log with option log or a "
+                                                "column named log")
+    if log is None and raw_ledgers is None and need_log and (not allow_ledgers or "logpattern" not in opts):
         which = "log or ledgers" if allow_ledgers else "log"
         raise BkLedgerOptionError("log", f"is required: give option {which}")
     ledgers = parse_ledger_list(raw_ledgers) if raw_ledgers is not None else None
@@ -254,7 +260,7 @@ def parse_write_options(options: Mapping[str, str], extra_known: Iterable[str] =
     """Options of an append (batch or streaming); BkLedgerOptionError on any problem."""
     check_known(options, (*COMMON, *READ, *WRITE, *WRITE_COMMIT, *extra_known), "writes")
     opts = _lowered(options)
-    source = parse_source(options, allow_ledgers=False)
+    source = parse_source(options, allow_ledgers=False, need_log=False)   # no log: column log (at planning)
     ensemble = parse_int(opts, "ensembleSize", 3)
     write_quorum = parse_int(opts, "writeQuorum", min(2, ensemble))
     ack_quorum = parse_int(opts, "ackQuorum", min(2, write_quorum))

@@ -17,10 +17,16 @@ Spark keeps in `<checkpointLocation>/metadata` (readable when the checkpoint is 
 file system), else a hash of the checkpoint location. It is stable across restarts of the query, so
 the marker recorded in the log stays valid. Options: those of a batch append, plus `checkpointLocation`
 (or `sinkId`). `queryName` is accepted and ignored.
+
+Per-row destinations (column log, no option log): a micro-batch's ledgers for all its logs and the
+batch marker in each of those logs go in ONE ZooKeeper transaction that checks every log's head
+version (`log_commit.commit_to_logs`). The replay check is part of it: if any of the logs records
+the batch (or a later one) of this sink, the batch landed everywhere and nothing is appended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -33,18 +39,17 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from client import BookKeeper
+from client import BookKeeper, NoSuchLedgerError
 from spark_connector.batch_writer import (
-    JOB_KEY,
-    LOG_KEY,
     BkLedgerBatchWriter,
     LedgerCommitMessage,
-    delete_unlisted_tagged,
-    ledger_ids,
+    ListedLedgers,
+    ledgers_by_log,
     plan_layout,
+    sweep_tagged,
 )
 from spark_connector.clients import planning_client
-from spark_connector.log_commit import commit_ledgers
+from spark_connector.log_commit import commit_to_logs
 from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
 
 log = logging.getLogger("bkledger.spark.stream")
@@ -96,27 +101,28 @@ def sink_tag(options: Mapping[str, str]) -> str:
     return f"sink:{sink_id}" if sink_id else _checkpoint_name(opts.get("checkpointlocation", "").strip())
 
 
-def sweep_dead_runs(bk: BookKeeper, log_name: str, tag: str, keep: set[int]) -> list[int]:
-    """Delete ledgers this sink's tasks wrote that the log does not list and `keep` does not name.
+def sweep_dead_runs(bk: BookKeeper, tag: str, keep: set[int]) -> list[int]:
+    """Delete ledgers this sink's tasks wrote that their log does not list and `keep` does not name.
 
     Called by the driver right after a commit (or abort) has settled its batch: micro-batches run one at
     a time, so no task of this sink is writing a ledger that may still be committed; what remains is
     what a dead run left (its driver died between the tasks and the commit; Spark replays that batch)
-    or a failed task attempt. A ledger the log lists is never touched."""
+    or a failed task attempt. A ledger its log lists is never touched."""
     prefix = f"{tag}#".encode()
-
-    def ours(custom: Mapping[str, bytes]) -> bool:
-        return custom.get(JOB_KEY, b"").startswith(prefix) and custom.get(LOG_KEY) == log_name.encode()
-
-    gone = delete_unlisted_tagged(bk, log_name, [i for i in bk.list_ledgers() if i not in keep], ours)
+    gone = sweep_tagged(bk, lambda job: job.startswith(prefix), keep)
     if gone:
-        log.info("log %r: deleted ledgers %s that %s wrote but never committed", log_name, gone, tag)
+        log.info("deleted ledgers %s that %s wrote but never committed", gone, tag)
     return gone
 
 
-def delete_unlisted(bk: BookKeeper, log_name: str, ids: Sequence[int]) -> list[int]:
-    """Delete those of `ids` that the log does not list; returns them."""
-    return delete_unlisted_tagged(bk, log_name, ids, lambda custom: True)
+def delete_unlisted(bk: BookKeeper, by_log: Mapping[str, Sequence[int]]) -> list[int]:
+    """Delete the ledgers of `by_log` that their log does not list; returns them."""
+    listed = ListedLedgers(bk)
+    gone = [i for name, ids in by_log.items() for i in ids if not listed.has(name, i)]
+    for ledger_id in gone:
+        with contextlib.suppress(NoSuchLedgerError):
+            bk.delete_ledger(ledger_id)
+    return gone
 
 
 class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
@@ -130,9 +136,8 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
         self._swept_dead_runs = False
 
     @property
-    def log_name(self) -> str:
-        assert self.opts.source.log is not None
-        return self.opts.source.log
+    def where(self) -> str:
+        return repr(self.opts.source.log) if self.opts.source.log is not None else "the logs of column log"
 
     @property
     def identity(self) -> str:
@@ -146,45 +151,45 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
         return self.tasks.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        ids = ledger_ids(messages)
+        by_log = ledgers_by_log(messages, self.opts.source.log)
         src = self.opts.source
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
-            appended = commit_ledgers(bk, self.log_name, ids, commit_marker=(self.identity, batchId),
-                                      password=src.password, fence_live_writer=self.opts.fence_live_writer)
+            appended = bool(by_log) and commit_to_logs(
+                bk, by_log, commit_marker=(self.identity, batchId), password=src.password,
+                fence_live_writer=self.opts.fence_live_writer)
             if appended:
-                log.info("log %r: batch %d of %s appended ledgers %s", self.log_name, batchId, self.identity, ids)
-            else:
-                gone = delete_unlisted(bk, self.log_name, ids)
-                log.warning("log %r: batch %d of %s was committed before; discarded its replayed ledgers %s",
-                            self.log_name, batchId, self.identity, gone)
-            self._sweep(bk, keep=set(ids))
+                log.info("batch %d of %s appended ledgers %s in one transaction", batchId, self.identity, by_log)
+            elif by_log:
+                gone = delete_unlisted(bk, by_log)
+                log.warning("%s: batch %d of %s was committed before; discarded its replayed ledgers %s",
+                            self.where, batchId, self.identity, gone)
+            self._sweep(bk, keep={i for ids in by_log.values() for i in ids})
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with planning_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings) as bk:
-            gone = delete_unlisted(bk, self.log_name, ledger_ids(messages))
-            log.warning("log %r: batch %d of %s aborted; deleted its ledgers %s", self.log_name, batchId,
+            gone = delete_unlisted(bk, ledgers_by_log(messages, self.opts.source.log))
+            log.warning("%s: batch %d of %s aborted; deleted its ledgers %s", self.where, batchId,
                         self.identity, gone)
             self._sweep(bk, keep=set())
 
     def _sweep(self, bk: BookKeeper, keep: set[int]) -> None:
-        """Delete ledgers of this run's failed task attempts (tagged with the job id, not in the log),
+        """Delete ledgers of this run's failed task attempts (tagged with the job id, not in their log),
         then raise the floor: later batches only create ledgers above what exists now. The first time,
         also those of earlier runs of this sink (`sweep_dead_runs`)."""
         if not self._swept_dead_runs:
             try:
-                sweep_dead_runs(bk, self.log_name, sink_tag(self.options), keep)
+                sweep_dead_runs(bk, sink_tag(self.options), keep)
                 self._swept_dead_runs = True
-            except Exception as exc:  # cleanup is best effort: the log is already right
+            except Exception as exc:  # cleanup is best effort: the logs are already right
                 log.warning("sweeping what earlier runs of %s left failed: %s", self.identity, exc)
         try:
             existing = bk.list_ledgers()
             tag = self.tasks.job_id.encode()
-            candidates = [i for i in existing if i > self.tasks.floor and i not in keep]
-            for ledger_id in delete_unlisted_tagged(bk, self.log_name, candidates,
-                                                    lambda custom: custom.get(JOB_KEY) == tag):
-                log.info("deleted ledger %d left by a failed task of %s", ledger_id, self.identity)
+            gone = sweep_tagged(bk, lambda job: job == tag, keep, above=self.tasks.floor)
+            if gone:
+                log.info("deleted ledgers %s left by failed tasks of %s", gone, self.identity)
             self.tasks.floor = max(existing, default=self.tasks.floor)
-        except Exception as exc:  # cleanup is best effort: the log is already right
+        except Exception as exc:  # cleanup is best effort: the logs are already right
             log.warning("sweeping the ledgers of %s failed: %s", self.identity, exc)
 
 
@@ -193,7 +198,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     rows are appended as they come: a log has no upsert)."""
     opts = parse_write_options(options, extra_known=STREAM_WRITE)
     sink_identity_check(options)
-    layout = plan_layout(schema, opts.envelope)
+    layout = plan_layout(schema, opts.envelope, opts.source.log)
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         floor = max(bk.list_ledgers(), default=-1)
     tasks = BkLedgerBatchWriter(opts, layout, f"{sink_tag(options)}#{uuid.uuid4().hex}", floor)

@@ -11,6 +11,7 @@ changes only by a transaction checked on the head's version (R27; `client.log.st
     bk.truncate_log("orders", before=pos)       # R30: CAS the shorter list, then delete the ledgers
     bk.set_log_retention("orders", max_age_s=..., max_bytes=...); bk.start_log_retention(60.0)
     append_ledgers(bk, "orders", [12, 13], commit_marker=("query-1", 7))   # Spark sink commit
+    append_ledgers_to_logs(bk, {"orders": [12], "refunds": [13]})       # several logs, one transaction
 
 Retention runs where you start it: `bk.start_log_retention(interval_s)` starts a daemon thread that
 applies every log's retention settings each interval (stop it with `.stop()`); `bk.apply_log_retention`
@@ -67,7 +68,7 @@ log = logging.getLogger("bkledger.logs")
 __all__ = [
     "DataLossError", "InvalidLogUpdateError", "InvalidPositionError", "LogFencedError", "LogLedger",
     "LogMetadata", "LogNotFoundError", "LogUpdateConflictError", "LogWriterClosedError", "LogsMixin",
-    "Position", "RetentionPolicy", "RetentionTask", "append_ledgers", "describe_log",
+    "Position", "RetentionPolicy", "RetentionTask", "append_ledgers", "append_ledgers_to_logs", "describe_log",
 ]
 
 
@@ -166,38 +167,55 @@ def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
     """Append CLOSED ledgers to the log and record `commit_marker=(query_id, batch_id)`, in ONE CAS.
 
     Returns False, appending nothing, if the marker shows that batch (or a later one) is already
-    committed. Creates the log if missing. Like a new log writer (R28) it first fences and recovers the
-    log's last two ledgers if they are still open; if the last one belongs to a live LogWriter (it holds
-    the writer lease, `client.log.liveness`) it raises LiveLogWriterError instead, unless
-    `fence_live_writer` asks to fence that writer out. The ledger ids must be above the log's last ledger
-    id (InvalidLogUpdateError otherwise).
+    committed. Creates the log if missing (in the same transaction). Like a new log writer (R28) it first
+    fences and recovers the log's last two ledgers if they are still open; if the last one belongs to a
+    live LogWriter (it holds the writer lease, `client.log.liveness`) it raises LiveLogWriterError
+    instead, unless `fence_live_writer` asks to fence that writer out. The ledger ids must be above the
+    log's last ledger id (InvalidLogUpdateError otherwise). `append_ledgers_to_logs` does several logs.
     """
-    ids = sorted(ledger_ids)
-    if len(set(ids)) != len(ids):
-        raise InvalidLogUpdateError(f"append_ledgers({name!r}): ledger ids {ids} repeat")
-    closed = []
-    for ledger_id in ids:
-        md = bk.ledger_metadata(ledger_id)
-        if md.state is not LedgerState.CLOSED:
-            raise InvalidLogUpdateError(f"ledger {ledger_id} is not CLOSED: close it before appending it to "
-                                        f"log {name!r}")
-        closed.append((ledger_id, md.last_entry_id, md.length, md.ctime_ms))
+    return append_ledgers_to_logs(bk, {name: ledger_ids}, commit_marker=commit_marker, password=password,
+                                  fence_live_writer=fence_live_writer)
+
+
+def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]], *,
+                           commit_marker: tuple[str, int] | None = None, password: bytes = b"",
+                           fence_live_writer: bool = False) -> bool:
+    """Append each log's CLOSED ledgers (and the marker to each log) in ONE ZooKeeper transaction that
+    checks every log's head version: readers see all the logs with the job's ledgers or none of them.
+
+    As `append_ledgers`, per log (missing logs are created in the transaction, live writers refused
+    unless `fence_live_writer`, open tails sealed); False, appending nothing anywhere, if the marker
+    shows the batch committed in any of the logs (`client.log.core.meta.with_job_appended`). A lost
+    race on any log re-reads them all and tries again."""
+    ids = {name: sorted(got) for name, got in ledgers.items()}
+    every = [i for got in ids.values() for i in got]
+    if len(set(every)) != len(every):
+        raise InvalidLogUpdateError(f"append_ledgers: ledger ids {ids} repeat")
+    closed = {name: [_closed(bk, name, ledger_id) for ledger_id in got] for name, got in ids.items()}
     appended = [False]
 
     def commit(metas: Mapping[str, LogMetadata]) -> dict[str, LogMetadata]:
-        meta = metas[name]
         appended[0] = False
-        if commit_marker is not None and lm.batch_committed(meta, *commit_marker):
+        if commit_marker is not None and any(lm.batch_committed(m, *commit_marker) for m in metas.values()):
             return {}
-        check_live_writer(bk, meta, fence_live_writer)
-        new = lm.with_sealed_ledgers_appended(seal_tail(bk, meta, password), closed, now_ms())
-        if commit_marker is not None:
-            new = lm.with_batch_marker(new, *commit_marker)
-        appended[0] = True
-        return {name: new}
+        sealed = {}
+        for name, meta in metas.items():
+            check_live_writer(bk, meta, fence_live_writer)
+            sealed[name] = seal_tail(bk, meta, password)
+        new = lm.with_job_appended(sealed, closed, now_ms(), commit_marker)
+        appended[0] = bool(new)
+        return new
 
-    update_logs(bk.store, [name], commit, create=True)       # the tail only: cost does not grow with the log
+    update_logs(bk.store, sorted(ids), commit, create=True)    # the tails only: cost does not grow with the logs
     return appended[0]
+
+
+def _closed(bk: BookKeeper, name: str, ledger_id: int) -> lm.ClosedLedger:
+    md = bk.ledger_metadata(ledger_id)
+    if md.state is not LedgerState.CLOSED:
+        raise InvalidLogUpdateError(f"ledger {ledger_id} is not CLOSED: close it before appending it to "
+                                    f"log {name!r}")
+    return (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
 
 
 def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:

@@ -7,6 +7,11 @@ transaction (R27: every change of a log is one compare-and-swap; see `client.log
     commit_changes(store, [change, other_log_change])        # one multi-op; MetadataVersionError if any
                                                              # log's head moved (nothing written then)
     update_logs(store, ["a", "b"], fn)                       # the CAS loop over several logs at once
+    update_logs(store, ["a", "new"], fn, create=True)        # "new" is created IN the same transaction
+
+A log that does not exist yet is loaded as `unborn` (version -1): its change creates the head znode (and
+its first segment) in the transaction itself, so a log comes into being together with its first ledgers,
+or not at all; a creation that loses the race (the znode exists by then) retries like a moved head.
 
 Reads of a whole log fetch the segments concurrently and re-check the head's version, so the list is a
 snapshot of one version.
@@ -56,6 +61,11 @@ class LoadedLog:
     @property
     def meta(self) -> LogMetadata:
         return self.window.meta
+
+    @property
+    def unborn(self) -> bool:
+        """The log does not exist yet: a change creates it (in the same transaction)."""
+        return self.version < 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +190,12 @@ def create_log(store: MetadataStore, name: str, *, whole: bool = True) -> Loaded
     return require_loaded(store, name, whole=whole)
 
 
+def unborn_log(store: MetadataStore, name: str) -> LoadedLog:
+    """A log that does not exist yet, as if loaded empty at version -1 (its change creates it)."""
+    meta = lm.new_log(name, now_ms())
+    return LoadedLog(name, log_path(store, name), -1, st.Window(meta, st.new_head(_prefix())))
+
+
 def _prefix() -> str:
     return "s" + uuid.uuid4().hex[:8]
 
@@ -190,7 +206,8 @@ def prepare_change(store: MetadataStore, loaded: LoadedLog, new: LogMetadata) ->
     version: the head and only the segments it touches. ZNodeTooLargeError if a znode would be too big."""
     stored = st.change(loaded.window, new, _prefix())
     seg = f"{loaded.path}/{{}}"
-    ops = [ZkOp("set", loaded.path, stored.head, loaded.version)]
+    ops = [ZkOp("create", loaded.path, stored.head) if loaded.unborn
+           else ZkOp("set", loaded.path, stored.head, loaded.version)]
     segments = [ZkOp("create", seg.format(st.segment_name(stored.prefix, n)), data)
                 for n, data in sorted(stored.creates.items())]
     segments += [ZkOp("set", seg.format(st.segment_name(stored.prefix, n)), data)
@@ -215,10 +232,16 @@ def commit_changes(store: MetadataStore, changes: Sequence[LogChange]) -> dict[s
             with contextlib.suppress(ZNodeExistsError):
                 store.create(op.path, op.data, makepath=False)
     ops = [op for c in changes for op in c.ops]
+    if any(c.loaded.unborn for c in changes) and not store.exists(store.layout.logs):
+        with contextlib.suppress(ZNodeExistsError):
+            store.create(store.layout.logs, b"", makepath=True)     # the parent of every log: no log yet
     try:
         store.multi(ops, verify=[c.head_op for c in changes])
+    except ZNodeExistsError:
+        _drop_staged(store, changes)
+        raise MetadataVersionError(f"one of logs {names} was created meanwhile; re-read and retry") from None
     except NoSuchNodeError as exc:
-        gone = [n for n in names if not store.exists(log_path(store, n))]
+        gone = [c.loaded.name for c in changes if not c.loaded.unborn and not store.exists(c.loaded.path)]
         if gone:
             raise LogNotFoundError(f"log {gone[0]!r} was deleted meanwhile") from None
         raise MetadataVersionError(f"a log segment changed meanwhile ({exc}); re-read and retry") from None
@@ -242,7 +265,8 @@ def update_logs(store: MetadataStore, names: Sequence[str],
     """The CAS loop over several logs: load them, `fn({name: metadata})` -> {name: new metadata} (a log
     left out or returned unchanged is not written, nor checked), commit all in ONE transaction; on a
     lost race re-load and call `fn` again. `whole=False` gives `fn` only the logs' tails (enough to
-    append, seal and set markers); `create` makes missing logs. LogUpdateConflictError after `attempts`."""
+    append, seal and set markers); `create`: a missing log is given to `fn` empty and created by the same
+    transaction (if `fn` changes it). LogUpdateConflictError after `attempts`."""
     for attempt in range(attempts):
         loaded = {n: _load_or_create(store, n, whole, create) for n in names}
         new = fn({n: got.meta for n, got in loaded.items()})
@@ -263,7 +287,7 @@ def _load_or_create(store: MetadataStore, name: str, whole: bool, create: bool) 
         return got
     if not create:
         return require_loaded(store, name, whole=whole)
-    return create_log(store, name, whole=whole)
+    return unborn_log(store, name)
 
 
 def update_log(store: MetadataStore, name: str, fn: Callable[[LogMetadata], LogMetadata], *,

@@ -19,7 +19,7 @@ import pyspark_bkledger  # noqa: F401 - what a threaded driver does once (see it
 from client import BookKeeper, LogFencedError, NoSuchLedgerError
 from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector.batch_reader import read_schema
-from spark_connector.batch_writer import delete_unlisted_tagged
+from spark_connector.batch_writer import sweep_tagged
 from spark_connector.log_commit import commit_ledgers
 
 pytestmark = pytest.mark.spark
@@ -185,13 +185,11 @@ def test_sweep_reads_the_log_only_for_a_tagged_unlisted_ledger(cluster, bk: Book
         made[job] = lh.ledger_id
     bk.append_ledgers(log, [made["listed"]])
     counter = LogReadCounter(bk)
-
-    def ours(custom) -> bool:
-        return custom.get(JOB_KEY) in (b"listed", b"left")
-
-    assert delete_unlisted_tagged(counter, log, [made["other"]], ours) == []        # type: ignore[arg-type]
+    floor = made["listed"] - 1                 # only this test's ledgers are looked at
+    assert sweep_tagged(counter, lambda job: job == b"nobody", set(), above=floor) == []  # type: ignore[arg-type]
     assert counter.log_reads == 0
-    assert delete_unlisted_tagged(counter, log, list(made.values()), ours) == [made["left"]]  # type: ignore[arg-type]
+    ours = (b"listed", b"left")
+    assert sweep_tagged(counter, lambda job: job in ours, set(), above=floor) == [made["left"]]  # type: ignore[arg-type]
     assert counter.log_reads == 1
     with pytest.raises(NoSuchLedgerError):
         bk.ledger_metadata(made["left"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from client.errors import InvalidLogUpdateError, InvalidPositionError
@@ -347,6 +347,38 @@ def batch_committed(meta: LogMetadata, query_id: str, batch_id: int) -> bool:
 
 def with_batch_marker(meta: LogMetadata, query_id: str, batch_id: int) -> LogMetadata:
     return dataclasses.replace(meta, committed_batches={**meta.committed_batches, query_id: batch_id})
+
+
+ClosedLedger = tuple[int, int | None, int | None, int]    # (ledger_id, last_entry_id, length, created_ms)
+
+
+def with_job_appended(metas: Mapping[str, LogMetadata], closed: Mapping[str, Sequence[ClosedLedger]],
+                      now_ms: int, commit_marker: tuple[str, int] | None = None) -> dict[str, LogMetadata]:
+    """One job's (a batch append's or a micro-batch's) change of ALL its destination logs, for one
+    transaction: each log in `closed` gets its ledgers appended and, with `commit_marker=(sink, batch)`,
+    the marker. Empty (nothing to write) if the marker shows that batch committed in ANY of the logs: a
+    sink's batches commit in order and each commit marks all its logs in one transaction, so one log
+    marked at or past the batch proves the whole batch landed. InvalidLogUpdateError if a ledger is not
+    above its log's last ledger (see `late_ledgers`)."""
+    if commit_marker is not None and any(batch_committed(metas[n], *commit_marker) for n in closed):
+        return {}
+    out = {}
+    for name, ledgers in closed.items():
+        new = with_sealed_ledgers_appended(metas[name], ledgers, now_ms) if ledgers else metas[name]
+        out[name] = with_batch_marker(new, *commit_marker) if commit_marker is not None else new
+    return out
+
+
+def late_ledgers(metas: Mapping[str, LogMetadata], ids: Mapping[str, Iterable[int]]) -> dict[str, list[int]]:
+    """Per log, the ledgers that cannot be appended because they are not above its last ledger (another
+    job's commit landed first, R27: a log's ledger ids strictly increase); logs with none are left out."""
+    out = {}
+    for name, wanted in ids.items():
+        last = metas[name].last_ledger_id if name in metas else None
+        late = sorted(i for i in wanted if last is not None and i <= last)
+        if late:
+            out[name] = late
+    return out
 
 
 def next_ledger(meta: LogMetadata, ledger_id: int) -> int | None:
