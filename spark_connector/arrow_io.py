@@ -126,3 +126,20 @@ def timestamp_parts(array: pa.Array) -> tuple[I64, Bools]:
     valid = np.ones(len(array), dtype=np.bool_) if array.null_count == 0 else \
         pc.is_valid(array).to_numpy(zero_copy_only=False)
     return micros.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
+
+
+def timestamp_range(array: pa.Array) -> tuple[int, int] | None:
+    """(least, greatest) of a timestamp column in microseconds since the epoch, nulls skipped; None if
+    every value is null (one pass of pyarrow's min_max, no Python object per row)."""
+    if len(array) == array.null_count:
+        return None
+    micros = pc.cast(array, pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
+    found = pc.min_max(micros)
+    return int(found["min"].as_py()), int(found["max"].as_py())
+
+
+def widened(span: tuple[int, int] | None, more: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The span covering both (None: nothing known yet)."""
+    if span is None or more is None:
+        return span or more
+    return min(span[0], more[0]), max(span[1], more[1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -116,17 +117,21 @@ def discover(bk: BookKeeper, opts: ReadOptions) -> list[LedgerView]:
     from their metadata, read concurrently) or the `ledgers` option's."""
     source = opts.source
     recorded: dict[int, LedgerView] = {}
+    spans: dict[int, tuple[int, int, bool]] = {}
     if source.log is not None:
-        located = lm.logical_ledgers(bk.log_metadata(source.log))         # positions' ledger ids
+        meta = bk.log_metadata(source.log)
+        located = lm.logical_ledgers(meta)                                  # positions' ledger ids
         ids = [led.ledger_id for led in located]
         recorded = {led.ledger_id: v for led in located if (v := recorded_view(led, opts)) is not None}
+        spans = lm.time_spans(meta)
     else:
         ids = sorted(source.ledgers or ())
     wanted = [i for i in ids if i not in recorded]
     if ids and ids[0] in recorded and recorded[ids[0]].physical is None:
         wanted.insert(0, ids[0])                  # the password and digest type are checked on one at least
     read = _read_views(bk, wanted, opts)
-    return [v for i in ids if (v := read.get(i) or recorded.get(i)) is not None]
+    views = [v for i in ids if (v := read.get(i) or recorded.get(i)) is not None]
+    return [dataclasses.replace(v, time_span=spans[v.ledger_id]) if v.ledger_id in spans else v for v in views]
 
 
 def _read_views(bk: BookKeeper, ids: Sequence[int], opts: ReadOptions) -> dict[int, LedgerView]:
@@ -228,13 +233,15 @@ def log_bounds(bk: BookKeeper, opts: ReadOptions, views: Sequence[LedgerView], p
     if not bounds or (lo_us is None and hi_us is None):
         return bounds
     probe = TimeProbe(bk, views, opts.source.password)
+    known = {v.ledger_id: v.time_span for v in views if v.time_span is not None}
     if lo_us is not None:
-        at = first_at_or_after(spans_of(bounds), probe, lo_us)
+        at = first_at_or_after(spans_of(bounds), probe, lo_us, known)
         bounds = {} if at is None else narrow(bounds, at, None)
     if hi_us is not None and bounds:
-        at = first_at_or_after(spans_of(bounds), probe, hi_us)
+        at = first_at_or_after(spans_of(bounds), probe, hi_us, known)
         bounds = bounds if at is None else narrow(bounds, None, at)
-    log.info("log %r: time bounds [%s, %s) us resolved with %d entry reads", name, lo_us, hi_us, probe.reads)
+    log.info("log %r: time bounds [%s, %s) us resolved with %d entry reads (%d of %d ledgers with a recorded "
+             "time span)", name, lo_us, hi_us, probe.reads, len(known), len(views))
     return bounds
 
 

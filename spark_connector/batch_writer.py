@@ -39,7 +39,7 @@ from client import BookKeeper, InvalidOptionError, LogNotFoundError, NoSuchLedge
 from client.ledger_handle import LedgerHandle
 from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector import envelope as env
-from spark_connector.arrow_io import byte_parts, timestamp_parts
+from spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
 from spark_connector.clients import planning_client, shared_client
 from spark_connector.envelope import I64, U8
 from spark_connector.log_commit import commit_to_logs
@@ -67,13 +67,16 @@ class WriteLayout:
 @dataclasses.dataclass
 class LedgerCommitMessage(WriterCommitMessage):
     """What a task wrote: its ledger for option log's log (None if it had no rows), partition, entry and
-    byte counts; with per-row destinations, `routed` (log, ledger id) pairs instead."""
+    byte counts; with per-row destinations, `routed` (log, ledger id) pairs instead. `spans`: (ledger id,
+    min, max) timestamp in microseconds of each ledger's records that have one (the log records them for
+    reads by time)."""
 
     ledger_id: int | None
     partition_id: int
     entries: int = 0
     bytes: int = 0
     routed: tuple[tuple[str, int], ...] = ()
+    spans: tuple[tuple[int, int, int], ...] = ()
 
 
 def plan_layout(schema: StructType, envelope_mode: str, log_option: str | None = "") -> WriteLayout:
@@ -160,6 +163,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         partition_id = _partition_id()
         bk = shared_client(self.opts.source.metadata_service_uri, self.opts.source.client_settings)
         ledgers: dict[str, LedgerHandle] = {}          # destination log -> this task's ledger for it
+        spans: dict[str, tuple[int, int] | None] = {}  # destination log -> its records' time span so far
         pending: collections.deque[tuple[concurrent.futures.Future[int], int]] = collections.deque()
         entries = nbytes = rows = 0
         try:
@@ -172,6 +176,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
                         ledgers[log_name] = self._create(bk, partition_id, log_name)
                     self._add_all(ledgers[log_name], data, offsets, pending)
                     nbytes += int(offsets[-1])
+                    spans[log_name] = widened(spans.get(log_name), self._span(part))
                 rows += batch.num_rows
             entries = rows
             while pending:
@@ -182,11 +187,20 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
             for lh in ledgers.values():
                 _discard(bk, lh)
             raise
+        known = tuple(sorted((lh.ledger_id, *span) for name, lh in ledgers.items()
+                             if (span := spans.get(name)) is not None))
         if not self.layout.route:
             only = next(iter(ledgers.values()), None)
-            return LedgerCommitMessage(only.ledger_id if only is not None else None, partition_id, entries, nbytes)
+            return LedgerCommitMessage(only.ledger_id if only is not None else None, partition_id, entries, nbytes,
+                                       spans=known)
         routed = tuple(sorted((name, lh.ledger_id) for name, lh in ledgers.items()))
-        return LedgerCommitMessage(None, partition_id, entries, nbytes, routed)
+        return LedgerCommitMessage(None, partition_id, entries, nbytes, routed, known)
+
+    def _span(self, part: pa.RecordBatch) -> tuple[int, int] | None:
+        """The (min, max) record timestamp of rows about to be written with the envelope, else None."""
+        if self.layout.envelope == env.NONE or self.layout.timestamp is None:
+            return None
+        return timestamp_range(part.column(self.layout.timestamp))
 
     def _split(self, batch: pa.RecordBatch, partition_id: int, first_row: int) -> list[tuple[str, pa.RecordBatch]]:
         """The batch's rows by destination log, in their order (option log: all of them to it)."""
@@ -214,7 +228,8 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             wanted = {name: ids for name, ids in by_log.items() if ids}
             if wanted:
-                commit_to_logs(bk, wanted, password=src.password, fence_live_writer=self.opts.fence_live_writer)
+                commit_to_logs(bk, wanted, password=src.password, fence_live_writer=self.opts.fence_live_writer,
+                               time_spans=time_spans_of(messages))
             log.info("appended ledgers %s in one transaction (job %s)", wanted, self.job_id)
             self._sweep(bk, keep={i for ids in by_log.values() for i in ids})
 
@@ -317,6 +332,12 @@ def ledgers_by_log(messages: Iterable[WriterCommitMessage | None], default_log: 
         for name, ledger_id in m.routed:
             out.setdefault(name, []).append(ledger_id)
     return {name: sorted(ids) for name, ids in out.items()}
+
+
+def time_spans_of(messages: Iterable[WriterCommitMessage | None]) -> dict[int, tuple[int, int]]:
+    """The record time span (min, max us) of each ledger whose task knew it."""
+    return {ledger_id: (low, high) for m in messages if isinstance(m, LedgerCommitMessage)
+            for ledger_id, low, high in m.spans}
 
 
 def ledger_ids(messages: Iterable[WriterCommitMessage | None]) -> list[int]:

@@ -35,24 +35,30 @@ COPY_TIMEOUT_S = 120.0
 
 
 def commit_ledgers(bk: BookKeeper, name: str, ids: list[int], *, password: bytes, fence_live_writer: bool,
-                   commit_marker: tuple[str, int] | None = None) -> bool:
+                   commit_marker: tuple[str, int] | None = None,
+                   time_spans: Mapping[int, tuple[int, int]] | None = None) -> bool:
     """append_ledgers(ids), re-homing ledgers that another job's commit left below the log's tail."""
     return commit_to_logs(bk, {name: ids}, password=password, fence_live_writer=fence_live_writer,
-                          commit_marker=commit_marker)
+                          commit_marker=commit_marker, time_spans=time_spans)
 
 
 def commit_to_logs(bk: BookKeeper, ids: Mapping[str, list[int]], *, password: bytes, fence_live_writer: bool,
-                   commit_marker: tuple[str, int] | None = None) -> bool:
+                   commit_marker: tuple[str, int] | None = None,
+                   time_spans: Mapping[int, tuple[int, int]] | None = None) -> bool:
     """append_ledgers_to_logs(ids): every destination log in ONE transaction; on a lost race the whole
     transaction is tried again, after re-homing the ledgers that other jobs' commits left below a log's
-    tail (in any of the logs). False (nothing appended) if the marker shows the batch committed."""
+    tail (in any of the logs). False (nothing appended) if the marker shows the batch committed.
+    `time_spans`: each ledger's record time span (min, max us) where its task knew it; a copy gets its
+    original's."""
     current = {name: sorted(got) for name, got in ids.items()}
     copies: dict[int, int] = {}                  # original -> copy, for the ids re-homed so far
+    spans = dict(time_spans or {})
     try:
         for _ in range(COMMIT_ATTEMPTS):
             try:
                 done = append_ledgers_to_logs(bk, current, commit_marker=commit_marker, password=password,
-                                              fence_live_writer=fence_live_writer)
+                                              fence_live_writer=fence_live_writer,
+                                              time_spans=_spans_of_copies(spans, copies))
             except InvalidLogUpdateError:
                 late = _below_tail(bk, current)
                 if not late:
@@ -68,6 +74,12 @@ def commit_to_logs(bk: BookKeeper, ids: Mapping[str, list[int]], *, password: by
     _delete(bk, copies.values())
     raise LogUpdateConflictError(f"logs {sorted(ids)}: other appends kept landing first ({COMMIT_ATTEMPTS} "
                                  "times); nothing of this job was appended; retry it")
+
+
+def _spans_of_copies(spans: Mapping[int, tuple[int, int]], copies: Mapping[int, int]
+                     ) -> dict[int, tuple[int, int]]:
+    """The spans by ledger id, each re-homed ledger's under its copy's id too (same records, same span)."""
+    return {**spans, **{copy: spans[original] for original, copy in copies.items() if original in spans}}
 
 
 def _below_tail(bk: BookKeeper, ids: Mapping[str, list[int]]) -> dict[str, list[int]]:

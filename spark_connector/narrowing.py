@@ -2,12 +2,12 @@
 `minPartitions`. Pure (the driver's probes come in as a function).
 
 * `first_at_or_after` finds the first position whose record timestamp is >= a time, as Kafka's
-  `offsetsForTimes`: first over ledgers (probing each candidate ledger's last entry), then over the
-  entries of the one found; O(log ledgers + log entries) probes, never a scan. It takes timestamps to
-  be non-decreasing in log order; a record without a timestamp counts as older than any time (Kafka's
-  NO_TIMESTAMP, -1, which its time index never returns). With records out of time order the answer is
-  still a position where the probed record is at or after the time and the one before it (as probed)
-  is not, but records on either side of it may be on the other side of the time (README).
+  `offsetsForTimes`: first the ledger, from the time spans the log records per ledger (no read) or,
+  for ledgers without one, a binary search probing candidate ledgers' last entries; then a binary
+  search over the entries of the one found: O(log entries) probes with spans, O(log ledgers + log
+  entries) without, never a scan. It takes timestamps to be non-decreasing in log order; a record
+  without a timestamp counts as older than any time (Kafka's NO_TIMESTAMP, -1, which its time index
+  never returns). With records out of time order the answer is still a position (README).
 * `narrow` cuts per-ledger bounds to [lo, hi) positions; `narrow_ids` applies ledger/entry id filters.
 * `at_least` splits the largest partitions until there are `n` (Kafka's `minPartitions`).
 """
@@ -24,35 +24,66 @@ from spark_connector.pushdown import Pushed
 
 Probe = Callable[[int, int], "int | None"]       # (ledger id, entry id) -> timestamp in us, None if none
 Spot = tuple[int, int]                            # (ledger id, entry id)
+Known = tuple[int, int, bool]                     # a ledger's recorded (min us, max us, own: not a compacted group's)
 
 
-def first_at_or_after(spans: Sequence[tuple[int, int, int]], probe: Probe, at_us: int) -> Spot | None:
+def first_at_or_after(spans: Sequence[tuple[int, int, int]], probe: Probe, at_us: int,
+                      known: Mapping[int, Known] | None = None) -> Spot | None:
     """The first (ledger id, entry id) in `spans` ((ledger id, first, end exclusive), in log order) whose
-    record's timestamp is >= at_us, by binary search; None if no record is."""
+    record's timestamp is >= at_us; None if no record is.
+
+    The ledger: with every ledger's own span recorded (`known`), the first whose max reaches the time,
+    picked from the spans alone (no read); otherwise a binary search over the ledgers in which a
+    recorded span answers without a read where it can (its max below the time: not there) and the
+    others are probed at their last entry. Then a binary search over that ledger's entries. If that
+    ledger's entries in range hold no record at or after the time (possible only with records out of
+    time order, or a range cut short), the answer is the start of the next ledger in range."""
     spans = [s for s in spans if s[2] > s[1]]
+    spans_known = known or {}
 
     def reached(ledger_id: int, entry_id: int) -> bool:
         ts = probe(ledger_id, entry_id)
         return ts is not None and ts >= at_us
 
-    lo, hi = 0, len(spans)                 # first span whose last record reached the time
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if reached(spans[mid][0], spans[mid][2] - 1):
-            hi = mid
-        else:
-            lo = mid + 1
-    if lo == len(spans):
+    if spans and all(spans_known.get(s[0], (0, 0, False))[2] for s in spans):
+        at = next((i for i, s in enumerate(spans) if spans_known[s[0]][1] >= at_us), len(spans))
+        probed_last = False
+    else:
+        at = _first_ledger(spans, spans_known, reached, at_us)
+        probed_last = True
+    if at == len(spans):
         return None
-    ledger_id, first, end = spans[lo]
-    a, b = first, end - 1                  # the last entry is known to reach it
+    ledger_id, first, end = spans[at]
+    a, b = first, end - 1 if probed_last else end   # b: first entry known to reach it (end: none known)
     while a < b:
         mid = (a + b) // 2
         if reached(ledger_id, mid):
             b = mid
         else:
             a = mid + 1
-    return ledger_id, a
+    if a < end:
+        return ledger_id, a
+    return (spans[at + 1][0], spans[at + 1][1]) if at + 1 < len(spans) else None
+
+
+def _first_ledger(spans: Sequence[tuple[int, int, int]], known: Mapping[int, Known],
+                  reached: Callable[[int, int], bool], at_us: int) -> int:
+    """Binary search for the first span whose last record (as probed) reaches the time; a recorded span
+    whose max is below the time says no without a read."""
+    def reaches(span: tuple[int, int, int]) -> bool:
+        recorded = known.get(span[0])
+        if recorded is not None and recorded[1] < at_us:
+            return False
+        return reached(span[0], span[2] - 1)
+
+    lo, hi = 0, len(spans)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if reaches(spans[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def narrow(bounds: Bounds, lo: Spot | None, hi: Spot | None) -> Bounds:

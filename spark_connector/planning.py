@@ -31,6 +31,9 @@ class LedgerView:
     size: int | None = None            # bytes, when the log records them (closed ledgers)
     physical: int | None = None        # compacted: the ledger now holding its entries, from entry `base` on
     base: int = 0
+    # the record time span the log records for it: (min us, max us, own: False if it is the span of the
+    # compacted ledger now holding it); None: not recorded
+    time_span: tuple[int, int, bool] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

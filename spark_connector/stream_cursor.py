@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from client import BookKeeper, DataLossError, LogNotFoundError
-from client.log.core.meta import logical_ledgers
+from client.log.core.meta import logical_ledgers, time_spans
 from spark_connector.batch_reader import ledger_view, recorded_view
 from spark_connector.narrowing import first_at_or_after
 from spark_connector.options import ReadOptions
@@ -34,6 +34,7 @@ class LogCursor:
         self._closed_views: dict[int, LedgerView] = {}
         self._closed_sizes: dict[int, int] = {}
         self._sampled: dict[int, float] = {}
+        self._spans: dict[int, tuple[int, int, bool]] = {}     # recorded time spans, as last listed
 
     def ledger_ids(self, from_ledger: int | None = None) -> list[int]:
         """The log's ledgers (positions' ids), [] if there is no such log (yet): all, or from
@@ -44,6 +45,7 @@ class LogCursor:
         except LogNotFoundError:
             return []
         located = logical_ledgers(meta)            # positions' ledger ids (compaction keeps them)
+        self._spans.update(time_spans(meta))
         for led in located:                        # small CLOSED ledgers: the log's records are enough
             cached = self._closed_views.get(led.ledger_id)
             moved = cached is not None and led.compacted and cached.physical != led.physical
@@ -123,7 +125,7 @@ class LogCursor:
             end = readable_end(segments, Pos(ids[0], 0))
             spans = [(lid, lo, hi) for lid, (lo, hi) in sorted(ranges(segments, Pos(ids[0], 0), end).items())]
             probe = TimeProbe(self._bk(), [self.view(lid) for lid, _, _ in spans], self.opts.source.password)
-            found = first_at_or_after(spans, probe, time_ms * 1000)
+            found = first_at_or_after(spans, probe, time_ms * 1000, self._spans)
             return Pos(*found) if found is not None else end
         if starting == "earliest":
             return Pos(ids[0], 0)

@@ -47,6 +47,7 @@ from spark_connector.batch_writer import (
     ledgers_by_log,
     plan_layout,
     sweep_tagged,
+    time_spans_of,
 )
 from spark_connector.clients import planning_client
 from spark_connector.log_commit import commit_to_logs
@@ -156,7 +157,7 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             appended = bool(by_log) and commit_to_logs(
                 bk, by_log, commit_marker=(self.identity, batchId), password=src.password,
-                fence_live_writer=self.opts.fence_live_writer)
+                fence_live_writer=self.opts.fence_live_writer, time_spans=time_spans_of(messages))
             if appended:
                 log.info("batch %d of %s appended ledgers %s in one transaction", batchId, self.identity, by_log)
             elif by_log:

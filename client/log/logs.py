@@ -163,7 +163,8 @@ def show_float(value: float | None) -> str:
 # ---- appending closed ledgers (the Spark sink's commit) ---------------------------------------
 def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
                    commit_marker: tuple[str, int] | None = None, password: bytes = b"",
-                   fence_live_writer: bool = False) -> bool:
+                   fence_live_writer: bool = False,
+                   time_spans: Mapping[int, tuple[int, int]] | None = None) -> bool:
     """Append CLOSED ledgers to the log and record `commit_marker=(query_id, batch_id)`, in ONE CAS.
 
     Returns False, appending nothing, if the marker shows that batch (or a later one) is already
@@ -171,15 +172,18 @@ def append_ledgers(bk: BookKeeper, name: str, ledger_ids: Iterable[int], *,
     fences and recovers the log's last two ledgers if they are still open; if the last one belongs to a
     live LogWriter (it holds the writer lease, `client.log.liveness`) it raises LiveLogWriterError
     instead, unless `fence_live_writer` asks to fence that writer out. The ledger ids must be above the
-    log's last ledger id (InvalidLogUpdateError otherwise). `append_ledgers_to_logs` does several logs.
+    log's last ledger id (InvalidLogUpdateError otherwise). `time_spans` maps a ledger id to the (min, max)
+    timestamp in microseconds of its records, where the writer knew it: the log records it for reads by
+    time. `append_ledgers_to_logs` does several logs.
     """
     return append_ledgers_to_logs(bk, {name: ledger_ids}, commit_marker=commit_marker, password=password,
-                                  fence_live_writer=fence_live_writer)
+                                  fence_live_writer=fence_live_writer, time_spans=time_spans)
 
 
 def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]], *,
                            commit_marker: tuple[str, int] | None = None, password: bytes = b"",
-                           fence_live_writer: bool = False) -> bool:
+                           fence_live_writer: bool = False,
+                           time_spans: Mapping[int, tuple[int, int]] | None = None) -> bool:
     """Append each log's CLOSED ledgers (and the marker to each log) in ONE ZooKeeper transaction that
     checks every log's head version: readers see all the logs with the job's ledgers or none of them.
 
@@ -202,7 +206,7 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
         for name, meta in metas.items():
             check_live_writer(bk, meta, fence_live_writer)
             sealed[name] = seal_tail(bk, meta, password)
-        new = lm.with_job_appended(sealed, closed, now_ms(), commit_marker)
+        new = lm.with_job_appended(sealed, closed, now_ms(), commit_marker, time_spans)
         appended[0] = bool(new)
         return new
 
@@ -428,11 +432,12 @@ class LogsMixin:
 
     def append_ledgers(self, name: str, ledger_ids: Iterable[int], *,
                        commit_marker: tuple[str, int] | None = None, password: bytes = b"",
-                       fence_live_writer: bool = False) -> bool:
+                       fence_live_writer: bool = False,
+                       time_spans: Mapping[int, tuple[int, int]] | None = None) -> bool:
         bk = _bk(self)
         bk._check_open()
         return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password,
-                              fence_live_writer=fence_live_writer)
+                              fence_live_writer=fence_live_writer, time_spans=time_spans)
 
     def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""

@@ -65,7 +65,8 @@ def plan_runs(meta: LogMetadata, target_bytes: int, min_ledgers: int, keep_tail:
 
 
 def compacted_ledger(elements: Sequence[LogLedger], ledger_id: int, now_ms: int) -> LogLedger:
-    """The record of the ledger holding `elements`' entries in order (their replaced maps merged)."""
+    """The record of the ledger holding `elements`' entries in order (their replaced maps merged, and their
+    time spans if every one is known: the least min and the greatest max)."""
     replaced: list[tuple[int, int, int]] = []
     base = 0
     for led in elements:
@@ -78,7 +79,16 @@ def compacted_ledger(elements: Sequence[LogLedger], ledger_id: int, now_ms: int)
         base += led.entries
     closed = max((led.closed_ms or 0) for led in elements)
     return LogLedger(ledger_id, now_ms, elements[0].first_position, base, sum(led.size or 0 for led in elements),
-                     closed, tuple(replaced))
+                     closed, tuple(replaced), merged_span(elements))
+
+
+def merged_span(elements: Sequence[LogLedger]) -> tuple[int, int] | None:
+    """(min of the mins, max of the maxes) of the ledgers' time spans; None if any is unknown."""
+    spans = [led.time_span for led in elements]
+    if not spans or any(span is None for span in spans):
+        return None
+    known = [span for span in spans if span is not None]
+    return min(low for low, _ in known), max(high for _, high in known)
 
 
 def with_compacted(meta: LogMetadata, run: Run, new: LogLedger) -> LogMetadata | None:
@@ -95,6 +105,7 @@ def with_compacted(meta: LogMetadata, run: Run, new: LogLedger) -> LogMetadata |
         return None
     if compacted_ledger(elements, new.ledger_id, new.created_ms).replaced != new.replaced:
         return None
+    new = dataclasses.replace(new, time_span=merged_span(elements))     # as the log records them now
     ledgers = (*meta.ledgers[:at], new, *meta.ledgers[at + len(run.ledger_ids):])
     return dataclasses.replace(meta, ledgers=ledgers)
 

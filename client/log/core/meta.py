@@ -10,7 +10,10 @@ Stored form: UTF-8 JSON, `{"format": 1, "name", "created_ms", "ledgers": [...], 
 "committed_batches": {query_id: batch_id}, "properties": {...}}`. Each ledger is `{"ledger_id",
 "created_ms", "first_position", "entries", "size", "closed_ms"}`: `first_position` is the log-wide offset
 of the ledger's first entry (null while an earlier ledger is still open), `entries`/`size`/`closed_ms` are
-null until the ledger is known CLOSED. Unknown top-level keys are kept as they are (forward compatible).
+null until the ledger is known CLOSED. A ledger may also carry `"time_span": [min_us, max_us]`: the least
+and greatest record timestamp (microseconds since the epoch, as the record envelope stores them) of its
+records that have one, when its writer knew them (a Spark append); absent means unknown. Unknown
+top-level keys are kept as they are (forward compatible).
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ class LogLedger:
     # set on a ledger that compaction wrote: (old ledger id, entry of this ledger where its entries begin,
     # its bytes) for each ledger it replaced, in log order; positions of those ledgers resolve through it
     replaced: tuple[tuple[int, int, int], ...] = ()
+    # (least, greatest) timestamp in microseconds of the ledger's records that carry one, when its writer
+    # recorded it; None: unknown (reads by time then probe the ledger's records). A compacted ledger's span
+    # covers all the ledgers it replaced.
+    time_span: tuple[int, int] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -191,6 +198,10 @@ def _ledger_dict(led: LogLedger) -> dict[str, Any]:
         del out["replaced"]
     else:
         out["replaced"] = [list(r) for r in led.replaced]
+    if led.time_span is None:
+        del out["time_span"]
+    else:
+        out["time_span"] = list(led.time_span)
     return out
 
 
@@ -207,7 +218,19 @@ def _ledger(raw: Mapping[str, Any]) -> LogLedger:
     return LogLedger(ledger_id=int(raw["ledger_id"]), created_ms=int(raw.get("created_ms", 0)),
                      first_position=opt("first_position"), entries=opt("entries"), size=opt("size"),
                      closed_ms=opt("closed_ms"),
-                     replaced=tuple((int(a), int(b), int(c)) for a, b, c in raw.get("replaced") or ()))
+                     replaced=tuple((int(a), int(b), int(c)) for a, b, c in raw.get("replaced") or ()),
+                     time_span=parse_time_span(raw.get("time_span")))
+
+
+def parse_time_span(raw: Any) -> tuple[int, int] | None:
+    """A stored `[min_us, max_us]` (None, or anything else unreadable or inverted: unknown)."""
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+        return None
+    try:
+        low, high = int(raw[0]), int(raw[1])
+    except (TypeError, ValueError):
+        return None
+    return (low, high) if low <= high else None
 
 
 def validate(meta: LogMetadata) -> None:
@@ -255,13 +278,17 @@ def with_ledger_appended(meta: LogMetadata, ledger_id: int, now_ms: int) -> LogM
 
 def with_sealed_ledgers_appended(meta: LogMetadata,
                                  ledgers: Iterable[tuple[int, int | None, int | None, int]],
-                                 now_ms: int) -> LogMetadata:
-    """Append ledgers given as (ledger_id, last_entry_id or None if open, length or None, created_ms)."""
+                                 now_ms: int, time_spans: Mapping[int, tuple[int, int]] | None = None
+                                 ) -> LogMetadata:
+    """Append ledgers given as (ledger_id, last_entry_id or None if open, length or None, created_ms);
+    `time_spans`: (min, max) record timestamp in microseconds of those ledgers whose writer knew it."""
+    spans = time_spans or {}
     added = [
         LogLedger(ledger_id=lid, created_ms=created,
                   entries=None if last is None else last + 1,
                   size=None if last is None else (length or 0),
-                  closed_ms=None if last is None else now_ms)
+                  closed_ms=None if last is None else now_ms,
+                  time_span=parse_time_span(spans.get(lid)))
         for lid, last, length, created in ledgers
     ]
     new = dataclasses.replace(meta, ledgers=(*meta.ledgers, *added))
@@ -353,10 +380,12 @@ ClosedLedger = tuple[int, int | None, int | None, int]    # (ledger_id, last_ent
 
 
 def with_job_appended(metas: Mapping[str, LogMetadata], closed: Mapping[str, Sequence[ClosedLedger]],
-                      now_ms: int, commit_marker: tuple[str, int] | None = None) -> dict[str, LogMetadata]:
+                      now_ms: int, commit_marker: tuple[str, int] | None = None,
+                      time_spans: Mapping[int, tuple[int, int]] | None = None) -> dict[str, LogMetadata]:
     """One job's (a batch append's or a micro-batch's) change of ALL its destination logs, for one
     transaction: each log in `closed` gets its ledgers appended and, with `commit_marker=(sink, batch)`,
-    the marker. Empty (nothing to write) if the marker shows that batch committed in ANY of the logs: a
+    the marker (`time_spans`: the ledgers' record time spans, where known). Empty (nothing to write) if
+    the marker shows that batch committed in ANY of the logs: a
     sink's batches commit in order and each commit marks all its logs in one transaction, so one log
     marked at or past the batch proves the whole batch landed. InvalidLogUpdateError if a ledger is not
     above its log's last ledger (see `late_ledgers`)."""
@@ -364,7 +393,7 @@ def with_job_appended(metas: Mapping[str, LogMetadata], closed: Mapping[str, Seq
         return {}
     out = {}
     for name, ledgers in closed.items():
-        new = with_sealed_ledgers_appended(metas[name], ledgers, now_ms) if ledgers else metas[name]
+        new = with_sealed_ledgers_appended(metas[name], ledgers, now_ms, time_spans) if ledgers else metas[name]
         out[name] = with_batch_marker(new, *commit_marker) if commit_marker is not None else new
     return out
 
@@ -419,6 +448,22 @@ def logical_ledgers(meta: LogMetadata) -> list[Located]:
         for (old, base, size), end in zip(led.replaced, starts, strict=True):
             first = None if led.first_position is None else led.first_position + base
             out.append(Located(old, led.ledger_id, base, end - base, first, size))
+    return out
+
+
+def time_spans(meta: LogMetadata) -> dict[int, tuple[int, int, bool]]:
+    """Per (logical) ledger whose span is recorded: (min us, max us, own). `own` is False for a ledger
+    compaction merged into another: the span is then the whole compacted ledger's (it bounds this
+    ledger's timestamps, it does not say which of them it holds)."""
+    out: dict[int, tuple[int, int, bool]] = {}
+    for led in meta.ledgers:
+        if led.time_span is None:
+            continue
+        low, high = led.time_span
+        if not led.replaced:
+            out[led.ledger_id] = (low, high, True)
+        for old, _, _ in led.replaced:
+            out[old] = (low, high, len(led.replaced) == 1)
     return out
 
 

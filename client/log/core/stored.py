@@ -9,7 +9,13 @@ log, the list is cut into segments of at most `SEGMENT_LEDGERS` ledgers, each it
                                             "first", "last"}, "ledgers": count, "open": {ledger id: segment},
                                             "tail": last ledger id}
     {root}/logs/<name>/<prefix>-0000000007  segment 7: {"ledgers": [[id, created_ms, first_position,
-                                            entries, size, closed_ms(, replaced)], ...]}
+                                            entries, size, closed_ms(, replaced)], ...],
+                                            "spans": {id: [min_us, max_us], ...}}
+
+`spans` (absent when no ledger of the segment has one) holds the record time span of the ledgers whose
+writer knew it (`LogLedger.time_span`). It is a key of its own so that segments written before it decode
+as they are (no span: unknown) and readers that do not know it ignore it (a writer that does not know it
+and rewrites the segment drops the spans: reads by time then probe those ledgers, as for any unknown span).
 
 Every change is ONE ZooKeeper transaction that sets the head at the version it was read at (the CAS of
 R27) and writes only the segments whose ledgers changed: a commit appends to (or seals in) the last
@@ -136,15 +142,29 @@ def encode_segment(ledgers: Sequence[LogLedger]) -> bytes:
             if not led.replaced else
             (led.ledger_id, led.created_ms, led.first_position, led.entries, led.size, led.closed_ms, led.replaced)
             for led in ledgers]
-    return json.dumps({"ledgers": rows}, separators=(",", ":")).encode("utf-8")
+    value: dict[str, Any] = {"ledgers": rows}
+    spans = {str(led.ledger_id): list(led.time_span) for led in ledgers if led.time_span is not None}
+    if spans:
+        value["spans"] = spans
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
 def decode_segment(name: str, number: int, data: bytes) -> tuple[LogLedger, ...]:
     try:
-        rows = json.loads(data)["ledgers"]
-        return tuple(LogLedger(*r) if len(r) == 6 else _compacted(r) for r in rows)
-    except (UnicodeDecodeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        raw = json.loads(data)
+        rows = raw["ledgers"]
+        ledgers = tuple(LogLedger(*r) if len(r) == 6 else _compacted(r) for r in rows)
+        spans = raw.get("spans") or {}
+    except (UnicodeDecodeError, TypeError, KeyError, IndexError, ValueError, AttributeError) as exc:
         raise ValueError(f"log {name!r}: segment {number} is not readable: {exc}") from exc
+    if not isinstance(spans, dict) or not spans:
+        return ledgers
+    return tuple(_with_span(led, spans.get(str(led.ledger_id))) for led in ledgers)
+
+
+def _with_span(led: LogLedger, raw: Any) -> LogLedger:
+    span = lm.parse_time_span(raw)
+    return led if span is None else dataclasses.replace(led, time_span=span)
 
 
 def _compacted(row: list[Any]) -> LogLedger:
