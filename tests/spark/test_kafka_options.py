@@ -13,7 +13,11 @@ import pytest
 
 from client import BookKeeper
 from spark_connector import envelope as env
-from spark_connector.batch_reader import read_schema
+from spark_connector.batch_reader import discover, read_schema
+from spark_connector.kafka_options import for_log
+from spark_connector.narrowing import first_at_or_after
+from spark_connector.options import parse_read_options
+from spark_connector.time_seek import TimeProbe
 
 pytestmark = pytest.mark.spark
 
@@ -90,6 +94,34 @@ def test_times_pick_the_first_record_at_or_after(spark, cluster, logs) -> None:
     assert sorted((r[0], r[3]) for r in per_log) == [(a, b"%d" % (T0 + 80_000))] + [(b, b"bare%d" % i)
                                                                                    for i in range(5)]
     assert rows(reader(spark, uri, log=a, startingTimestamp=str(T0 + 10 ** 9))) == []
+
+
+def test_a_spark_append_records_time_spans_that_reads_by_time_use(spark, cluster, bk) -> None:
+    """Three appends of 40 rows (times T0 + 0..119 s; the very first row without a timestamp): the log
+    records each ledger's span, reads by time are right, and the ledger is picked with no entry read."""
+    uri, name = cluster.metadata_service_uri, fresh("span")
+    for part in range(3):
+        first = part * 40
+        (spark.range(first, first + 40, 1, 1)
+         .selectExpr("CAST(id AS STRING) AS value",
+                     f"CASE WHEN id = 0 THEN NULL ELSE timestamp_millis({T0} + id * 1000) END AS timestamp")
+         .write.format("bkledger").option("metadataServiceUri", uri).option("log", name).mode("append").save())
+    ledgers = bk.log_metadata(name).ledgers
+    assert [led.time_span for led in ledgers] == [((T0 + 1000) * 1000, (T0 + 39_000) * 1000),
+                                                  ((T0 + 40_000) * 1000, (T0 + 79_000) * 1000),
+                                                  ((T0 + 80_000) * 1000, (T0 + 119_000) * 1000)]
+    got = rows(reader(spark, uri, log=name, startingTimestamp=str(T0 + 55_500), endingTimestamp=str(T0 + 90_000)))
+    assert sorted(int(v) for _, _, _, v in got) == list(range(56, 90))
+    before = rows(reader(spark, uri, log=name, endingTimestamp=str(T0 + 1000)))
+    assert [v for _, _, _, v in before] == [b"0"]          # the row without a timestamp: older than any time
+    opts = for_log(parse_read_options({"metadataServiceUri": uri, "log": name}), name)
+    views = discover(bk, opts)
+    probe = TimeProbe(bk, views, b"")
+    known = {v.ledger_id: v.time_span for v in views if v.time_span is not None}
+    assert len(known) == 3
+    found = first_at_or_after([(v.ledger_id, 0, v.last_entry_id + 1) for v in views], probe, (T0 + 55_500) * 1000,
+                              known)
+    assert found == (ledgers[1].ledger_id, 16) and probe.reads <= 7       # log2(40) + 1, in ledger 2 only
 
 
 def test_filters_prune_with_pushdown_on_and_stay_correct_with_it_off(spark, cluster, logs) -> None:
