@@ -161,3 +161,22 @@ def test_a_compacted_groups_span_only_rules_ledgers_out():
     reads.clear()
     assert first_at_or_after(ranges, probe, 105, known) == (11, 1)
     assert reads
+
+
+# ---- where spans come from: the tasks' Arrow columns and the commit ---------------------------------------
+def test_tasks_take_spans_from_the_timestamp_column_and_the_commit_maps_them_to_copies():
+    import pyarrow as pa
+
+    from spark_connector.arrow_io import timestamp_range, widened
+    from spark_connector.batch_writer import LedgerCommitMessage, time_spans_of
+    from spark_connector.log_commit import _spans_of_copies
+
+    ms = pa.array([5, None, 2, 9], pa.timestamp("ms", tz="UTC"))
+    assert timestamp_range(ms) == (2000, 9000)                    # microseconds, nulls skipped
+    assert timestamp_range(pa.nulls(3, pa.timestamp("us", tz="UTC"))) is None
+    assert widened(None, (4, 6)) == (4, 6) and widened((1, 5), (4, 8)) == (1, 8) and widened((1, 2), None) == (1, 2)
+    messages = [LedgerCommitMessage(10, 0, spans=((10, 1, 2),)),
+                LedgerCommitMessage(None, 1, routed=(("a", 11), ("b", 12)), spans=((12, 3, 4),)), None]
+    spans = time_spans_of(messages)
+    assert spans == {10: (1, 2), 12: (3, 4)}
+    assert _spans_of_copies(spans, {12: 40, 11: 41}) == {10: (1, 2), 12: (3, 4), 40: (3, 4)}
