@@ -266,6 +266,35 @@ class PendingAdds:
         actions.extend(self._drain())
         return actions
 
+    def on_ensemble_change_failed(self, error: BKError) -> list[AddAction]:
+        """The running ensemble change found no replacement for the failed bookies (none is free).
+
+        As BookKeeper's client with `delayEnsembleChange`: while every write set still has Qa bookies that
+        did not fail, the adds go on with the bookies left (each write set minus the failed ones; their
+        entries stay under-replicated until `retry_ensemble_change` succeeds), so a silent bookie does not
+        stop a ledger whose ack quorum is met. Otherwise every pending add fails with `error`."""
+        if not self._changing:
+            raise ValueError("on_ensemble_change_failed without a pending NeedEnsembleChange")
+        if self._error is not None:
+            return []
+        if not self.ack_quorum_left:
+            return self.fail_all(error)
+        self._changing = False
+        return self._drain()
+
+    def retry_ensemble_change(self) -> list[AddAction]:
+        """Ask again to replace the bookies that failed but could not be replaced (a bookie may be free now)."""
+        if self._error is not None or self._changing or not self._failed:
+            return []
+        self._changing = True
+        return [NeedEnsembleChange(tuple(sorted(self._failed)), self._lac + 1)]
+
+    @property
+    def ack_quorum_left(self) -> bool:
+        """Whether every write set still has at least Qa bookies that have not failed."""
+        failed = self._failed
+        return all(sum(i not in failed for i in members) >= self._qa for members in self._write_sets)
+
     def fail_all(self, error: BKError) -> list[AddAction]:
         """Fail every pending add with `error` (fenced, closed, no bookies...) and refuse further adds."""
         if self._error is None:
