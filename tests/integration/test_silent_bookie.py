@@ -66,3 +66,50 @@ def test_r9_silent_bookie_is_replaced_although_the_ack_quorum_is_met(cluster_fac
         assert got == [payload(i) for i in range(acked)]
     finally:
         cluster.signal_bookie(index, signal.SIGCONT)
+
+
+def test_r9_no_free_bookie_keeps_adding_with_the_ack_quorum_then_replaces_once_one_is(cluster_factory,
+                                                                                        bk_factory):
+    """R9 with no bookie free: the spare bookie is stopped, so the silent one cannot be replaced; the
+    writer does not fail (every write set keeps Qa = 2 bookies): the adds go on without it, the fragment
+    stays. Once the spare bookie is back, the retry replaces the silent one in a new fragment."""
+    cluster = cluster_factory(4)
+    writer = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=TIMEOUT)
+    lh = writer.create_ledger(3, 3, 2)
+    ensemble = lh.metadata.last_fragment.ensemble
+    spare = next(b for b in cluster.bookies if b.bookie_id not in ensemble)
+    cluster.stop_bookie(spare.index)
+    with cluster.metadata_store() as store:
+        deadline = time.monotonic() + 10
+        while spare.bookie_id in store.writable_bookies():
+            assert time.monotonic() < deadline, f"stopped bookie {spare.bookie_id} still registered"
+            time.sleep(0.05)
+    silent = ensemble[1]
+    index = next(b.index for b in cluster.bookies if b.bookie_id == silent)
+    acked = 0
+    cluster.signal_bookie(index, signal.SIGSTOP)
+    try:
+        paused_at = time.monotonic()
+        while time.monotonic() - paused_at < 3 * TIMEOUT:
+            assert lh.add_entry(payload(acked)) == acked
+            acked += 1
+        assert lh.metadata.fragments == (lh.metadata.fragments[0],)       # nobody to replace it with
+        assert lh.metadata.last_fragment.ensemble == ensemble
+
+        cluster.start_bookie(spare.index)
+        cluster.wait_registered(timeout=20, ids=[spare.bookie_id])
+        back_at = time.monotonic()
+        while silent in lh.metadata.last_fragment.ensemble:
+            assert time.monotonic() - back_at < BOUND, f"{silent} not replaced {BOUND}s after a bookie was free"
+            assert lh.add_entry(payload(acked)) == acked
+            acked += 1
+        assert lh.add_entry(payload(acked)) == acked
+        acked += 1
+        assert lh.metadata.last_fragment.ensemble == tuple(spare.bookie_id if b == silent else b for b in ensemble)
+        lh.close()
+        reader = bk_factory(cluster.metadata_service_uri, speculativeReadTimeout=100)
+        closed = reader.open_ledger(lh.ledger_id, recovery=False)
+        got = [en.payload for en in closed.read_entries(0, acked - 1)]
+        assert got == [payload(i) for i in range(acked)]
+    finally:
+        cluster.signal_bookie(index, signal.SIGCONT)
