@@ -11,6 +11,7 @@ import pytest
 from client.errors import NotEnoughBookiesError
 from client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
 from client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, SendAdds
+from client.protocol.status import StatusCode
 
 
 def test_oldest_unanswered_request_per_bookie():
@@ -94,3 +95,16 @@ def test_no_free_bookie_fails_the_adds_when_the_ack_quorum_is_lost():
         pa.on_adds(1)
     with pytest.raises(ValueError):
         PendingAdds(["a", "b", "c"], 3, 2).on_ensemble_change_failed(error)
+
+
+def test_error_on_an_entry_completed_by_the_others_replaces_the_bookie():
+    """R9: a bookie that fails (an error answer, or a request timed out) an entry the other bookies already
+    completed (Qa < Qw) is replaced too, as BookKeeper's notifyWriteFailed; a bookie outside the entry's
+    write set, or an answer for an entry that was never sent, changes nothing."""
+    pa = PendingAdds(["a", "b", "c", "d"], 3, 2)
+    pa.on_adds(2)
+    pa.on_acks_from([0, 1], "b")
+    assert pa.on_acks_from([0, 1], "c") == [CompleteAdds(0, 1)]
+    assert pa.on_error_from(0, "d", StatusCode.EIO) == []          # d holds entries 1.., not entry 0
+    assert pa.on_error_from(9, "a", StatusCode.EIO) == []          # never sent
+    assert pa.on_error_from(0, "a", StatusCode.TIMEOUT) == [NeedEnsembleChange((0,), 2)]
