@@ -5,7 +5,7 @@ to its write set (R5); it completes once Qa bookies of its write set acknowledge
 completed (R6), which advances the LAC (it only grows). A bookie failure asks for an ensemble change (R9):
 while it runs no add completes; once the new ensemble is known, the acks of replaced bookies are dropped
 and each pending add is resent to the replacement bookies only. A failure of an entry the other bookies
-already completed (Qa < Qw) counts too (BookKeeper's notifyWriteFailed). When no bookie is free, the adds
+already completed (Qa < Qw) counts too for a writer (BookKeeper's notifyWriteFailed). When no bookie is free, the adds
 go on without the failed ones while every write set keeps Qa bookies. EFENCED never triggers an ensemble change:
 it fails every pending add with LedgerFencedError, "maybe written" (R21).
 
@@ -227,10 +227,10 @@ class PendingAdds:
             return self.fail_all(fatal())
         if not self._holds(index, entry_id):
             return []  # not its write set: a stale answer
-        if entry_id not in self._pending and entry_id > self._lac:
-            return []  # failed already (the pipeline is broken) or never sent
+        if entry_id not in self._pending and (entry_id > self._lac or self._recovery):
+            return []  # failed already or never sent; or a recovery write-back, done once its Qa acked (R19)
         # pending, or completed through the others' acks (Qa < Qw): as BookKeeper's notifyWriteFailed, a
-        # bookie that failed an entry it holds is replaced, so later entries are not under-replicated too
+        # writer replaces a bookie that failed an entry it holds, so later entries are not under-replicated
         return self.on_bookie_failed(index)
 
     def on_bookie_failed(self, index: int) -> list[AddAction]:

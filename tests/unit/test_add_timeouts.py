@@ -108,3 +108,8 @@ def test_error_on_an_entry_completed_by_the_others_replaces_the_bookie():
     assert pa.on_error_from(0, "d", StatusCode.EIO) == []          # d holds entries 1.., not entry 0
     assert pa.on_error_from(9, "a", StatusCode.EIO) == []          # never sent
     assert pa.on_error_from(0, "a", StatusCode.TIMEOUT) == [NeedEnsembleChange((0,), 2)]
+    recovery = PendingAdds(["a", "b", "c"], 3, 2, recovery=True)   # a write-back is done once Qa acked (R19)
+    recovery.on_adds(1)
+    recovery.on_acks_from([0], "b")
+    assert recovery.on_acks_from([0], "c") == [CompleteAdds(0, 0)]
+    assert recovery.on_error_from(0, "a", StatusCode.EIO) == []
