@@ -477,7 +477,8 @@ class LedgerWriter:
     def _retry_replacement(self, now: float) -> None:
         """Failed bookies left in the ensemble (none was free): try again once a writable bookie is free."""
         self._last_retry = now
-        if self.pending.changing_ensemble or (self._retry_task is not None and not self._retry_task.done()):
+        running = self._retry_task is not None and not self._retry_task.done()
+        if self.closing or running or self.pending.changing_ensemble:
             return
         self._retry_task = asyncio.get_running_loop().create_task(self._retry_if_free())
 
