@@ -4,8 +4,11 @@ Mirrors BookKeeper's LedgerHandle write path. Adds come from any thread into a q
 drains it once per wake-up, gives each add the next entry id through the pure PendingAdds machine,
 packages the whole drain as one blob (R7) and sends each bookie one batch. Acks go back into
 PendingAdds, whose actions complete futures in entry order (R6), ask for an ensemble change (R9) or
-fail the adds (R21: EFENCED fails them, never changes the ensemble). A bookie that neither acks nor
-fails within addEntryTimeoutSec is treated as failed. Close CASes CLOSED with the rules of R10.
+fail the adds (R21: EFENCED fails them, never changes the ensemble). As BookKeeper's per-request add
+timeout: a bookie of the ensemble that leaves an add request unanswered for addEntryTimeoutSec is treated
+as failed and replaced, even while the other bookies keep the adds completing (Qa < Qw); when no bookie is
+free to replace it and every write set keeps Qa bookies, the adds go on without it (under-replicated, a
+warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from client.errors import BKError, ClientClosedError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
 from client.protocol import transforms
+from client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
 from client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.pending_adds import (
@@ -79,6 +83,9 @@ class LedgerWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._bad_bookies: set[str] = set()
+        self._unanswered = UnansweredAdds()      # per bookie: send times of its unanswered add requests
+        self._retry_task: asyncio.Task[None] | None = None
+        self._last_retry = 0.0
         self.error: BKError | None = None
         self.closing = False
 
@@ -284,10 +291,12 @@ class LedgerWriter:
             return
         client.register(self.ledger_id, self)
         client.send_add(self.ledger_id, self.master_key, entry_ids, sizes, data, own_request=own_request)
+        self._unanswered.on_sent(bookie_id, len(entry_ids), asyncio.get_running_loop().time())
 
     # ---- events from bookies (client loop) ------------------------------------------------------
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
         actions: list[object] = []
+        self._unanswered.on_answered(bookie_id, len(ack.entry_ids))
         if ack.status == pb.EOK:
             actions += self.pending.on_acks_from(ack.entry_ids, bookie_id)
         else:
@@ -299,6 +308,7 @@ class LedgerWriter:
         self._execute(actions)
 
     def on_bookie_failed(self, bookie_id: str) -> None:
+        self._unanswered.forget(bookie_id)       # nothing in flight to it will be answered
         index = self.pending.index_of(bookie_id)
         if index is None or not self._futures:
             return
@@ -381,7 +391,9 @@ class LedgerWriter:
                 await self._replace(failed)
             if self.pending.failed_indices:
                 raise NotEnoughBookiesError(f"ledger {self.ledger_id}: ensemble changes kept failing")
-        except (LedgerFencedError, LedgerClosedError, NotEnoughBookiesError) as exc:
+        except NotEnoughBookiesError as exc:
+            self._no_replacement(self.ctx.pool.explain(exc, self._bad_bookies))
+        except (LedgerFencedError, LedgerClosedError) as exc:
             self._execute(list(self.pending.fail_all(self.ctx.pool.explain(exc, self._bad_bookies))))
         except BKError as exc:
             self._execute(list(self.pending.fail_all(exc)))
@@ -392,8 +404,13 @@ class LedgerWriter:
         writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
         exclude = set(self._bad_bookies) | set(ensemble)
         replacements: dict[int, str] = {}
-        for index in failed:
-            chosen = self.ctx.placement.replace_bookie(ensemble, writable, exclude)
+        for index in failed:                     # as BookKeeper: replace what can be, the rest stays failed
+            try:
+                chosen = self.ctx.placement.replace_bookie(ensemble, writable, exclude)
+            except NotEnoughBookiesError:
+                if replacements:
+                    break
+                raise
             replacements[index] = chosen
             exclude.add(chosen)
 
@@ -407,10 +424,24 @@ class LedgerWriter:
         self.ctx.metrics.ensemble_changes.inc()
         new_ensemble = md.last_fragment.ensemble
         log.info("ledger %d: ensemble change from entry %d: %s -> %s", self.ledger_id, first,
-                 [ensemble[i] for i in failed], [replacements[i] for i in failed])
+                 [ensemble[i] for i in replacements], list(replacements.values()))
+        for index in replacements:
+            self._unanswered.forget(ensemble[index])
         await self._connect(tuple(replacements.values()))
         self._last_progress = asyncio.get_running_loop().time()
         self._execute(list(self.pending.on_ensemble_changed(new_ensemble, first)))
+
+    def _no_replacement(self, error: BKError) -> None:
+        """No bookie is free to replace the failed ones: go on with the ack quorum left, or fail (R9)."""
+        if not self.pending.changing_ensemble:
+            self._execute(list(self.pending.fail_all(error)))
+            return
+        if self.error is None and self.pending.ack_quorum_left:
+            failed = [self.pending.ensemble[i] for i in sorted(self.pending.failed_indices)]
+            log.warning("ledger %d: no bookie free to replace %s (%s); adds go on with the ack quorum left, "
+                        "under-replicated until a bookie is free", self.ledger_id, failed, error)
+        self._last_retry = asyncio.get_running_loop().time()
+        self._execute(list(self.pending.on_ensemble_change_failed(error)))
 
     # ---- timers: add timeouts and explicit LAC ----------------------------------------------
     async def _tick(self) -> None:
@@ -420,10 +451,45 @@ class LedgerWriter:
             await asyncio.sleep(TICK)
             if self.error is not None:
                 continue
+            now = loop.time()
+            self._time_out_silent_bookies(now, timeout)
+            if self.pending.failed_indices and now - self._last_retry > timeout:
+                self._retry_replacement(now)
             if self._futures and loop.time() - self._last_progress > timeout:
                 self._time_out_slow_bookies()
             elif not self._futures and self.pending.last_add_confirmed > self._lac_sent:
                 await self._send_explicit_lac()
+
+    def _time_out_silent_bookies(self, now: float, timeout: float) -> None:
+        """A bookie of the ensemble whose oldest unanswered add request is older than addEntryTimeoutSec
+        failed, as a timed-out request does in BookKeeper, even if the others keep the adds completing."""
+        ensemble = self.pending.ensemble
+        silent = timed_out_indices(ensemble, self._unanswered.oldest_by_bookie(), now, timeout,
+                                   self.pending.failed_indices)
+        for index in silent:
+            bookie_id = ensemble[index]
+            log.warning("ledger %d: bookie %s left an add request unanswered for more than %.1fs: replacing it",
+                        self.ledger_id, bookie_id, timeout)
+            self._bad_bookies.add(bookie_id)
+            self._unanswered.forget(bookie_id)
+            self._execute(list(self.pending.on_bookie_failed(index)))
+
+    def _retry_replacement(self, now: float) -> None:
+        """Failed bookies left in the ensemble (none was free): try again once a writable bookie is free."""
+        self._last_retry = now
+        running = self._retry_task is not None and not self._retry_task.done()
+        if self.closing or running or self.pending.changing_ensemble:
+            return
+        self._retry_task = asyncio.get_running_loop().create_task(self._retry_if_free())
+
+    async def _retry_if_free(self) -> None:
+        try:
+            writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
+        except BKError as exc:
+            log.debug("ledger %d: cannot list writable bookies: %s", self.ledger_id, exc)
+            return
+        if set(writable) - set(self.pending.ensemble) - self._bad_bookies and self.error is None:
+            self._execute(list(self.pending.retry_ensemble_change()))
 
     def _time_out_slow_bookies(self) -> None:
         if self.pending.changing_ensemble:
@@ -485,6 +551,8 @@ class LedgerWriter:
         self.ctx.writers.discard(self)
         if self._timer is not None:
             self._timer.cancel()
+        if self._retry_task is not None:
+            self._retry_task.cancel()
         for bookie_id in self.md.all_bookies():
             client = self.ctx.pool.cached(bookie_id)
             if client is not None:

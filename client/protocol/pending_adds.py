@@ -4,7 +4,9 @@ Mirrors BookKeeper's PendingAddOp queue inside LedgerHandle: every add gets the 
 to its write set (R5); it completes once Qa bookies of its write set acknowledged it and every lower entry
 completed (R6), which advances the LAC (it only grows). A bookie failure asks for an ensemble change (R9):
 while it runs no add completes; once the new ensemble is known, the acks of replaced bookies are dropped
-and each pending add is resent to the replacement bookies only. EFENCED never triggers an ensemble change:
+and each pending add is resent to the replacement bookies only. A failure of an entry the other bookies
+already completed (Qa < Qw) counts too for a writer (BookKeeper's notifyWriteFailed). When no bookie is free, the adds
+go on without the failed ones while every write set keeps Qa bookies. EFENCED never triggers an ensemble change:
 it fails every pending add with LedgerFencedError, "maybe written" (R21).
 
 Events are method calls; the returned actions are small frozen dataclasses the driver executes. Bookies
@@ -223,8 +225,12 @@ class PendingAdds:
         fatal = _FATAL.get(status)
         if fatal is not None:
             return self.fail_all(fatal())
-        if entry_id not in self._pending or not self._holds(index, entry_id):
-            return []  # already completed, or not its write set: a stale answer
+        if not self._holds(index, entry_id):
+            return []  # not its write set: a stale answer
+        if entry_id not in self._pending and (entry_id > self._lac or self._recovery):
+            return []  # failed already or never sent; or a recovery write-back, done once its Qa acked (R19)
+        # pending, or completed through the others' acks (Qa < Qw): as BookKeeper's notifyWriteFailed, a
+        # writer replaces a bookie that failed an entry it holds, so later entries are not under-replicated
         return self.on_bookie_failed(index)
 
     def on_bookie_failed(self, index: int) -> list[AddAction]:
@@ -265,6 +271,35 @@ class PendingAdds:
         self._changing = False
         actions.extend(self._drain())
         return actions
+
+    def on_ensemble_change_failed(self, error: BKError) -> list[AddAction]:
+        """The running ensemble change found no replacement for the failed bookies (none is free).
+
+        As BookKeeper's client with `delayEnsembleChange`: while every write set still has Qa bookies that
+        did not fail, the adds go on with the bookies left (each write set minus the failed ones; their
+        entries stay under-replicated until `retry_ensemble_change` succeeds), so a silent bookie does not
+        stop a ledger whose ack quorum is met. Otherwise every pending add fails with `error`."""
+        if not self._changing:
+            raise ValueError("on_ensemble_change_failed without a pending NeedEnsembleChange")
+        if self._error is not None:
+            return []
+        if not self.ack_quorum_left:
+            return self.fail_all(error)
+        self._changing = False
+        return self._drain()
+
+    def retry_ensemble_change(self) -> list[AddAction]:
+        """Ask again to replace the bookies that failed but could not be replaced (a bookie may be free now)."""
+        if self._error is not None or self._changing or not self._failed:
+            return []
+        self._changing = True
+        return [NeedEnsembleChange(tuple(sorted(self._failed)), self._lac + 1)]
+
+    @property
+    def ack_quorum_left(self) -> bool:
+        """Whether every write set still has at least Qa bookies that have not failed."""
+        failed = self._failed
+        return all(sum(i not in failed for i in members) >= self._qa for members in self._write_sets)
 
     def fail_all(self, error: BKError) -> list[AddAction]:
         """Fail every pending add with `error` (fenced, closed, no bookies...) and refuse further adds."""

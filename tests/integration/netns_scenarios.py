@@ -81,42 +81,52 @@ def scenario_client_cut_off(world: World) -> dict[str, object]:
     closed = write(bk, 300)
     victim_id = closed.metadata.last_fragment.ensemble[0]    # the first bookie a reader asks
     victim = world.index_of(victim_id)
-    # Qa = Qw: every add needs the victim, so its adds time out and it is replaced. (With Qa < Qw the
-    # writer completes adds on the others and, unlike BookKeeper, keeps the silent bookie.)
-    open_lh = write_on(bk, victim_id, 50, close=False, ack_quorum=3)
+    # Qa < Qw: the adds complete on the other two, and the victim is still replaced once its oldest
+    # unanswered add is older than addEntryTimeoutSec (BookKeeper's per-request add timeout)
+    open_lh = write_on(bk, victim_id, 50, close=False, ack_quorum=2)
     abandoned = write_on(bk, victim_id, 200, close=False)    # its writer is never heard of again
     world.cut(CLIENT_ADDRESS, bookie_address(victim))
     last, elapsed = read_all(client(world), closed.ledger_id)
     assert last == 299 and elapsed < READ_BOUND, f"read took {elapsed:.1f}s"
-    next_id = 50                                       # adds go on; the cut bookie is replaced (R9) once
-    deadline = time.monotonic() + 30                   # its adds time out (addEntryTimeoutSec)
-    while world.bookie_id(victim) in open_lh.metadata.last_fragment.ensemble:
-        assert time.monotonic() < deadline, f"{world.bookie_id(victim)} was never replaced"
-        open_lh.add_entry(payload(next_id), timeout=30)
-        next_id += 1
-        time.sleep(0.05)
-    for _ in range(20):
-        open_lh.add_entry(payload(next_id), timeout=30)
-        next_id += 1
-    open_lh.close()
-    assert read_all(client(world), open_lh.ledger_id)[0] == next_id - 1
+    replaced_after = keep_adding_until_replaced(open_lh, world.bookie_id(victim), 50)
+    assert read_all(client(world), open_lh.ledger_id)[0] == open_lh.last_add_confirmed
     recovered, took = read_all(client(world), abandoned.ledger_id, recovery=True)   # R14-R20
     assert recovered == 199, recovered
     md = bk.ledger_metadata(abandoned.ledger_id)
     assert md.state is LedgerState.CLOSED and md.last_entry_id == 199
     assert registered(world, victim), "the cut bookie should still be registered: ZooKeeper reaches it"
     bk.close()
-    return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "recovery_read_s": round(took, 2)}
+    return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "recovery_read_s": round(took, 2),
+            "replaced_after_s": replaced_after}
+
+
+def keep_adding_until_replaced(lh, victim_id: str, next_id: int) -> float:  # noqa: ANN001 - a LedgerHandle
+    """Add to the open ledger (each add must succeed) until victim_id left its ensemble (R9), then 20 more
+    adds and close; the seconds it took."""
+    start = time.monotonic()
+    while victim_id in lh.metadata.last_fragment.ensemble:
+        assert time.monotonic() - start < 30, f"{victim_id} was never replaced"
+        assert lh.add_entry(payload(next_id), timeout=30) == next_id
+        next_id += 1
+        time.sleep(0.05)
+    took = round(time.monotonic() - start, 2)
+    for _ in range(20):
+        assert lh.add_entry(payload(next_id), timeout=30) == next_id
+        next_id += 1
+    lh.close()
+    return took
 
 
 def scenario_asymmetric(world: World) -> dict[str, object]:
     """Requests reach one bookie but its answers to the client are dropped (one-way partition): reads
-    speculate, recovery completes, and the bookie did get the fencing request (it fenced the ledger)."""
+    speculate, recovery completes, the bookie did get the fencing request (it fenced the ledger), and an
+    open ledger with Qa < Qw replaces it although its adds complete on the others (R9)."""
     bk = client(world)
     closed = write(bk, 300)
     victim_id = closed.metadata.last_fragment.ensemble[0]
     victim = world.index_of(victim_id)
     abandoned = write_on(bk, victim_id, 100, close=False)
+    open_lh = write_on(bk, victim_id, 50, close=False, ack_quorum=2)
     reader = client(world)
     reader.open_ledger(abandoned.ledger_id, PASSWORD, recovery=False)   # LAC read: connected to all three
     world.drop(bookie_address(victim), CLIENT_ADDRESS)
@@ -124,13 +134,16 @@ def scenario_asymmetric(world: World) -> dict[str, object]:
     assert last == 299 and elapsed < READ_BOUND, f"read took {elapsed:.1f}s"
     recovered, took = read_all(reader, abandoned.ledger_id, recovery=True)
     assert recovered == 99, recovered
+    replaced_after = keep_adding_until_replaced(open_lh, victim_id, 50)
+    assert read_all(reader, open_lh.ledger_id)[0] == open_lh.last_add_confirmed
     world.heal(bookie_address(victim), CLIENT_ADDRESS)
     address = f"{bookie_address(victim)}:3181"
     late = bookie_util.add(address, abandoned.ledger_id, [100], timeout=10)
     assert late.statuses == {100: pb.EFENCED}, f"the bookie did not fence: {late.statuses}"   # R15
     bk.close()
     reader.close()
-    return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "recovery_read_s": round(took, 2)}
+    return {"victim": world.bookie_id(victim), "read_s": round(elapsed, 2), "recovery_read_s": round(took, 2),
+            "replaced_after_s": replaced_after}
 
 
 def scenario_bookie_cut_from_zookeeper(world: World) -> dict[str, object]:

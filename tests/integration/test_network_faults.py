@@ -76,8 +76,9 @@ def test_r13_r9_client_cut_off_from_one_bookie(tmp_path):
 
 
 def test_r15_asymmetric_partition_answers_dropped(tmp_path):
-    """Requests reach a bookie, its answers are dropped: reads and recovery complete without it, and
-    the bookie did fence the ledger (a later plain add gets EFENCED)."""
+    """Requests reach a bookie, its answers are dropped: reads and recovery complete without it, the
+    bookie did fence the ledger (a later plain add gets EFENCED), and an open ledger with Qa < Qw
+    replaces it after addEntryTimeoutSec although its adds complete on the others (R9)."""
     print(run_scenario("asymmetric", tmp_path))
 
 

@@ -2,8 +2,9 @@
 
 Mirrors BookKeeper's LedgerHandle: each add gets the next entry id, is packaged with the real digest code
 and sent to its write set; acks and errors are fed to PendingAdds by bookie id and its actions executed.
-NeedEnsembleChange picks replacement bookies and CASes `transforms.with_ensemble_change`; a lost race or a
-lost answer is resolved with `decide_ensemble_change_conflict`. Closing CASes `transforms.closed` and
+NeedEnsembleChange picks replacement bookies and CASes `transforms.with_ensemble_change` (with none free,
+the adds go on with the ack quorum left, `on_ensemble_change_failed`); a lost race or a lost answer is
+resolved with `decide_ensemble_change_conflict`. Closing CASes `transforms.closed` and
 resolves conflicts with `decide_writer_close_conflict`. What the writer saw acknowledged goes to the oracle.
 After an add is sent and while a CAS is in flight it reaches a hazard point (the world may pause or kill it
 there). `mutation` selects a broken writer: "ensemble-change-no-cas" (setData with version -1, i.e. no
@@ -149,17 +150,21 @@ class Writer(Actor):
         self._changes += 1
         ensemble = self.md.last_fragment.ensemble
         candidates = [b for b in self.bookies if b not in ensemble]
-        if self._changes > MAX_ENSEMBLE_CHANGES or len(candidates) < len(need.failed_indices):
+        if self._changes > MAX_ENSEMBLE_CHANGES:
             self._run(self.pa.fail_all(NotEnoughBookiesError()))
             return
-        chosen = self.world.rng.sample(candidates, len(need.failed_indices))
+        if not candidates:      # as the driver: go on with the ack quorum left if every write set has it
+            self.world.note(f"writer: no bookie free to replace {list(need.failed_indices)}")
+            self._run(self.pa.on_ensemble_change_failed(NotEnoughBookiesError()))
+            return
+        replaced = need.failed_indices[:len(candidates)]        # replace what can be, the rest stays failed
+        chosen = self.world.rng.sample(candidates, len(replaced))
         try:
-            mine = with_ensemble_change(self.md, need.first_entry_id, dict(zip(need.failed_indices, chosen,
-                                                                              strict=True)))
+            mine = with_ensemble_change(self.md, need.first_entry_id, dict(zip(replaced, chosen, strict=True)))
         except BKError as exc:
             self._run(self.pa.fail_all(exc))
             return
-        self.world.note(f"writer: ensemble change at {need.first_entry_id} replaces {list(need.failed_indices)}"
+        self.world.note(f"writer: ensemble change at {need.first_entry_id} replaces {list(replaced)}"
                         f" with {chosen}")
         version = -1 if self.mutation == "ensemble-change-no-cas" else self.version
         self.cas_md(version, mine, lambda v: self._changed(mine, v, need),
