@@ -57,8 +57,9 @@ ENVELOPE_COLUMNS = ("key", "timestamp")
 LAC_WAIT_S = 10.0
 ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from the log's records alone
 PLAN_THREADS = 16              # ledger metadata read at once while planning
-OPEN_THREADS = 8               # ledgers a task opens at once (a coalesced partition of many ledgers)
-READ_AHEAD = 16                # pieces of a coalesced partition whose first chunk is read ahead
+OPEN_WINDOW = 2000             # ledgers of a coalesced partition opened together (BookKeeper.open_ledgers)
+READ_AHEAD = 64                # pieces of a coalesced partition whose first chunk is read ahead
+MERGE_ROWS = 4096              # rows of tiny pieces shipped to Spark in one Arrow batch
 ENVELOPE_BATCH = 1000
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
@@ -290,7 +291,10 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
 
 def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """A task's rows: the pieces of a coalesced partition one after the other (log order), or one piece.
-    The ledgers of many pieces are opened ahead, concurrently (one metadata read each, once per ledger)."""
+    The ledgers of many pieces are opened together (`BookKeeper.open_ledgers`: pipelined metadata reads,
+    no bookie asked for a CLOSED ledger), their first chunks read ahead on the client loop, and the rows
+    of tiny pieces are shipped in batches of at least MERGE_ROWS (one Arrow batch per one-entry ledger
+    cost more than its read)."""
     if isinstance(partition, LedgerPartition):
         yield from read_partition(opts, partition, schema)
     if not isinstance(partition, CoalescedPartition):
@@ -299,41 +303,68 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
         yield from read_partition(opts, partition.pieces[0], schema)
         return
     bk = shared_client(opts.source.metadata_service_uri, opts.source.client_settings)
-    ids = list(dict.fromkeys(p.physical or p.ledger_id for p in partition.pieces))
+    yield from merged(_read_pieces(opts, bk, partition.pieces, schema), MERGE_ROWS)
 
-    def open_one(ledger_id: int) -> LedgerHandle | None:
-        try:
-            return bk.open_ledger(ledger_id, opts.source.password, recovery=False)
-        except (NoSuchLedgerError, NoSuchEntryError):
-            return None                          # read_partition reports it as data loss
 
-    with concurrent.futures.ThreadPoolExecutor(min(OPEN_THREADS, len(ids))) as pool:
-        handles = dict(zip(ids, pool.map(open_one, ids), strict=True))
-        for piece, first_chunk in zip(partition.pieces, read_ahead(pool, partition.pieces, handles), strict=True):
+def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerPartition],
+                 schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for start in range(0, len(pieces), OPEN_WINDOW):
+        window = pieces[start:start + OPEN_WINDOW]
+        handles: Mapping[int, LedgerHandle] = bk.open_ledgers([p.physical or p.ledger_id for p in window],
+                                                              opts.source.password, recovery=False)
+        # a ledger missing from `handles` is opened again by read_partition, which reports it as data loss
+        for piece, first_chunk in zip(window, read_ahead(window, handles), strict=True):
             yield from read_partition(opts, piece, schema, handles.get(piece.physical or piece.ledger_id),
                                       first_chunk)
 
 
-def read_ahead(pool: concurrent.futures.ThreadPoolExecutor, pieces: Sequence[LedgerPartition],
-               handles: Mapping[int, LedgerHandle | None]
+def read_ahead(pieces: Sequence[LedgerPartition], handles: Mapping[int, LedgerHandle]
                ) -> Iterator[concurrent.futures.Future[ReadChunk] | None]:
-    """Each piece's first chunk, asked for READ_AHEAD pieces before it is needed (one round trip each,
-    which for thousands of one-entry ledgers is most of the task); None for a ledger that is not closed
-    (read_partition waits for its LAC first)."""
+    """Each piece's first chunk, asked for READ_AHEAD pieces before it is needed, on the client loop
+    (`read_chunk_async`: many reads in flight, no thread each; one round trip per tiny ledger would
+    otherwise be most of the task); None for a ledger that is not closed (read_partition waits for its
+    LAC first), or whose handle already has a read ahead (a ledger in two pieces)."""
+    busy: set[int] = set()
+
     def start(piece: LedgerPartition) -> concurrent.futures.Future[ReadChunk] | None:
-        rh = handles.get(piece.physical or piece.ledger_id)
-        if rh is None or not rh.is_closed:
+        ledger = piece.physical or piece.ledger_id
+        rh = handles.get(ledger)
+        if rh is None or not rh.is_closed or ledger in busy:
             return None
-        return pool.submit(rh.read_chunk, piece.base + piece.first_entry_id, piece.base + piece.last_entry_id)
+        busy.add(ledger)
+        return rh.read_chunk_async(piece.base + piece.first_entry_id, piece.base + piece.last_entry_id)
 
     flight = collections.deque(start(p) for p in pieces[:READ_AHEAD])
     following = iter(pieces[READ_AHEAD:])
-    while flight:
-        got = flight.popleft()
-        nxt = next(following, None)
-        if nxt is not None:
-            flight.append(start(nxt))
-        yield got
+    try:
+        for piece in pieces:
+            got = flight.popleft()
+            busy.discard(piece.physical or piece.ledger_id)
+            nxt = next(following, None)
+            if nxt is not None:
+                flight.append(start(nxt))
+            yield got
+    finally:
+        for future in flight:
+            if future is not None:
+                future.cancel()
+
+
+def merged(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """The batches in order, small consecutive ones joined until they hold at least `rows` rows."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        if not held and batch.num_rows >= rows:
+            yield batch
+            continue
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.concat_batches(held)
+            held, count = [], 0
+    if held:
+        yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
 
 class BkLedgerBatchReader(DataSourceReader):
