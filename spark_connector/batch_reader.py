@@ -21,6 +21,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
@@ -36,7 +37,7 @@ from client import (
 from client.log.core import meta as lm
 from client.reader import ReadChunk
 from spark_connector import envelope as env
-from spark_connector.arrow_io import chunk_to_batch
+from spark_connector.arrow_io import chunk_to_batch, rows_to_batch
 from spark_connector.clients import planning_client, shared_client
 from spark_connector.coalesce import CoalescedPartition, coalesce, entry_bytes
 from spark_connector.kafka_options import TimeBound, check_named_logs, for_log
@@ -308,14 +309,73 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
 
 def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerPartition],
                  schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The pieces' rows in order. A piece whose first chunk held all of it (a tiny ledger) is gathered
+    with its neighbours into one batch (`TinyRows`); the others stream through read_partition."""
+    tiny = TinyRows(schema)
     for start in range(0, len(pieces), OPEN_WINDOW):
         window = pieces[start:start + OPEN_WINDOW]
         handles: Mapping[int, LedgerHandle] = bk.open_ledgers([p.physical or p.ledger_id for p in window],
                                                               opts.source.password, recovery=False)
         # a ledger missing from `handles` is opened again by read_partition, which reports it as data loss
         for piece, first_chunk in zip(window, read_ahead(window, handles), strict=True):
-            yield from read_partition(opts, piece, schema, handles.get(piece.physical or piece.ledger_id),
-                                      first_chunk)
+            rh = handles.get(piece.physical or piece.ledger_id)
+            chunk = whole_piece(piece, first_chunk)
+            if rh is not None and chunk is not None:
+                envelope = piece.envelope if piece.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
+                yield from tiny.add(piece, chunk, envelope)
+                continue
+            yield from tiny.drain()
+            yield from read_partition(opts, piece, schema, rh, first_chunk)
+    yield from tiny.drain()
+
+
+def whole_piece(piece: LedgerPartition, first_chunk: concurrent.futures.Future[ReadChunk] | None
+                ) -> ReadChunk | None:
+    """The piece's first chunk if it holds every entry of the piece; None otherwise, or if the read
+    failed (read_partition then sees the same error and reports it as data loss, or raises)."""
+    if first_chunk is None:
+        return None
+    try:
+        chunk = first_chunk.result(LAC_WAIT_S * 12)
+    except Exception:  # noqa: BLE001 (read_partition handles it)
+        return None
+    last = piece.base + piece.last_entry_id
+    return chunk if chunk.entry_ids and chunk.entry_ids[-1] == last else None
+
+
+class TinyRows:
+    """Rows of consecutive tiny pieces of one log and envelope, shipped as one batch of >= MERGE_ROWS
+    rows (or when the log or envelope changes, or a larger piece comes): one Arrow batch per one-entry
+    ledger cost more than its read."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.kind: tuple[str | None, int] | None = None
+        self.ledgers: list[int] = []
+        self.counts: list[int] = []
+        self.entry_ids: list[int] = []
+        self.payloads: list[memoryview | bytes] = []
+
+    def add(self, piece: LedgerPartition, chunk: ReadChunk, envelope: int) -> Iterator[pa.RecordBatch]:
+        if self.kind is not None and self.kind != (piece.log, envelope):
+            yield from self.drain()
+        self.kind = (piece.log, envelope)
+        base = piece.base
+        self.ledgers.append(piece.ledger_id)
+        self.counts.append(len(chunk.entry_ids))
+        self.entry_ids += chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
+        self.payloads += chunk.payloads
+        if len(self.entry_ids) >= MERGE_ROWS:
+            yield from self.drain()
+
+    def drain(self) -> Iterator[pa.RecordBatch]:
+        if self.kind is None or not self.entry_ids:
+            self.kind = None
+            return
+        ledger_ids = np.repeat(np.array(self.ledgers, dtype=np.int64), self.counts)
+        batch = rows_to_batch(self.schema, self.kind[0], ledger_ids, self.entry_ids, self.payloads, self.kind[1])
+        self.kind, self.ledgers, self.counts, self.entry_ids, self.payloads = None, [], [], [], []
+        yield batch
 
 
 def read_ahead(pieces: Sequence[LedgerPartition], handles: Mapping[int, LedgerHandle]
