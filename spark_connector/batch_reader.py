@@ -60,7 +60,8 @@ ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from th
 PLAN_THREADS = 16              # ledger metadata read at once while planning
 OPEN_WINDOW = 2000             # ledgers of a coalesced partition opened together (BookKeeper.open_ledgers)
 READ_AHEAD = 64                # pieces of a coalesced partition whose first chunk is read ahead
-MERGE_ROWS = 4096              # rows of tiny pieces shipped to Spark in one Arrow batch
+MERGE_ROWS = 4096              # rows of tiny pieces shipped to Spark in one Arrow batch ...
+MERGE_BYTES = 4 << 20          # ... or fewer once they hold this many payload bytes
 ENVELOPE_BATCH = 1000
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
@@ -304,7 +305,7 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
         yield from read_partition(opts, partition.pieces[0], schema)
         return
     bk = shared_client(opts.source.metadata_service_uri, opts.source.client_settings)
-    yield from merged(_read_pieces(opts, bk, partition.pieces, schema), MERGE_ROWS)
+    yield from merged(_read_pieces(opts, bk, partition.pieces, schema), MERGE_ROWS, MERGE_BYTES)
 
 
 def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerPartition],
@@ -344,9 +345,9 @@ def whole_piece(piece: LedgerPartition, first_chunk: concurrent.futures.Future[R
 
 
 class TinyRows:
-    """Rows of consecutive tiny pieces of one log and envelope, shipped as one batch of >= MERGE_ROWS
-    rows (or when the log or envelope changes, or a larger piece comes): one Arrow batch per one-entry
-    ledger cost more than its read."""
+    """Rows of consecutive tiny pieces of one log and envelope, shipped as one batch of MERGE_ROWS rows
+    or MERGE_BYTES payload bytes (or when the log or envelope changes, or a larger piece comes): one
+    Arrow batch per one-entry ledger cost more than its read."""
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -355,6 +356,7 @@ class TinyRows:
         self.counts: list[int] = []
         self.entry_ids: list[int] = []
         self.payloads: list[memoryview | bytes] = []
+        self.size = 0
 
     def add(self, piece: LedgerPartition, chunk: ReadChunk, envelope: int) -> Iterator[pa.RecordBatch]:
         if self.kind is not None and self.kind != (piece.log, envelope):
@@ -365,7 +367,8 @@ class TinyRows:
         self.counts.append(len(chunk.entry_ids))
         self.entry_ids += chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
         self.payloads += chunk.payloads
-        if len(self.entry_ids) >= MERGE_ROWS:
+        self.size += sum(map(len, chunk.payloads))
+        if len(self.entry_ids) >= MERGE_ROWS or self.size >= MERGE_BYTES:
             yield from self.drain()
 
     def drain(self) -> Iterator[pa.RecordBatch]:
@@ -374,7 +377,7 @@ class TinyRows:
             return
         ledger_ids = np.repeat(np.array(self.ledgers, dtype=np.int64), self.counts)
         batch = rows_to_batch(self.schema, self.kind[0], ledger_ids, self.entry_ids, self.payloads, self.kind[1])
-        self.kind, self.ledgers, self.counts, self.entry_ids, self.payloads = None, [], [], [], []
+        self.kind, self.ledgers, self.counts, self.entry_ids, self.payloads, self.size = None, [], [], [], [], 0
         yield batch
 
 
@@ -410,19 +413,20 @@ def read_ahead(pieces: Sequence[LedgerPartition], handles: Mapping[int, LedgerHa
                 future.cancel()
 
 
-def merged(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
-    """The batches in order, small consecutive ones joined until they hold at least `rows` rows."""
+def merged(batches: Iterable[pa.RecordBatch], rows: int, size: int) -> Iterator[pa.RecordBatch]:
+    """The batches in order, small consecutive ones joined until they hold `rows` rows or `size` bytes."""
     held: list[pa.RecordBatch] = []
-    count = 0
+    count = held_bytes = 0
     for batch in batches:
-        if not held and batch.num_rows >= rows:
+        if not held and (batch.num_rows >= rows or batch.nbytes >= size):
             yield batch
             continue
         held.append(batch)
         count += batch.num_rows
-        if count >= rows:
+        held_bytes += batch.nbytes
+        if count >= rows or held_bytes >= size:
             yield pa.concat_batches(held)
-            held, count = [], 0
+            held, count, held_bytes = [], 0, 0
     if held:
         yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
