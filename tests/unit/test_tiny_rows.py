@@ -20,7 +20,7 @@ def piece(ledger_id: int, log: str = "a", base: int = 0) -> LedgerPartition:
 
 def test_tiny_pieces_make_one_batch_in_order_split_by_log() -> None:
     tiny = br.TinyRows(SCHEMA)
-    out = []
+    out: list[pa.RecordBatch] = []
     for i in range(10):
         out += tiny.add(piece(100 + i, "a" if i < 6 else "b"), ReadChunk([0], [b"v%d" % i]), 0)
     out += tiny.drain()
