@@ -5,8 +5,10 @@ planning reads the log's ledger list; small CLOSED ledgers are planned from what
 (entries, bytes), the others from their metadata (read concurrently): the LAC of an OPEN ledger (as it
 is now) or the last entry id of a CLOSED one is the bound. `spark_connector.planning` cuts the pieces,
 `spark_connector.coalesce` packs them into few partitions. Each task opens its ledgers without recovery
-and streams each entry range with `read_chunk`, one chunk read ahead while the last is converted and
-shipped, yielding one Arrow RecordBatch per chunk (`spark_connector.arrow_io`).
+(many at once: `BookKeeper.open_ledgers`) and streams each entry range with `read_chunk`, one chunk read
+ahead while the last is converted and shipped, yielding one Arrow RecordBatch per chunk
+(`spark_connector.arrow_io`); the first chunks of the next pieces are in flight on the client loop
+(`read_chunk_async`) and tiny pieces' rows are gathered into one batch (`TinyRows`).
 Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
 A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
 times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
