@@ -2,7 +2,8 @@
 
 Mirrors org.apache.bookkeeper.client.BookKeeper. One instance owns a ZooKeeper session (through the
 metadata store), a pool of bookie connections and an event loop thread. Blocking methods are safe
-from any thread; `acreate_ledger` / `aopen_ledger` are the asyncio flavour.
+from any thread; `acreate_ledger` / `aopen_ledger` are the asyncio flavour. `open_ledgers` opens many
+(small) ledgers with pipelined metadata reads, for readers of logs made of many ledgers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from client.bookies import BookiePool
@@ -37,6 +38,7 @@ from client.writer import LedgerWriter
 
 log = logging.getLogger("bkledger.client")
 COMPRESSIONS = ("", "none", "lz4")
+OPEN_BATCH = 1000          # ledger metadata znodes read in one pipelined batch by open_ledgers
 
 
 @dataclasses.dataclass
@@ -131,9 +133,48 @@ class BookKeeper(LogsMixin):
         self._check_open()
         return await self._ctx.runtime.wrap(self._open(ledger_id, password, recovery, DEFAULT_RULES))
 
+    def open_ledgers(self, ledger_ids: Iterable[int], password: bytes = b"", recovery: bool = False,
+                     rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
+        """Open many ledgers at once: {ledger id: handle}, for readers of many small ledgers.
+
+        The metadata is read in pipelined ZooKeeper batches (OPEN_BATCH znodes per round trip) instead of
+        one round trip per ledger. A CLOSED ledger's handle is built from its metadata alone (its last
+        entry id is the bound: no bookie is asked); the LAC of an OPEN ledger is read from its bookies
+        (recovery=False, R12: never fenced) or the ledger is recovered (recovery=True), all concurrently on
+        the client loop. A ledger with no metadata is left out of the result (the caller decides whether
+        that is data loss); a wrong password raises BadPasswordError as `open_ledger` does."""
+        self._check_open()
+        ids = list(dict.fromkeys(ledger_ids))
+        handles: dict[int, LedgerHandle] = {}
+        for start in range(0, len(ids), OPEN_BATCH):
+            found = [got for got in self._ctx.store.read_ledgers_versioned(ids[start:start + OPEN_BATCH])
+                     if got is not None]
+            for md, _ in found:
+                check_password(md, password)
+            unsealed = []
+            for md, version in found:
+                if md.state is LedgerState.CLOSED:
+                    handles[md.ledger_id] = LedgerHandle(self._ctx, md, version, password)
+                else:
+                    unsealed.append((md, version))
+            if unsealed:
+                opened = self._ctx.runtime.run(self._open_all(unsealed, password, recovery, rules),
+                                               self.config.fenceTimeout * 15 + 30)
+                handles.update((rh.ledger_id, rh) for rh in opened)
+        return handles
+
+    async def _open_all(self, found: list[tuple[LedgerMetadata, int]], password: bytes, recovery: bool,
+                        rules: RecoveryRules) -> list[LedgerHandle]:
+        return list(await asyncio.gather(*(self._open_known(md, version, password, recovery, rules)
+                                           for md, version in found)))
+
     async def _open(self, ledger_id: int, password: bytes, recovery: bool, rules: RecoveryRules) -> LedgerHandle:
         md, version = await asyncio.to_thread(self._ctx.store.read_ledger, ledger_id)
         check_password(md, password)
+        return await self._open_known(md, version, password, recovery, rules)
+
+    async def _open_known(self, md: LedgerMetadata, version: int, password: bytes, recovery: bool,
+                          rules: RecoveryRules) -> LedgerHandle:
         try:
             return await self._open_checked(md, version, password, recovery, rules)
         except BKError as exc:    # no bookie answered: say so if TLS was why (client.tls)

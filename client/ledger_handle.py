@@ -6,6 +6,7 @@ wait with a bound; the asyncio ones (`add`, `read`, `aclose`) may be awaited fro
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -126,8 +127,6 @@ class LedgerHandle:
         return self.add_entry_async(payload).result(timeout or self._ctx.config.addEntryTimeoutSec * 6)
 
     async def add(self, payload: bytes | bytearray | memoryview) -> int:
-        import asyncio
-
         data = self._prepare(payload)
         future = AddFuture()
         assert self._writer is not None
@@ -166,6 +165,14 @@ class LedgerHandle:
         """One chunk of entries from `first` (bounded by readBatchBytes): the fast path for bulk readers."""
         check_read_range(self.metadata, self.last_add_confirmed, first, last)
         return self._ctx.runtime.run(self._chunk(first, last), self._ctx.config.readTimeout * 12)
+
+    def read_chunk_async(self, first: int, last: int) -> concurrent.futures.Future[ReadChunk]:
+        """`read_chunk` without waiting: the read runs on the client loop (bounded like read_chunk) and
+        the future gives the chunk. Reads of many ledgers can be in flight at once with no thread each
+        (a reader of many small ledgers); one at a time per handle."""
+        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        bound = self._ctx.config.readTimeout * 12
+        return self._ctx.runtime.submit(asyncio.wait_for(self._chunk(first, last), bound))
 
     async def read(self, first: int, last: int) -> list[LedgerEntry]:
         check_read_range(self.metadata, self.last_add_confirmed, first, last)

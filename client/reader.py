@@ -194,6 +194,8 @@ class LedgerReader:
         return chunk
 
     async def _fetch_chunk(self, first: int, last: int, max_bytes: int) -> ReadChunk:
+        if first == last:        # one entry (a one-entry ledger): one unary read of one bookie (R13)
+            return ReadChunk([first], [await self.read_entry(first)])
         chunk = ReadChunk([], [])
         size = 0
         for lo, hi, fragment in fragment_ranges(self.md, first, last):

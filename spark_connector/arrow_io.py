@@ -76,11 +76,19 @@ def joined(payloads: Sequence[memoryview | bytes]) -> tuple[bytes, I64]:
 def chunk_to_batch(schema: pa.Schema, log: str | None, ledger_id: int, entry_ids: Sequence[int],
                    payloads: Sequence[memoryview | bytes], envelope: int) -> pa.RecordBatch:
     """One RecordBatch of the read schema from entries of one ledger."""
+    return rows_to_batch(schema, log, np.full(len(entry_ids), ledger_id, dtype=np.int64), entry_ids, payloads,
+                         envelope)
+
+
+def rows_to_batch(schema: pa.Schema, log: str | None, ledger_ids: I64, entry_ids: Sequence[int],
+                  payloads: Sequence[memoryview | bytes], envelope: int) -> pa.RecordBatch:
+    """One RecordBatch of the read schema from entries of one log, of one or many ledgers (row i is
+    entry entry_ids[i] of ledger ledger_ids[i]; many tiny ledgers make one batch)."""
     n = len(entry_ids)
     data, offsets = joined(payloads)
     columns: dict[str, pa.Array] = {
         "log": repeated_string(log, n),
-        "ledger_id": pa.array(np.full(n, ledger_id, dtype=np.int64)),
+        "ledger_id": pa.array(ledger_ids),
         "entry_id": entry_id_array(entry_ids),
     }
     if envelope == env.V1:

@@ -5,8 +5,10 @@ planning reads the log's ledger list; small CLOSED ledgers are planned from what
 (entries, bytes), the others from their metadata (read concurrently): the LAC of an OPEN ledger (as it
 is now) or the last entry id of a CLOSED one is the bound. `spark_connector.planning` cuts the pieces,
 `spark_connector.coalesce` packs them into few partitions. Each task opens its ledgers without recovery
-and streams each entry range with `read_chunk`, one chunk read ahead while the last is converted and
-shipped, yielding one Arrow RecordBatch per chunk (`spark_connector.arrow_io`).
+(many at once: `BookKeeper.open_ledgers`) and streams each entry range with `read_chunk`, one chunk read
+ahead while the last is converted and shipped, yielding one Arrow RecordBatch per chunk
+(`spark_connector.arrow_io`); the first chunks of the next pieces are in flight on the client loop
+(`read_chunk_async`) and tiny pieces' rows are gathered into one batch (`TinyRows`).
 Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
 A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
 times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
@@ -22,6 +24,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
@@ -37,7 +40,7 @@ from client import (
 from client.log.core import meta as lm
 from client.reader import ReadChunk
 from spark_connector import envelope as env
-from spark_connector.arrow_io import chunk_to_batch
+from spark_connector.arrow_io import chunk_to_batch, rows_to_batch
 from spark_connector.clients import planning_client, shared_client
 from spark_connector.coalesce import CoalescedPartition, coalesce, entry_bytes
 from spark_connector.kafka_options import TimeBound, check_named_logs, for_log
@@ -58,8 +61,10 @@ ENVELOPE_COLUMNS = ("key", "timestamp")
 LAC_WAIT_S = 10.0
 ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from the log's records alone
 PLAN_THREADS = 16              # ledger metadata read at once while planning
-OPEN_THREADS = 8               # ledgers a task opens at once (a coalesced partition of many ledgers)
-READ_AHEAD = 16                # pieces of a coalesced partition whose first chunk is read ahead
+OPEN_WINDOW = 2000             # ledgers of a coalesced partition opened together (BookKeeper.open_ledgers)
+READ_AHEAD = 64                # pieces of a coalesced partition whose first chunk is read ahead
+MERGE_ROWS = 4096              # rows of tiny pieces shipped to Spark in one Arrow batch ...
+MERGE_BYTES = 4 << 20          # ... or fewer once they hold this many payload bytes
 ENVELOPE_BATCH = 1000
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
@@ -297,7 +302,10 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
 
 def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """A task's rows: the pieces of a coalesced partition one after the other (log order), or one piece.
-    The ledgers of many pieces are opened ahead, concurrently (one metadata read each, once per ledger)."""
+    The ledgers of many pieces are opened together (`BookKeeper.open_ledgers`: pipelined metadata reads,
+    no bookie asked for a CLOSED ledger), their first chunks read ahead on the client loop, and the rows
+    of tiny pieces are shipped in batches of at least MERGE_ROWS (one Arrow batch per one-entry ledger
+    cost more than its read)."""
     if isinstance(partition, LedgerPartition):
         yield from read_partition(opts, partition, schema)
     if not isinstance(partition, CoalescedPartition):
@@ -306,41 +314,130 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
         yield from read_partition(opts, partition.pieces[0], schema)
         return
     bk = shared_client(opts.source.metadata_service_uri, opts.source.client_settings)
-    ids = list(dict.fromkeys(p.physical or p.ledger_id for p in partition.pieces))
-
-    def open_one(ledger_id: int) -> LedgerHandle | None:
-        try:
-            return bk.open_ledger(ledger_id, opts.source.password, recovery=False)
-        except (NoSuchLedgerError, NoSuchEntryError):
-            return None                          # read_partition reports it as data loss
-
-    with concurrent.futures.ThreadPoolExecutor(min(OPEN_THREADS, len(ids))) as pool:
-        handles = dict(zip(ids, pool.map(open_one, ids), strict=True))
-        for piece, first_chunk in zip(partition.pieces, read_ahead(pool, partition.pieces, handles), strict=True):
-            yield from read_partition(opts, piece, schema, handles.get(piece.physical or piece.ledger_id),
-                                      first_chunk)
+    yield from merged(_read_pieces(opts, bk, partition.pieces, schema), MERGE_ROWS, MERGE_BYTES)
 
 
-def read_ahead(pool: concurrent.futures.ThreadPoolExecutor, pieces: Sequence[LedgerPartition],
-               handles: Mapping[int, LedgerHandle | None]
+def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerPartition],
+                 schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The pieces' rows in order. A piece whose first chunk held all of it (a tiny ledger) is gathered
+    with its neighbours into one batch (`TinyRows`); the others stream through read_partition."""
+    tiny = TinyRows(schema)
+    for start in range(0, len(pieces), OPEN_WINDOW):
+        window = pieces[start:start + OPEN_WINDOW]
+        handles: Mapping[int, LedgerHandle] = bk.open_ledgers([p.physical or p.ledger_id for p in window],
+                                                              opts.source.password, recovery=False)
+        # a ledger missing from `handles` is opened again by read_partition, which reports it as data loss
+        for piece, first_chunk in zip(window, read_ahead(window, handles), strict=True):
+            rh = handles.get(piece.physical or piece.ledger_id)
+            chunk = whole_piece(piece, first_chunk)
+            if rh is not None and chunk is not None:
+                envelope = piece.envelope if piece.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
+                yield from tiny.add(piece, chunk, envelope)
+                continue
+            yield from tiny.drain()
+            yield from read_partition(opts, piece, schema, rh, first_chunk)
+    yield from tiny.drain()
+
+
+def whole_piece(piece: LedgerPartition, first_chunk: concurrent.futures.Future[ReadChunk] | None
+                ) -> ReadChunk | None:
+    """The piece's first chunk if it holds every entry of the piece; None otherwise, or if the read
+    failed (read_partition then sees the same error and reports it as data loss, or raises)."""
+    if first_chunk is None:
+        return None
+    try:
+        chunk = first_chunk.result(LAC_WAIT_S * 12)
+    except Exception:  # noqa: BLE001 (read_partition handles it)
+        return None
+    last = piece.base + piece.last_entry_id
+    return chunk if chunk.entry_ids and chunk.entry_ids[-1] == last else None
+
+
+class TinyRows:
+    """Rows of consecutive tiny pieces of one log and envelope, shipped as one batch of MERGE_ROWS rows
+    or MERGE_BYTES payload bytes (or when the log or envelope changes, or a larger piece comes): one
+    Arrow batch per one-entry ledger cost more than its read."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.kind: tuple[str | None, int] | None = None
+        self.ledgers: list[int] = []
+        self.counts: list[int] = []
+        self.entry_ids: list[int] = []
+        self.payloads: list[memoryview | bytes] = []
+        self.size = 0
+
+    def add(self, piece: LedgerPartition, chunk: ReadChunk, envelope: int) -> Iterator[pa.RecordBatch]:
+        if self.kind is not None and self.kind != (piece.log, envelope):
+            yield from self.drain()
+        self.kind = (piece.log, envelope)
+        base = piece.base
+        self.ledgers.append(piece.ledger_id)
+        self.counts.append(len(chunk.entry_ids))
+        self.entry_ids += chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
+        self.payloads += chunk.payloads
+        self.size += sum(map(len, chunk.payloads))
+        if len(self.entry_ids) >= MERGE_ROWS or self.size >= MERGE_BYTES:
+            yield from self.drain()
+
+    def drain(self) -> Iterator[pa.RecordBatch]:
+        if self.kind is None or not self.entry_ids:
+            self.kind = None
+            return
+        ledger_ids = np.repeat(np.array(self.ledgers, dtype=np.int64), self.counts)
+        batch = rows_to_batch(self.schema, self.kind[0], ledger_ids, self.entry_ids, self.payloads, self.kind[1])
+        self.kind, self.ledgers, self.counts, self.entry_ids, self.payloads, self.size = None, [], [], [], [], 0
+        yield batch
+
+
+def read_ahead(pieces: Sequence[LedgerPartition], handles: Mapping[int, LedgerHandle]
                ) -> Iterator[concurrent.futures.Future[ReadChunk] | None]:
-    """Each piece's first chunk, asked for READ_AHEAD pieces before it is needed (one round trip each,
-    which for thousands of one-entry ledgers is most of the task); None for a ledger that is not closed
-    (read_partition waits for its LAC first)."""
+    """Each piece's first chunk, asked for READ_AHEAD pieces before it is needed, on the client loop
+    (`read_chunk_async`: many reads in flight, no thread each; one round trip per tiny ledger would
+    otherwise be most of the task); None for a ledger that is not closed (read_partition waits for its
+    LAC first), or whose handle already has a read ahead (a ledger in two pieces)."""
+    busy: set[int] = set()
+
     def start(piece: LedgerPartition) -> concurrent.futures.Future[ReadChunk] | None:
-        rh = handles.get(piece.physical or piece.ledger_id)
-        if rh is None or not rh.is_closed:
+        ledger = piece.physical or piece.ledger_id
+        rh = handles.get(ledger)
+        if rh is None or not rh.is_closed or ledger in busy:
             return None
-        return pool.submit(rh.read_chunk, piece.base + piece.first_entry_id, piece.base + piece.last_entry_id)
+        busy.add(ledger)
+        return rh.read_chunk_async(piece.base + piece.first_entry_id, piece.base + piece.last_entry_id)
 
     flight = collections.deque(start(p) for p in pieces[:READ_AHEAD])
     following = iter(pieces[READ_AHEAD:])
-    while flight:
-        got = flight.popleft()
-        nxt = next(following, None)
-        if nxt is not None:
-            flight.append(start(nxt))
-        yield got
+    try:
+        for piece in pieces:
+            got = flight.popleft()
+            busy.discard(piece.physical or piece.ledger_id)
+            nxt = next(following, None)
+            if nxt is not None:
+                flight.append(start(nxt))
+            yield got
+    finally:
+        for future in flight:
+            if future is not None:
+                future.cancel()
+
+
+def merged(batches: Iterable[pa.RecordBatch], rows: int, size: int) -> Iterator[pa.RecordBatch]:
+    """The batches in order, small consecutive ones joined until they hold `rows` rows or `size` bytes."""
+    held: list[pa.RecordBatch] = []
+    count = held_bytes = 0
+    for batch in batches:
+        if not held and (batch.num_rows >= rows or batch.nbytes >= size):
+            yield batch
+            continue
+        held.append(batch)
+        count += batch.num_rows
+        held_bytes += batch.nbytes
+        if count >= rows or held_bytes >= size:
+            yield pa.concat_batches(held)
+            held, count, held_bytes = [], 0, 0
+    if held:
+        yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
 
 class BkLedgerBatchReader(DataSourceReader):

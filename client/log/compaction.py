@@ -3,7 +3,8 @@ CAS, delete the old ledgers after a grace period; and the background task that r
 
 Like Delta Lake's OPTIMIZE: readers see the same records at the same positions before and after (the
 log records which old ledger ids each new ledger replaced and where each began: `client.log.core.
-compaction`). The copy reads each old ledger without recovery and adds its payloads, unchanged and in
+compaction`). The copy reads each old ledger without recovery (opened many at a time, reads in flight
+ahead: `BookKeeper.open_ledgers`) and adds its payloads, unchanged and in
 order (the key/timestamp envelope is inside the payload; the ledger's custom metadata is carried over,
 without the job tag). Runs are swapped in as they are copied, `SWAP_LEDGERS` replaced ledgers at a
 time; each swap is one ZooKeeper transaction checked on the log head's version (the compare-and-swap):
@@ -18,6 +19,7 @@ yet swapped in.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -25,7 +27,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from client.errors import (
@@ -51,6 +53,8 @@ from client.progress import NO_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
+    from client.ledger_handle import LedgerHandle
+    from client.reader import ReadChunk
 
 log = logging.getLogger("bkledger.logs")
 JOB_KEY = "bkledger.job"
@@ -60,7 +64,8 @@ DEFAULT_MIN_LEDGERS = 4
 DEFAULT_GRACE_S = 600.0
 SWAP_LEDGERS = 4096                       # replaced ledgers swapped in per transaction (and pending znode)
 PENDING_PREFIX = "pending-"               # child znodes of a log naming replaced ledgers to delete
-READ_THREADS = 8                          # old ledgers read at once while copying (in order)
+OPEN_WINDOW = 2000                        # old ledgers opened together while copying (open_ledgers)
+READ_AHEAD = 64                           # old ledgers whose first chunk is in flight while copying
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,12 +237,11 @@ def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes) -> 
                           compression=first.compression)
     try:
         pending: list[concurrent.futures.Future[int]] = []
-        with concurrent.futures.ThreadPoolExecutor(READ_THREADS) as pool:   # read ahead, add in order
-            for payloads in pool.map(lambda led: _payloads(bk, led.ledger_id, password), elements):
-                pending += [lh.add_entry_async(p) for p in payloads]
-                if len(pending) > 5000:
-                    _wait(pending)
-                    pending = []
+        for payloads in _payloads_in_order(bk, [led.ledger_id for led in elements], password):
+            pending += [lh.add_entry_async(p) for p in payloads]
+            if len(pending) > 5000:
+                _wait(pending)
+                pending = []
         _wait(pending)
         lh.close()
     except BaseException:
@@ -249,13 +253,42 @@ def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes) -> 
     return lh.ledger_id
 
 
-def _payloads(bk: BookKeeper, ledger_id: int, password: bytes) -> list[bytes]:
-    """Every entry of a CLOSED ledger, in order (opened without recovery)."""
-    rh = bk.open_ledger(ledger_id, password, recovery=False)
+def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: bytes) -> Iterator[list[bytes]]:
+    """Every entry of each CLOSED ledger, ledger by ledger in order (opened without recovery). The ledgers
+    are opened OPEN_WINDOW at a time (`open_ledgers`: pipelined metadata reads) and the first chunks of the
+    next READ_AHEAD ledgers are in flight on the client loop: a small ledger costs no round trip of its
+    own. A ledger with no metadata raises NoSuchLedgerError (the copy fails and is deleted)."""
+    for start in range(0, len(ledger_ids), OPEN_WINDOW):
+        window = ledger_ids[start:start + OPEN_WINDOW]
+        handles = bk.open_ledgers(window, password, recovery=False)
+
+        def first(ledger_id: int, handles: Mapping[int, LedgerHandle] = handles
+                  ) -> tuple[LedgerHandle, concurrent.futures.Future[ReadChunk] | None]:
+            rh = handles.get(ledger_id) or bk.open_ledger(ledger_id, password, recovery=False)
+            return rh, (rh.read_chunk_async(0, rh.last_entry_id) if rh.last_entry_id >= 0 else None)
+
+        flight = collections.deque(first(i) for i in window[:READ_AHEAD])
+        following = iter(window[READ_AHEAD:])
+        try:
+            while flight:
+                rh, ahead = flight.popleft()
+                nxt = next(following, None)
+                if nxt is not None:
+                    flight.append(first(nxt))
+                yield _rest(rh, ahead)
+        finally:
+            for _, ahead in flight:
+                if ahead is not None:
+                    ahead.cancel()
+
+
+def _rest(rh: LedgerHandle, ahead: concurrent.futures.Future[ReadChunk] | None) -> list[bytes]:
+    """The ledger's entries: the chunk read ahead, then the others one by one."""
     out: list[bytes] = []
     position, last = 0, rh.last_entry_id
     while position <= last:
-        chunk = rh.read_chunk(position, last)
+        chunk = ahead.result(120) if ahead is not None else rh.read_chunk(position, last)
+        ahead = None
         out += [bytes(p) for p in chunk.payloads]
         position = chunk.entry_ids[-1] + 1
     return out

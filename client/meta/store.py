@@ -253,6 +253,12 @@ class MetadataStore(ZkSession):
         got = self.get_many([self.layout.ledger(lid) for lid in ledger_ids])
         return [None if g is None else serde.deserialize(lid, g[0]) for lid, g in zip(ledger_ids, got, strict=True)]
 
+    def read_ledgers_versioned(self, ledger_ids: list[int]) -> list[tuple[LedgerMetadata, int] | None]:
+        """(metadata, znode version) of many ledgers, read in one pipelined batch (None: no such ledger)."""
+        got = self.get_many([self.layout.ledger(lid) for lid in ledger_ids])
+        return [None if g is None else (serde.deserialize(lid, g[0]), g[1])
+                for lid, g in zip(ledger_ids, got, strict=True)]
+
     def write_ledger(self, md: LedgerMetadata, expected_version: int) -> int:
         """CAS the metadata at `expected_version`; MetadataVersionError if it changed. The new version."""
         path, data = self.layout.ledger(md.ledger_id), serde.serialize(md)

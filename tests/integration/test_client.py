@@ -165,6 +165,38 @@ def test_bad_input_gets_typed_errors(shared_cluster5, bk_factory):
         list(rh.read_entries(0, 5))
 
 
+def test_open_ledgers_reads_many_small_ledgers_at_once(shared_cluster5, bk_factory):
+    """open_ledgers: one handle per existing ledger (closed ones bounded by their last entry, an open one
+    by its LAC, never fenced: R12), a missing ledger left out, a wrong password refused; many
+    read_chunk_async reads in flight at once return each ledger's entries, digests checked."""
+    bk = bk_factory(shared_cluster5.metadata_service_uri)
+    closed = []
+    for i, quorum in enumerate([(3, 2, 2), (3, 3, 2), (1, 1, 1), (5, 3, 2)] * 5):
+        lh = bk.create_ledger(*quorum, password=b"pw", digest_type="crc32c" if i % 2 else "mac")
+        for k in range(1 + i % 3):
+            lh.add_entry(payload(i * 10 + k))
+        lh.close()
+        closed.append((lh.ledger_id, [payload(i * 10 + k) for k in range(1 + i % 3)]))
+    writer = bk.create_ledger(3, 2, 2, password=b"pw")
+    for k in range(5):
+        writer.add_entry(payload(k))
+    missing = 987654321
+    ids = [lid for lid, _ in closed] + [writer.ledger_id, missing]
+    handles = bk.open_ledgers(ids, b"pw")
+    assert set(handles) == set(ids) - {missing}
+    futures = {lid: handles[lid].read_chunk_async(0, len(want) - 1) for lid, want in closed}
+    for lid, want in closed:
+        assert handles[lid].is_closed and handles[lid].last_entry_id == len(want) - 1
+        assert [bytes(p) for p in futures[lid].result(30).payloads] == want
+    tail = handles[writer.ledger_id]
+    assert not tail.is_closed and tail.last_add_confirmed >= 3       # the LAC lags the last add by one
+    assert writer.add_entry(b"after") == 5                           # not fenced (R12)
+    writer.close()
+    with pytest.raises(BadPasswordError):
+        bk.open_ledgers(ids, b"wrong")
+    assert bk.open_ledgers([missing]) == {}
+
+
 def test_asyncio_api_and_many_threads(shared_cluster5, bk_factory):
     """The asyncio flavour works from the caller's own loop; the blocking API from many threads."""
     bk = bk_factory(shared_cluster5.metadata_service_uri)

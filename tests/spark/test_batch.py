@@ -266,3 +266,8 @@ def test_many_one_entry_ledgers_read_in_few_partitions_in_order(spark, cluster, 
     assert capped.rdd.getNumPartitions() == 5
     assert [bytes(r.value) for r in capped.collect()] == [b"r%03d" % i for i in range(300)]
     assert reader(spark, uri, log=log, targetPartitionBytes="400").rdd.getNumPartitions() == 300 // 100
+    bk.delete_ledger(ids[150])        # gone after the log listed it: the task reports data loss, or skips it
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader(spark, uri, log=log).count()
+    kept = reader(spark, uri, log=log, failOnDataLoss="false").collect()
+    assert [bytes(r.value) for r in kept] == [b"r%03d" % i for i in range(300) if i != 150]
