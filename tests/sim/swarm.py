@@ -18,8 +18,8 @@ import random
 #: Fault classes of `faults.Faults` (each seed enables a random subset) and their base weights.
 FAULT_CLASSES = {
     "crash": 5, "pause": 4, "fsync": 3, "cut_writer_all": 3, "cut_writer_some": 3, "cut_bookie": 2,
-    "zk_loss": 2, "kill_writer": 1, "recoverer": 3, "pause_then_recover": 2, "slow_bookie": 3,
-    "pause_writer": 2, "recovery_storm": 2, "corrupt": 2, "successor": 2, "slow_disk": 3, "rolling_restart": 2,
+    "zk_loss": 2, "kill_writer": 1, "recoverer": 4, "pause_then_recover": 2, "slow_bookie": 3,
+    "pause_writer": 2, "recovery_storm": 3, "corrupt": 4, "successor": 2, "slow_disk": 3, "rolling_restart": 2,
     "read_errors": 3,
 }
 #: Hazard points (buggify): where the world may pause or kill an actor at the worst moment.
@@ -77,12 +77,12 @@ def draw(rng: random.Random) -> Swarm:
         slow_rate=slow_rate,
         slow_delay=rng.choice((30, 80, 200, 500)),
         group_waits=_group_waits(rng),
-        max_adds=rng.choice((10, 60, 150, 300)),
+        max_adds=rng.choice((40, 80, 150, 300)),
         window=rng.choice((1, 4, 16, 64)),
         add_gap=rng.choice((1, 2, 6, 20)),
         faults=faults,
         mean_gap=rng.choice((8, 15, 30, 60, 120)),
-        warmup=rng.randint(0, 300),
+        warmup=rng.randint(0, 150),
         recovery_after=rng.choice((rng.randint(0, 100), rng.randint(50, 1500))),
         hazards=hazards,
         speculative_timeout=rng.choice((2, 5, 15, 30)),
