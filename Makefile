@@ -8,6 +8,7 @@ SEEDS ?= 200
 FROM ?= 0
 STEPS ?= 3000
 MUTATION ?= none
+JOBS ?=
 
 .PHONY: demo demo-secure test lint proto unit integration sim sim-mutants bench bench-quick clean
 
@@ -37,14 +38,16 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
 
-# make sim [SEEDS=N FROM=F] [SEED=S] [MUTATION=M] [STEPS=K]: run a seed range, or replay one seed's trace.
+# make sim [SEEDS=N FROM=F] [SEED=S] [MUTATION=M] [STEPS=K] [JOBS=J]: run a seed range (on one worker process
+# per core unless JOBS says otherwise), or replay one seed's trace.
 sim: $(STAMP)
 	$(BIN)/python -m tests.sim.runner --seeds $(SEEDS) --first $(FROM) --steps $(STEPS) --mutation $(MUTATION) \
-		$(if $(SEED),--seed $(SEED))
+		$(if $(SEED),--seed $(SEED)) $(if $(JOBS),--jobs $(JOBS))
 
-# make sim-mutants [SEEDS=N FROM=F]: each mutant's violation rate over the range; fails below 3%.
+# make sim-mutants [SEEDS=N FROM=F] [JOBS=J]: each mutant's violation rate over the range; fails below 3%.
 sim-mutants: $(STAMP)
-	$(BIN)/python -m tests.sim.runner --mutants --seeds $(SEEDS) --first $(FROM) --steps $(STEPS)
+	$(BIN)/python -m tests.sim.runner --mutants --seeds $(SEEDS) --first $(FROM) --steps $(STEPS) \
+		$(if $(JOBS),--jobs $(JOBS))
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \

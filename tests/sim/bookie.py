@@ -8,7 +8,9 @@ bookie failed until restart. A crash drops unsynced bytes (maybe leaving a torn 
 entries, master keys, fenced flags and the max LAC by replaying the journal (R22, R23).
 
 A corrupting bookie (fault class "corrupt") flips a byte of every entry it returns to readers, as a bad disk
-or NIC would: readers must reject the copy by its digest and read another one.
+or NIC would: readers must reject the copy by its digest and read another one. A bookie with read errors
+(fault class "read_errors": its ledger disk fails while the journal disk works) answers entry reads EIO at
+once; adds, fences and LAC reads go on.
 
 `mutation` selects a deliberately broken bookie for mutation tests only: "ack-before-sync", "fence-shortcut"
 (answers a fencing read at once when the ledger is already fenced in memory, before that fence and the adds
@@ -48,6 +50,7 @@ class SimBookie:
         self.fence_shortcut = mutation == "fence-shortcut"
         self.fence_in_memory = mutation == "fence-not-persisted"
         self.corrupt = False          # fault injection: entries read back have a flipped byte
+        self.read_errors = False      # fault injection: the ledger disk fails reads (EIO), the journal still works
         self.group_wait = group_wait  # journalMaxGroupWaitMSec: the longest an append waits for its fsync
         self.world = world
         self.net = net
@@ -160,6 +163,8 @@ class SimBookie:
     def _read_answer(self, req: ReadRequest) -> ReadResponse:
         known = req.ledger_id in self.keys or req.ledger_id in self.entries
         lac = self.max_lac.get(req.ledger_id, -1)
+        if self.read_errors and req.entry_id >= 0:
+            return ReadResponse(StatusCode.EIO, None, lac)
         if req.entry_id < 0:
             return ReadResponse(StatusCode.EOK if known else StatusCode.ENOLEDGER, None, lac)
         body = self.entries.get(req.ledger_id, {}).get(req.entry_id)

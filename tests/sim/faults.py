@@ -4,7 +4,8 @@ Mirrors the failures PROTOCOL.md's scenarios name: a bookie killed and restarted
 lost, torn tail), paused (SIGSTOP: messages held), an fsync that fails (EIO until restart), partitions
 (a writer cut off from everything or from some bookies, a bookie cut off from everyone), ZooKeeper
 answers lost (connection loss: "maybe written"), a writer killed or paused with adds in flight, slow bookies
-(every message to and from them late), a bookie returning corrupt copies, recoverers starting at random times
+(every message to and from them late), a bookie returning corrupt copies or failing reads, a rolling restart
+of the ensemble, recoverers starting at random times
 or in storms (concurrent recoveries race each other and the writer), and a new log writer taking over the
 tail. Which classes run, how often, and the hazards (pause or kill an actor at a dangerous protocol point)
 come from the seed's `swarm.Swarm`. Every choice comes from the world's seeded rng.
@@ -124,6 +125,19 @@ class Faults:
             self.writer.crash()
             self._later(5, 60, "recoverer after writer crash", self.start_recoverer)
 
+    def _rolling_restart(self) -> None:
+        """An operator restarts the bookies of the current ensemble one after another (kill, restart a little
+        later, next one): each loses its unsynced journal bytes while the writer and recoveries go on."""
+        ensemble = list(self.writer.md.last_fragment.ensemble)
+        self.world.note(f"fault: rolling restart of {ensemble}")
+        start = 0
+        for name in ensemble:
+            bookie = next(b for b in self.bookies if b.name == name)
+            down = self.world.between(5, 60)
+            self._later(start, start, f"rolling: stop {name}", bookie.crash)
+            self._later(start + down, start + down, f"rolling: start {name}", bookie.restart)
+            start += down + self.world.between(0, 30)
+
     def _pause_then_recover(self) -> None:
         """PROTOCOL.md: a bookie of the current ensemble paused (SIGSTOP) while another client recovers."""
         if self.world.now < self.recovery_after:
@@ -153,9 +167,11 @@ class Faults:
         self._later(50, 600, f"{bookie.name} fast again", fast)
 
     def _slow_disk(self) -> None:
-        """A bookie's journal disk turns slow: fsyncs take long, so what it journaled stays unsynced (not
-        yet readable, not yet acknowledged) while requests keep arriving."""
-        self._slow_disk_of(self.world.rng.choice(self.bookies))
+        """A bookie's journal disk (mostly one of the writer's ensemble) turns slow: fsyncs take long, so
+        what it journaled stays unsynced (not yet readable, not yet acknowledged) while requests arrive."""
+        ensemble = set(self.writer.md.last_fragment.ensemble)
+        members = [b for b in self.bookies if b.name in ensemble]
+        self._slow_disk_of(self.world.rng.choice(members if members and self.world.chance(0.7) else self.bookies))
 
     def _slow_disk_of(self, bookie: SimBookie) -> None:
         normal = self._group_waits[bookie.name]
@@ -189,6 +205,18 @@ class Faults:
             bookie.corrupt = False
         self._later(30, 400, f"{bookie.name} returns good copies", heal)
 
+    def _read_errors(self) -> None:
+        self._read_errors_of(self.world.rng.choice(self.bookies))
+
+    def _read_errors_of(self, bookie: SimBookie) -> None:
+        """The bookie's ledger disk fails reads (EIO at once) for a while; adds and fences still work."""
+        self.world.note(f"fault: {bookie.name} ledger disk fails reads")
+        bookie.read_errors = True
+
+        def heal() -> None:
+            bookie.read_errors = False
+        self._later(30, 400, f"{bookie.name} reads work again", heal)
+
     def _successor(self) -> None:
         if self.world.now >= self.recovery_after:
             self.start_successor()
@@ -209,38 +237,93 @@ class Faults:
             return
         if not isinstance(subject, Actor):
             return
-        if point == "recovery_reading" and self.world.chance(0.5):
-            # A bookie stalls just as a recovery starts reading: its answers come after the timeouts.
-            bookie = self.world.rng.choice(self.bookies)
-            if self.can_corrupt and self.world.chance(0.4):
-                self._corrupt_one(bookie)
-                return
-            if self.world.chance(0.5):
-                self._slow_disk_of(bookie)
-                return
-            self.world.note(f"{bookie.name} stalls while recovery reads")
-            timeout = self.world.timeout
-            self.net.slow_nodes[bookie.name] = self.world.rng.choice([timeout // 2, timeout, 3 * timeout])
-
-            def fast() -> None:
-                self.net.slow_nodes.pop(bookie.name, None)
-            self._later(30, 300, f"{bookie.name} fast again", fast)
+        if point == "recovery_reading" and self.world.chance(0.75):
+            self._strike_recovery(subject)
+            return
+        if subject is self.writer and point == "writer_acked" and self.world.chance(0.4):
+            subject.crash()     # dies with its newest LAC known to no bookie
+            self._later(0, 30, "recoverer after writer crash", self.start_recoverer)
             return
         if subject is self.writer and point == "writer_add_sent":
             roll = self.world.rng.random()
-            if roll < 0.2:
+            if roll < 0.15:
                 subject.crash()
                 self._later(0, 30, "recoverer after writer crash", self.start_recoverer)
                 return
-            if roll < 0.6:
+            if roll < 0.65:
                 # A recovery races the writer while it streams adds.
-                for _ in range(self.world.between(1, 2)):
+                for _ in range(self.world.between(1, 3)):
                     self._later(0, 10, "recoverer racing the writer", self.start_recoverer)
                 return
         subject.pause()
         for _ in range(self.world.between(1, 2)):
             self._later(0, 40, f"recoverer while {subject.name} is paused", self.start_recoverer)
+        if subject is self.writer and self.world.chance(0.5):
+            # The zombie writer: while it sleeps, a recovery fences its bookies and one of them restarts; it
+            # wakes up after that and goes on writing.
+            back = self._restart_one_of(list(self.writer.md.last_fragment.ensemble), self.world.between(30, 200))
+            wake = back + self.world.between(1, 100)
+            self._later(wake, wake, f"resume {subject.name}", subject.resume)
+            return
         self._later(20, 500, f"resume {subject.name}", subject.resume)
+
+    def _restart_one_of(self, names: list[str], after: int) -> int:
+        """Kill one of these bookies `after` time units from now and restart it a little later; returns when."""
+        name = self.world.rng.choice(names)
+        bookie = next(b for b in self.bookies if b.name == name)
+        self._later(after, after, f"crash {bookie.name}", bookie.crash)
+        again = after + self.world.between(1, 60)
+        self._later(again, again, f"restart {bookie.name}", bookie.restart)
+        return again
+
+    def _strike_recovery(self, recoverer: Actor) -> None:
+        """A recovery just sent its fencing reads: the bookies it must hear from (its last ensemble, mostly)
+        misbehave now: corrupt copies, a slow journal disk (fences stay unsynced), a failing journal disk
+        (EIO until restart), a failing ledger disk (reads EIO at once), the recovering client's own link
+        turning slow (fences answered, reads timed out), a stall past the timeouts (one or two bookies), or a
+        kill -9 and quick restart (unsynced bytes lost, in-flight requests gone)."""
+        md = getattr(recoverer, "md", None)
+        names = set(md.last_fragment.ensemble) if md is not None and self.world.chance(0.8) else set()
+        pool = [b for b in self.bookies if b.name in names] or self.bookies
+        bookie = self.world.rng.choice(pool)
+        strikes = ["slow_disk", "disk_fails", "read_errors", "slow_link", "slow_link", "stall", "stall", "kill",
+                   "kill"]
+        strike = self.world.rng.choice(strikes + (["corrupt"] if self.can_corrupt else []))
+        timeout = self.world.timeout
+        if strike == "corrupt":
+            self._corrupt_one(bookie)
+        elif strike == "slow_disk":
+            self._slow_disk_of(bookie)
+        elif strike == "disk_fails":
+            self.world.note(f"fault: {bookie.name} journal disk fails (next fsync EIO)")
+            bookie.fail_next_sync = True
+            self._later(30, 200, f"restart {bookie.name}", bookie.restart)
+        elif strike == "read_errors":
+            self._read_errors_of(bookie)
+        elif strike == "slow_link":
+            delay = self.world.between(timeout // 2, 2 * timeout // 3)
+            self.world.note(f"{recoverer.name}'s network slow by {delay}")
+            self._slow_for(recoverer.name, delay)
+        elif strike == "stall":
+            for one in self.world.rng.sample(pool, min(len(pool), self.world.between(1, 2))):
+                self.world.note(f"{one.name} stalls while recovery reads")
+                self._slow_for(one.name, self.world.rng.choice([timeout // 2, timeout, 3 * timeout]))
+        else:
+            self.world.note(f"fault: {bookie.name} killed while recovery reads")
+            # Around its fence answer (the fence read is in flight, the answer waits for the fsync), then a
+            # quick restart (or a slow one) while the writer may still be sending.
+            crash_at = self.world.between(0, self.net.max_delay + bookie.group_wait + 5)
+            self._later(crash_at, crash_at, f"crash {bookie.name}", bookie.crash)
+            restart_at = crash_at + self.world.rng.choice((self.world.between(1, 20), self.world.between(20, 80)))
+            self._later(restart_at, restart_at, f"restart {bookie.name}", bookie.restart)
+
+    def _slow_for(self, node: str, delay: int) -> None:
+        """Every message to and from `node` takes `delay` longer, for a while."""
+        self.net.slow_nodes[node] = delay
+
+        def fast() -> None:
+            self.net.slow_nodes.pop(node, None)
+        self._later(30, 300, f"{node} fast again", fast)
 
     # ---- the end ----------------------------------------------------------------------------------------
     def heal_all(self) -> None:
@@ -254,6 +337,7 @@ class Faults:
         for bookie in self.bookies:
             bookie.fail_next_sync = False
             bookie.corrupt = False
+            bookie.read_errors = False
             bookie.group_wait = self._group_waits[bookie.name]
             if bookie.paused:
                 bookie.resume()

@@ -8,6 +8,9 @@
 - `--mutants` measures every mutant over the seed range and prints the table (mutation, seeds, violations,
   rate); the exit status is 1 if a mutant's rate is below `--bar` (what `make sim-mutants` runs).
   `--stop-early` stops a mutant as soon as it has enough violations to pass the bar (for CI).
+- `--jobs J` spreads the seeds over J worker processes (default: one per core). Each seed is still one
+  deterministic single-threaded run; the workers only say which seeds failed, and the parent re-runs the
+  failing ones to print them, so the output does not depend on J.
 
 The exit status is 1 when any seed violated the oracle (or, with --mutants, when a mutant escaped).
 """
@@ -16,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 
 from tests.sim.mutations import BAR, MUTATIONS
 from tests.sim.scenario import RunResult, SimOptions, run_seed
@@ -38,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bar", type=float, default=BAR, help=f"with --mutants: lowest rate (default {BAR})")
     parser.add_argument("--stop-early", action="store_true",
                         help="with --mutants: stop a mutant once it has enough violations to pass the bar")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes for a seed range (default: one per core)")
     return parser.parse_args(argv)
 
 
@@ -50,20 +58,50 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if result.violation else 0
     if args.mutants:
         names = [n for n in args.only.split(",") if n] or list(MUTATIONS)
-        return mutants_table(names, args.first, args.seeds, args.bar, args.steps, stop_early=args.stop_early)
-    return run_range(args.first, args.seeds, SimOptions(steps=args.steps, mutation=args.mutation))
+        return mutants_table(names, args.first, args.seeds, args.bar, args.steps, stop_early=args.stop_early,
+                             jobs=args.jobs)
+    return run_range(args.first, args.seeds, SimOptions(steps=args.steps, mutation=args.mutation), jobs=args.jobs)
 
 
-def run_range(first: int, count: int, options: SimOptions) -> int:
+#: Seeds per task handed to a worker process.
+CHUNK = 25
+
+
+def _failing_seeds(task: tuple[int, int, int, str]) -> list[int]:
+    """Worker: the seeds of first..first+count-1 that violate the oracle (the result object stays here)."""
+    first, count, steps, mutation = task
+    options = SimOptions(steps=steps, mutation=mutation)
+    return [seed for seed in range(first, first + count) if run_seed(seed, options).violation is not None]
+
+
+def failing_seeds(first: int, count: int, options: SimOptions, jobs: int = 1) -> Iterator[list[int]]:
+    """The failing seeds of the range, one list per chunk of CHUNK seeds, in seed order; with jobs > 1 the
+    chunks run in worker processes (each seed is the same deterministic run wherever it runs)."""
+    tasks = [(start, min(CHUNK, first + count - start), options.steps, options.mutation)
+             for start in range(first, first + count, CHUNK)]
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(_failing_seeds, tasks)
+        return
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        futures = [pool.submit(_failing_seeds, task) for task in tasks]
+        for future in futures:
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)   # a caller that stops early cancels the rest
+
+
+def run_range(first: int, count: int, options: SimOptions, jobs: int = 1) -> int:
     started = time.monotonic()
     violations: list[RunResult] = []
-    for seed in range(first, first + count):
-        result = run_seed(seed, options)
-        if result.violation:
+    for failed in failing_seeds(first, count, options, jobs):
+        for seed in failed:
+            result = run_seed(seed, options)
             violations.append(result)
-            print(result.summary)
+            print(result.summary, flush=True)
     elapsed = time.monotonic() - started
-    print(f"{count} seeds ({first}..{first + count - 1}), {len(violations)} violations ({elapsed:.1f}s)")
+    print(f"{count} seeds ({first}..{first + count - 1}), {len(violations)} violations ({elapsed:.1f}s, "
+          f"{count / max(elapsed, 1e-9):.0f} seeds/s, {max(jobs, 1)} jobs)")
     if violations:
         shortest = shrink(violations[0].seed, options)
         print(f"\nfirst violation, shrunk to {shortest.steps} steps:")
@@ -88,7 +126,7 @@ def shrink(seed: int, options: SimOptions) -> RunResult:
 
 
 def mutants_table(names: list[str], first: int, count: int, bar: float, steps: int, *,
-                  stop_early: bool = False) -> int:
+                  stop_early: bool = False, jobs: int = 1) -> int:
     """Run each mutant over seeds first..first+count-1; print the table; 1 if one is below the bar."""
     need = math.ceil(bar * count)
     print(f"seeds {first}..{first + count - 1}, bar {bar:.0%} ({need} of {count})"
@@ -97,15 +135,7 @@ def mutants_table(names: list[str], first: int, count: int, bar: float, steps: i
     escaped = []
     started = time.monotonic()
     for name in names:
-        options = SimOptions(steps=steps, mutation=name)
-        caught: list[int] = []
-        ran = 0
-        for seed in range(first, first + count):
-            ran += 1
-            if run_seed(seed, options).violation is not None:
-                caught.append(seed)
-                if stop_early and len(caught) >= need:
-                    break
+        caught, ran = _catch(name, first, count, steps, need if stop_early else None, jobs)
         rate = len(caught) / ran
         ok = len(caught) >= need
         if not ok:
@@ -117,6 +147,21 @@ def mutants_table(names: list[str], first: int, count: int, bar: float, steps: i
         print(f"mutants below the bar: {', '.join(escaped)}; replay one with "
               f"`python -m tests.sim.runner --seeds {count} --first {first} --mutation {escaped[0]}`")
     return 1 if escaped else 0
+
+
+def _catch(name: str, first: int, count: int, steps: int, enough: int | None, jobs: int) -> tuple[list[int], int]:
+    """(seeds where mutant `name` violated the oracle, seeds run); stops after the chunk where `enough`
+    violations were reached, if given (only whole chunks run, so the count does not depend on `jobs`)."""
+    options = SimOptions(steps=steps, mutation=name)
+    caught: list[int] = []
+    ran = 0
+    chunks = failing_seeds(first, count, options, jobs)
+    for failed in chunks:
+        caught.extend(failed)
+        ran = min(count, ran + CHUNK)
+        if enough is not None and len(caught) >= enough:
+            break
+    return caught, ran
 
 
 def report(result: RunResult) -> None:

@@ -31,7 +31,10 @@ DIGESTS = ("crc32c", "crc32", "hmac", "dummy")
 LEDGER_ID = 1 << 33 | 7    # above 2^31, like a long-hierarchical id
 SETTLE = 300
 CHAOS_TAIL = 400
-FINAL_STEPS = 30_000
+#: The final phases (settle, final recovery, final read) are bounded in simulated time, not in steps: after a
+#: storm of racing recoveries their late answers and retries fill many steps without meaning any hang.
+FINAL_TIME = 30_000
+FINAL_STEPS = 2_000_000     # a guard against a run that never ends
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,16 +132,22 @@ class Simulation:
         return rec
 
     # ---- phases -----------------------------------------------------------------------------------------
-    def _run_until(self, done: Callable[[], bool], budget: int) -> bool:
-        """Step until `done()` is true or `budget` steps ran; the oracle checks after every step."""
+    def _run_until(self, done: Callable[[], bool], budget: int, deadline: int | None = None) -> bool:
+        """Step until `done()` is true, `budget` steps ran or the clock passed `deadline`; the oracle checks
+        after every step."""
         world, oracle = self.world, self.oracle
         for _ in range(budget):
             if done():
                 return True
+            if deadline is not None and world.now > deadline:
+                break
             if not world.step():
                 return bool(done())
             oracle.check_step()
         return bool(done())
+
+    def _final(self, done: Callable[[], bool]) -> bool:
+        return self._run_until(done, FINAL_STEPS, self.world.now + FINAL_TIME)
 
     def _chaos_over(self) -> bool:
         """The writer is done (closed, failed or crashed) and had CHAOS_TAIL time units of aftermath."""
@@ -164,7 +173,7 @@ class Simulation:
             self.writer.crash()     # kill -9 with adds in flight; the final recovery closes the ledger
         self.reader.stopped = True
         settle_until = world.now + SETTLE
-        self._run_until(lambda: world.now >= settle_until, FINAL_STEPS)
+        self._final(lambda: world.now >= settle_until)
         md = self.store.get(LEDGER_ID)[1]
         if md.ack_quorum >= 2 and world.chance(0.5):
             # Oracle 7, "no hang on a paused bookie": one bookie stays paused (SIGSTOP) for the rest of the run.
@@ -172,15 +181,15 @@ class Simulation:
             world.note(f"final: {hung.name} stays paused")
             hung.pause()
         final = self._new_recoverer(final=True)
-        if not self._run_until(lambda: final.done or final.gave_up, FINAL_STEPS) or not final.done:
+        if not self._final(lambda: final.done or final.gave_up) or not final.done:
             self.oracle.fail("7", f"with every bookie reachable, recovery did not close the ledger within "
-                             f"{FINAL_STEPS} steps ({final.attempts} attempts)")
+                             f"{FINAL_TIME} time units ({final.attempts} attempts)")
         md = self.store.get(LEDGER_ID)[1]
         if md.state is not LedgerState.CLOSED:
             self.oracle.fail("7", f"the final recovery finished but the ledger is {md.state.name}")
         reader = self._reader("reader-final", final=True)
         reader.start()
-        if not self._run_until(lambda: reader.done, FINAL_STEPS):
+        if not self._final(lambda: reader.done):
             self.oracle.fail("2", f"the final reader could not read the closed ledger (stopped at entry "
                              f"{reader.next_entry} of {md.last_entry_id})")
         self.oracle.final_check(reader.got, md)

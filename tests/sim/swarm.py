@@ -5,7 +5,8 @@ every fault at a moderate rate rarely reaches the narrow windows where protocol 
 its own world: some fault classes off entirely, the rest at rates and sizes from calm to extreme (slow
 messages held past a recovery, long group-commit waits, a writer with a deep pipeline, storms of racing
 recoveries). "Hazards" are the buggify part: at a dangerous point of the protocol (an add just sent, an
-ensemble change or close CAS in flight, a fence just journaled) the world may pause or kill the actor there.
+acknowledgement that moved the writer's LAC before any bookie knows it, an ensemble change or close CAS in
+flight, a fence just journaled, a recovery's fences just sent) the world may pause or kill the actor there.
 Nothing here knows about mutants: the same world runs for correct and broken rules.
 """
 
@@ -17,11 +18,18 @@ import random
 #: Fault classes of `faults.Faults` (each seed enables a random subset) and their base weights.
 FAULT_CLASSES = {
     "crash": 5, "pause": 4, "fsync": 3, "cut_writer_all": 3, "cut_writer_some": 3, "cut_bookie": 2,
-    "zk_loss": 2, "kill_writer": 1, "recoverer": 3, "pause_then_recover": 2, "slow_bookie": 3,
-    "pause_writer": 2, "recovery_storm": 2, "corrupt": 2, "successor": 2, "slow_disk": 3,
+    "zk_loss": 2, "kill_writer": 1, "recoverer": 4, "pause_then_recover": 2, "slow_bookie": 3,
+    "pause_writer": 2, "recovery_storm": 3, "corrupt": 4, "successor": 2, "slow_disk": 3, "rolling_restart": 2,
+    "read_errors": 3,
 }
 #: Hazard points (buggify): where the world may pause or kill an actor at the worst moment.
-HAZARDS = ("writer_add_sent", "writer_cas_sent", "fence_journaled", "recovery_reading", "recovery_close_sent")
+HAZARDS = ("writer_add_sent", "writer_acked", "writer_cas_sent", "fence_journaled", "recovery_reading",
+           "recovery_close_sent")
+#: The probabilities a seed may give a hazard point (default (0, 0.1, 0.3, 0.6)): points reached at every
+#: add get small ones (per run that is already a lot); a recovery's start, reached a few times a run and
+#: the most dangerous moment of the protocol, large ones.
+HAZARD_ODDS = {"writer_add_sent": (0.0, 0.02, 0.05, 0.1), "writer_acked": (0.0, 0.02, 0.05, 0.1),
+               "recovery_reading": (0.0, 0.3, 0.6, 0.9)}
 QUORUMS = ((3, 3, 2), (3, 2, 2), (5, 3, 2), (4, 2, 2), (3, 3, 3), (2, 2, 1), (5, 2, 2), (4, 3, 2))
 
 
@@ -58,24 +66,23 @@ class Swarm:
 def draw(rng: random.Random) -> Swarm:
     """Draw the world of one seed from the seed's rng."""
     faults = {kind: weight * rng.choice((1, 1, 3)) for kind, weight in FAULT_CLASSES.items() if rng.random() < 0.5}
-    hazards = {point: rng.choice((0.0, 0.01, 0.05) if point == "writer_add_sent" else (0.0, 0.1, 0.3, 0.6))
-               for point in HAZARDS}
-    slow_rate = rng.choice((0.0, 0.0, 0.02, 0.1, 0.3))
+    hazards = {point: rng.choice(HAZARD_ODDS.get(point, (0.0, 0.1, 0.3, 0.6))) for point in HAZARDS}
+    slow_rate = rng.choice((0.0, 0.02, 0.1, 0.3))
     return Swarm(
         quorum=rng.choice(QUORUMS),
         extra_bookies=rng.randint(1, 3),
-        loss=rng.choice((0.0, 0.0, 0.01, 0.05, 0.15)),
+        loss=rng.choice((0.0, 0.0, 0.01, 0.05, 0.15, 0.3)),
         dup=rng.choice((0.0, 0.02, 0.05)),
         max_delay=rng.choice((1, 3, 8, 15, 30)),
         slow_rate=slow_rate,
         slow_delay=rng.choice((30, 80, 200, 500)),
         group_waits=_group_waits(rng),
-        max_adds=rng.choice((10, 60, 150, 300)),
+        max_adds=rng.choice((40, 80, 150, 300)),
         window=rng.choice((1, 4, 16, 64)),
         add_gap=rng.choice((1, 2, 6, 20)),
         faults=faults,
         mean_gap=rng.choice((8, 15, 30, 60, 120)),
-        warmup=rng.randint(0, 300),
+        warmup=rng.randint(0, 150),
         recovery_after=rng.choice((rng.randint(0, 100), rng.randint(50, 1500))),
         hazards=hazards,
         speculative_timeout=rng.choice((2, 5, 15, 30)),
@@ -83,8 +90,15 @@ def draw(rng: random.Random) -> Swarm:
 
 
 def _group_waits(rng: random.Random) -> tuple[int, ...]:
-    """One group-commit wait for all bookies, or (swarm) each bookie its own, some on a slow journal disk."""
+    """One group-commit wait for all bookies, or (swarm) each bookie its own, or fast journals with a few
+    slow journal disks among them."""
     choices = (1, 2, 4, 12, 30, 80)
-    if rng.random() < 0.5:
+    roll = rng.random()
+    if roll < 0.25:
         return (rng.choice(choices),) * 8
+    if roll < 0.75:
+        # Fast journals, except one slow journal disk per few bookies: its adds and fences stay unsynced
+        # long after the others answered.
+        fast = rng.choice(choices[:3])
+        return tuple(rng.choice((80, 150, 300)) if rng.random() < 0.3 else fast for _ in range(8))
     return tuple(rng.choice(choices) for _ in range(8))

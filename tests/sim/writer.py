@@ -6,9 +6,10 @@ NeedEnsembleChange picks replacement bookies and CASes `transforms.with_ensemble
 the adds go on with the ack quorum left, `on_ensemble_change_failed`); a lost race or a lost answer is
 resolved with `decide_ensemble_change_conflict`. Closing CASes `transforms.closed` and
 resolves conflicts with `decide_writer_close_conflict`. What the writer saw acknowledged goes to the oracle.
-After an add is sent and while a CAS is in flight it reaches a hazard point (the world may pause or kill it
-there). `mutation` selects a broken writer: "ensemble-change-no-cas" (setData with version -1, i.e. no
-compare-and-swap) or "lac-before-quorum" (the LAC advances on a single ack).
+After an add is sent, after an acknowledgement moved its LAC (which no bookie knows before the next add) and
+while a CAS is in flight it reaches a hazard point (the world may pause or kill it there). `mutation`
+selects a broken writer: "ensemble-change-no-cas" (setData with version -1, i.e. no compare-and-swap) or
+"lac-before-quorum" (the LAC advances on a single ack).
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class Writer(Actor):
                     self._send_add(action.entry_id, self.pa.ensemble[index])
             elif isinstance(action, CompleteAdds):
                 self.oracle.on_acked(action.first_entry_id, action.last_add_confirmed)
+                # The LAC just moved and no bookie knows it yet (it rides on the next add).
+                self.world.hazard("writer_acked", self)
             elif isinstance(action, NeedEnsembleChange):
                 self._change(action)
             elif isinstance(action, FailAdds):
