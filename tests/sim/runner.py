@@ -126,10 +126,13 @@ def shrink(seed: int, options: SimOptions) -> RunResult:
 
 
 def mutants_table(names: list[str], first: int, count: int, bar: float, steps: int, *,
-                  stop_early: bool = False, jobs: int = 1) -> int:
-    """Run each mutant over seeds first..first+count-1; print the table; 1 if one is below the bar."""
-    need = math.ceil(bar * count)
-    print(f"seeds {first}..{first + count - 1}, bar {bar:.0%} ({need} of {count})"
+                  stop_early: bool = False, jobs: int = 1, significance: float | None = None) -> int:
+    """Run each mutant over seeds first..first+count-1; print the table; 1 if one is below the bar. With
+    `significance`, 1 only if one is significantly below it: so few violations that a mutant whose true
+    rate is the bar would show them with at most that probability (a check that does not flake)."""
+    need = math.ceil(bar * count) if significance is None else significant_need(bar, count, significance)
+    rule = "" if significance is None else f", failing only below it at p <= {significance}"
+    print(f"seeds {first}..{first + count - 1}, bar {bar:.0%} ({need} of {count}{rule})"
           + (", stopping a mutant once it passes" if stop_early else ""))
     print(f"{'mutation':<24} {'seeds':>6} {'violations':>10} {'rate':>7}  first seeds")
     escaped = []
@@ -147,6 +150,17 @@ def mutants_table(names: list[str], first: int, count: int, bar: float, steps: i
         print(f"mutants below the bar: {', '.join(escaped)}; replay one with "
               f"`python -m tests.sim.runner --seeds {count} --first {first} --mutation {escaped[0]}`")
     return 1 if escaped else 0
+
+
+def significant_need(bar: float, count: int, significance: float) -> int:
+    """The most violations k such that fewer than k in `count` seeds happen with probability <=
+    `significance` when the true rate is `bar` (binomial lower tail)."""
+    def below(k: int) -> float:
+        return sum(math.comb(count, i) * bar ** i * (1 - bar) ** (count - i) for i in range(k))
+    need = 0
+    while need < count and below(need + 1) <= significance:
+        need += 1
+    return need
 
 
 def _catch(name: str, first: int, count: int, steps: int, enough: int | None, jobs: int) -> tuple[list[int], int]:
