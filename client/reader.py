@@ -277,7 +277,7 @@ class LedgerReader:
         Each entry is verified once, from the first covering bookie that holds it; the copies the other
         covering bookies send along are kept unverified and checked only if that bookie did not deliver."""
         import numpy as np  # not at import: see the module docstring
-        indices = covering_indices(self.md.ensemble_size, self.md.write_quorum)
+        indices = covering_indices(self.md.ensemble_size, self.md.write_quorum, self._slow_indices(fragment))
         owner = np.array(first_holders(self.md.ensemble_size, self.md.write_quorum, indices), dtype=np.int64)
         results = await self._covering_streams([fragment.ensemble[i] for i in indices], lo, hi, owner)
         found: Found = {}
@@ -298,6 +298,15 @@ class LedgerReader:
             part = missing[start:start + FILL_PARALLELISM]
             found.update(zip(part, await asyncio.gather(*(self.read_entry(e) for e in part)), strict=True))
         return ReadChunk(list(range(lo, hi + 1)), [found[e] for e in range(lo, hi + 1)])
+
+    def _slow_indices(self, fragment: Fragment) -> frozenset[int]:
+        """reorderReadSequenceEnabled: ensemble indices of bookies slow or failed recently, which a striped
+        read leaves out of its covering set when it can (else each chunk waits out a stalled stream)."""
+        health = self.ctx.health
+        if not health.reorder:
+            return frozenset()
+        now = asyncio.get_running_loop().time()
+        return frozenset(i for i, b in enumerate(fragment.ensemble) if health.is_slow(b, now))
 
     async def _covering_streams(self, bookies: list[str], lo: int, hi: int, owner: I64) -> list[tuple[Found, Spare]]:
         """Each covering bookie's stream, in parallel. A stream that delivered nothing for
@@ -421,16 +430,18 @@ def verified_payloads(digest: DigestManager, ledger_id: int, entry_ids: I64, sta
             for e, a, b in zip(entry_ids.tolist(), first, stop, strict=True)]
 
 
-def covering_indices(ensemble_size: int, write_quorum: int) -> list[int]:
+def covering_indices(ensemble_size: int, write_quorum: int, avoid: frozenset[int] = frozenset()) -> list[int]:
     """Ensemble indices whose bookies together hold every entry: bookie j holds the entries whose
-    write set starts at j-Qw+1..j (mod E), so taking j = Qw-1, 2Qw-1, ... covers every start."""
+    write set starts at j-Qw+1..j (mod E), so taking j = Qw-1, 2Qw-1, ... covers every start. Indices in
+    `avoid` (bookies slow or failed recently) are passed over wherever another member of the write set
+    can stand in (always, when fewer than Qw are avoided)."""
     covered: set[int] = set()
     chosen: list[int] = []
-    start = 0
-    while len(covered) < ensemble_size:
-        while start in covered:
-            start += 1
-        index = (start + write_quorum - 1) % ensemble_size
+    for start in range(ensemble_size):
+        if start in covered:
+            continue
+        members = [(start + write_quorum - 1 - k) % ensemble_size for k in range(write_quorum)]  # latest first
+        index = next((m for m in members if m not in avoid), members[0])
         chosen.append(index)
         covered.update((index - k) % ensemble_size for k in range(write_quorum))
     return chosen

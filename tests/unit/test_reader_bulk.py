@@ -66,6 +66,21 @@ def test_each_entry_has_one_first_covering_holder(e, qw) -> None:
         assert not any(covering[p] in holders for p in range(owners[start]))
 
 
+@pytest.mark.parametrize(("e", "qw"), [(e, qw) for e in range(1, 7) for qw in range(1, e + 1)])
+def test_covering_set_leaves_out_slow_bookies_when_it_can(e, qw) -> None:
+    """R13 with reorderReadSequenceEnabled: a striped read covers every entry without the bookies that
+    were slow recently whenever each write set keeps another member (fewer than Qw avoided)."""
+    for avoided in range(e):
+        for first in range(e):
+            avoid = frozenset((first + k) % e for k in range(avoided))
+            covering = covering_indices(e, qw, avoid)
+            owners = first_holders(e, qw, covering)
+            for start in range(e):
+                assert covering[owners[start]] in write_set(start, e, qw)
+            if avoided < qw:
+                assert not avoid & set(covering), (e, qw, sorted(avoid), covering)
+
+
 def test_importing_the_client_starts_no_numpy_threads() -> None:
     """The bookie imports the client before it blocks its stop signals; numpy's import starts threads."""
     import subprocess
