@@ -59,14 +59,13 @@ from spark_connector.options import (
 )
 from spark_connector.planning import LedgerPartition, LedgerView
 from spark_connector.stream_cursor import LogCursor
-from spark_connector.stream_positions import (  # noqa: F401  (re-exported: the stream's position helpers)
+from spark_connector.stream_positions import (
     BEFORE_ANY,
     Pos,
     Segment,
     advance,
     entries_between,
     offset_of,
-    parse_starting,
     pos_of,
     readable_end,
     share,

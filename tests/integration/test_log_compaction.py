@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from client.log.logs import append_ledgers
 from client.log.reader import LogRecord
 from client.log.store import log_path, now_ms
 from tests.integration.conftest import start_cluster
-from tests.integration.test_progress import read_until
+from tests.integration.test_progress import ctrl_c_after
 
 pytestmark = pytest.mark.integration
 
@@ -228,16 +227,9 @@ def test_ctrl_c_stops_compact_between_runs_and_a_rerun_finishes(bk, name, cluste
     uri = cluster.metadata_service_uri
     positions = write_small_ledgers(bk, name, 62, 3)
     before = [(r.position, r.payload) for r in read_all(bk, name)]
-    proc = subprocess.Popen(compact_cmd(uri, name, "--target-bytes", "50", "--min-ledgers", "2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=PROGRESS_ENV)
-    try:
-        read_until(proc, r"^compact: 2/60 ledgers", 60)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, (out, err)
+    status, out, err = ctrl_c_after(compact_cmd(uri, name, "--target-bytes", "50", "--min-ledgers", "2"),
+                                    PROGRESS_ENV, r"^compact: 2/60 ledgers")
+    assert status == 130, (out, err)
     assert "Ctrl-C: stopping after the step in hand" in err and "compact interrupted (Ctrl-C)" in out
     done = int(re.search(r"compacted (\d+) ledgers into", out).group(1))
     assert 2 <= done < 60 and len(bk.log_metadata(name).ledgers) == 62 - done // 2

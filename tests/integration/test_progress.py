@@ -104,6 +104,19 @@ def read_until(proc: subprocess.Popen[str], pattern: str, timeout: float) -> lis
             return seen
     raise AssertionError(f"no line matching {pattern!r} within {timeout}s; saw {seen}")
 
+def ctrl_c_after(args: list[str], env: dict[str, str], pattern: str, timeout: float = 60) -> tuple[int, str, str]:
+    """Run a command, press Ctrl-C (SIGINT) once its stderr shows `pattern`; (exit status, stdout, stderr)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        read_until(proc, pattern, timeout)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err
+
+
 
 def test_ctrl_c_stops_decommission_between_ledgers_and_a_rerun_finishes(cluster_factory):
     """SIGINT during `shell decommission`: a summary of what was done on stdout, exit 130, the cookie kept;
@@ -116,16 +129,8 @@ def test_ctrl_c_stops_decommission_between_ledgers_and_a_rerun_finishes(cluster_
     ledgers = write_ledgers(uri, [victim], count=30, entries=60, size=2000)
     cluster.stop_bookie(3)
 
-    proc = subprocess.Popen(shell_cmd(uri, "decommission", victim), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=shell_env())
-    try:
-        read_until(proc, r"^decommission: 1/30 ledgers", 60)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, (out, err)
+    status, out, err = ctrl_c_after(shell_cmd(uri, "decommission", victim), shell_env(), r"^decommission: 1/30 ledgers")
+    assert status == 130, (out, err)
     found = re.search(r"decommission interrupted \(Ctrl-C\): (\d+) of 30 ledgers gone through, (\d+) left", out)
     assert found, out
     done, left = int(found.group(1)), int(found.group(2))

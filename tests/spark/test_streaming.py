@@ -19,7 +19,7 @@ import pytest
 from client import BookKeeper
 from spark_connector import envelope
 from spark_connector.batch_reader import read_schema
-from spark_connector.stream_source import (
+from spark_connector.stream_positions import (
     Pos,
     Segment,
     advance,

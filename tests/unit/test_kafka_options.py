@@ -24,8 +24,8 @@ from spark_connector.narrowing import at_least, first_at_or_after, narrow, narro
 from spark_connector.options import BkLedgerOptionError, parse_read_options
 from spark_connector.planning import LedgerPartition
 from spark_connector.pushdown import absorb, empty
-from spark_connector.stream_positions import share
-from spark_connector.stream_source import Pos, parse_stream_options
+from spark_connector.stream_positions import Pos, share
+from spark_connector.stream_source import parse_stream_options
 
 URI = "zk://127.0.0.1:2181/ledgers"
 
