@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bookie.service import BookieServer
 
 log = logging.getLogger("bkledger.http")
+REGISTRATION_WAIT_S = 10.0   # a mode change through the admin API waits this long for ZooKeeper to show it
 
 # a handler gets the query parameters and the JSON body (PUT/POST) and returns (status, body)
 Reply = tuple[int, Any]
@@ -225,6 +226,11 @@ def _put_read_only(server: BookieServer, body: Any) -> Reply:
         server.set_admin_read_only(body["readOnly"])
 
     asyncio.run_coroutine_threadsafe(apply(), loop).result(30)
+    if not server.registrar.wait_settled(REGISTRATION_WAIT_S):
+        mode = "read-only" if server.service.read_only else "writable"
+        raise HttpError(HTTPStatus.GATEWAY_TIMEOUT,
+                        f"the bookie is now {mode}, but ZooKeeper did not take the new registration within "
+                        f"{REGISTRATION_WAIT_S:.0f} s; it will once it answers")
     return HTTPStatus.OK, {"readOnly": server.service.read_only}
 
 

@@ -1,9 +1,10 @@
 """The standalone bookie process: cookies, storage, the gRPC server, registration and disk checks.
 
 Mirrors BookKeeper's BookieServer: check cookies (R24) before touching storage, replay the journal,
-listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral). A disk-usage check
-turns the bookie read-only above `diskUsageThreshold` and back below `diskUsageLwmThreshold`
-(R25), re-registering it under `available/readonly`; a failed journal also makes it read-only.
+listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral; `bookie.registration`
+keeps it, off the event loop). A disk-usage check turns the bookie read-only above `diskUsageThreshold`
+and back below `diskUsageLwmThreshold` (R25), re-registering it under `available/readonly`; a failed
+journal also makes it read-only.
 A garbage-collection thread (`bookie.gc`) runs every `gcWaitTime` ms.
 SIGTERM unregisters, stops the server and GC, and checkpoints.
 """
@@ -26,6 +27,7 @@ from bookie.core.cookie import Cookie, CookieError, decide
 from bookie.gc import GarbageCollector
 from bookie.http_admin import AdminHttpServer, start_bookie_http
 from bookie.memory import pin_mmap_threshold
+from bookie.registration import Registrar, call_bounded
 from bookie.server import GRPC_OPTIONS, BookieService
 from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
 from bookie.tls import server_credentials
@@ -81,6 +83,8 @@ class BookieServer:
         self.gc: GarbageCollector | None = None
         self.http: list[AdminHttpServer] = []     # metrics and admin HTTP (bookie.http_admin), off by default
         self.admin_read_only = False              # put read-only through the admin API (held until put back)
+        info = {"host": config.advertisedAddress or config.listenAddress, "port": str(config.bookiePort)}
+        self.registrar = Registrar(self.store, config.bookie_id, info, max(config.diskCheckInterval, 50) / 1000.0)
 
     def _on_journal_fatal(self, exc: BaseException) -> None:
         if self._loop is not None:
@@ -97,7 +101,7 @@ class BookieServer:
             return
         self.service.read_only = read_only
         log.warning("bookie is now %s: %s", "read-only" if read_only else "writable", why)
-        self._register()
+        self.registrar.want(read_only)
 
     def set_admin_read_only(self, read_only: bool) -> None:
         """`PUT /api/v1/bookie/state/readonly` (on the loop): the disk check does not undo it."""
@@ -122,11 +126,6 @@ class BookieServer:
         code = self.status_code()
         return {1: "writable", 0: "read-only"}.get(code, "stopping" if self._stop.is_set() else "starting")
 
-    def _register(self) -> None:
-        assert self.service is not None
-        info = {"host": self.config.advertisedAddress or self.config.listenAddress, "port": str(self.config.bookiePort)}
-        self.store.register_bookie(self.config.bookie_id, info, readonly=self.service.read_only)
-
     def _usages(self) -> list[float]:
         out = []
         for d in _cookie_dirs(self.config):
@@ -143,9 +142,6 @@ class BookieServer:
                 usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
             )
             self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold {self.config.diskUsageThreshold:.0%})")
-            if not self.store.is_registered(self.config.bookie_id):
-                log.warning("registration lost (ZooKeeper session expired?): registering again")
-                self._register()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
 
@@ -170,7 +166,8 @@ class BookieServer:
             raise OSError(f"cannot listen on {address}: the port is taken")
         self.http = start_bookie_http(self)
         await self.server.start()
-        await asyncio.to_thread(self._register)
+        await asyncio.to_thread(self.registrar.register_now, self.service.read_only)
+        self.registrar.start()     # keeps the registration from here on, off the loop (see bookie.registration)
         tuning.freeze_startup_heap()  # full GC passes skip what start-up loaded (see bookie.tuning)
         log.info("bookie %s serving %s on %s (journal %s, ledgers %s)", cfg.bookie_id,
                  "TLS" if self.credentials else "plaintext", address,
@@ -189,10 +186,9 @@ class BookieServer:
     async def _shutdown(self, monitor: asyncio.Task[None]) -> None:
         log.info("bookie %s shutting down", self.config.bookie_id)
         monitor.cancel()
-        try:  # bounded: with ZooKeeper gone the ephemeral node goes with the session anyway
-            await asyncio.wait_for(asyncio.to_thread(self.store.unregister_bookie, self.config.bookie_id), 5)
-        except Exception as exc:  # noqa: BLE001 - the session may be gone; shutdown goes on
-            log.warning("could not unregister: %s", exc)
+        self.registrar.stop()
+        # bounded: with ZooKeeper gone the ephemeral node goes with the session anyway
+        await call_bounded("unregister", lambda: self.store.unregister_bookie(self.config.bookie_id), 5)
         if self.server is not None:
             await self.server.stop(grace=2)
         for http in self.http:
@@ -200,10 +196,7 @@ class BookieServer:
         if self.gc is not None:
             await asyncio.to_thread(self.gc.stop)
         await asyncio.to_thread(self.bookie.close)
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self.store.close), 5)
-        except TimeoutError:
-            log.warning("ZooKeeper session did not close in time")
+        await call_bounded("close the ZooKeeper session", self.store.close, 5)
         log.info("bookie %s stopped", self.config.bookie_id)
 
 

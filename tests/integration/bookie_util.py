@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from client.bookie_client import BookieClient
 from client.protocol.digest import make_digest, master_key, package_batch
 from proto import bookie_pb2 as pb
+
+T = TypeVar("T")
 
 PASSWORD = b"pw"
 DIGEST = make_digest("crc32c", PASSWORD)
@@ -126,3 +129,14 @@ def fenced_range(address: str, ledger_id: int, first: int, last: int, key: bytes
 
 def expected_payload(entry_id: int, payload: bytes = b"x" * 100) -> bytes:
     return payload + str(entry_id).encode()
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float = 0.2) -> T:
+    """Poll `predicate` until it returns something truthy (returned), or fail after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

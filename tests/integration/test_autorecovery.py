@@ -19,6 +19,7 @@ from client.bookie_client import BookieClient
 from client.meta.underreplication import UnderReplicationManager
 from client.protocol.write_set import entries_for_index
 from proto import bookie_pb2 as pb
+from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -56,15 +57,6 @@ def assert_fully_replicated(bk, ledger_ids: list[int], gone: str) -> None:
                 missing = want - held_entries(bookie_id, ledger_id)
                 assert not missing, (ledger_id, bookie_id, sorted(missing)[:5])
 
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_lost_bookie_is_rereplicated_and_auditor_fails_over(cluster_factory, bk_factory):

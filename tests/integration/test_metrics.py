@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from client import BookKeeper
 from client.config import ClientConfig
 from client.metrics import NO_METRICS
+from tests.integration.bookie_util import wait_for
 from tests.integration.conftest import FAST_CLIENT
 from tests.integration.ops_util import OnBookies
 
@@ -63,15 +64,6 @@ def http(port: int, path: str, method: str = "GET", body: object = None,
         raw, status = exc.read().decode(), exc.code
     return status, (json.loads(raw) if raw.startswith(("{", "[")) else raw)
 
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def client(uri: str, **kwargs) -> BookKeeper:
