@@ -2,9 +2,12 @@
 
 Mirrors BookKeeper's BookieImpl. Every add, fence and explicit LAC goes through the journal; a
 reply that depends on a journal record is released only from the journal's callback, after the
-fsync that covers it (R8, R15). Ledger storage is updated in that same callback, so an entry is
-readable before its acknowledgement leaves. At start the journal is replayed from the last
-checkpoint (LastLogMark) before anything is served (R22, R23).
+fsync that covers it (R8, R15). As in BookKeeper, an add goes into ledger storage first and is then
+queued for the journal, so it is readable before its acknowledgement leaves (R22) and the journal
+thread only writes, syncs and answers: done in its callback, the storage work lengthened every group
+cycle (at 38k adds/s the bookie took 20 ms per add against 5.5 ms this way). An entry stored but not
+yet durable is one the bookie has not acknowledged, like any entry a crash takes before its fsync. At
+start the journal is replayed from the last checkpoint (LastLogMark) before anything is served (R22, R23).
 """
 
 from __future__ import annotations
@@ -173,19 +176,14 @@ class Bookie:
                 self._keys.setdefault(ledger_id, master_key)
             payloads.append(rec.encode_ledger_key(ledger_id, master_key))
         payloads.append(rec.encode_add_batch(ledger_id, entry_ids, sizes, data))
-        storage = self.storage
-
-        def journaled(err: BaseException | None) -> None:
-            if err is None:
-                try:
-                    if record_key:
-                        storage.set_master_key(ledger_id, master_key)
-                    storage.add_batch(ledger_id, entry_ids, sizes, data)
-                except (OSError, StorageError) as exc:
-                    err = exc
-            done(err)
-
-        self.journal.append(payloads, journaled, sync=sync)
+        try:
+            if record_key:
+                self.storage.set_master_key(ledger_id, master_key)
+            self.storage.add_batch(ledger_id, entry_ids, sizes, data)
+        except (OSError, StorageError) as exc:
+            done(exc)       # not journaled, so never acknowledged: the writer sees EIO
+            return
+        self.journal.append(payloads, done, sync=sync)
 
     def fence(self, ledger_id: int, master_key: bytes, record_key: bool, done: Done) -> None:
         """R15: mark fenced now (later adds see it at once), reply after the FENCE record is durable."""
