@@ -280,17 +280,20 @@ class LedgerStorage:
     # ---- writes --------------------------------------------------------------------------------
 
     def add_batch(
-        self, ledger_id: int, entry_ids: IntVector, sizes: IntVector, data: bytes | memoryview
+        self, ledger_id: int, entry_ids: IntVector, sizes: IntVector, data: bytes | memoryview,
+        record: bytes | None = None,
     ) -> None:
         """Append a batch of packaged entries to the ledger's entry log and index them.
 
-        Idempotent: re-adding an entry (journal replay) points its slot at the new copy.
+        Idempotent: re-adding an entry (journal replay) points its slot at the new copy. `record`: the
+        batch's ADD_BATCH record when the caller has encoded it already (for the journal).
         """
         ids = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
         szs = np.asarray(sizes, dtype=np.int64).reshape(-1)
         if len(ids) and int(ids.min()) < 0:
             raise ValueError(f"ledger {ledger_id}: negative entry id")
-        record = encode_add_batch(ledger_id, ids, szs, data)  # also checks sizes against data
+        if record is None:
+            record = encode_add_batch(ledger_id, ids, szs, data)  # also checks sizes against data
         lac = _max_piggyback_lac(data, szs)
         offsets = _starts(szs) + add_batch_data_offset(len(ids))
         with self._write_lock:
