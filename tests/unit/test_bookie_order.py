@@ -5,6 +5,7 @@ A real journal and real ledger storage in a temporary directory; no server."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from bookie.bookie import Bookie
@@ -30,7 +31,7 @@ def test_an_add_accepted_before_a_fence_is_durable_before_the_fence_is_answered(
     lock = threading.Lock()
     finished = threading.Event()
 
-    def note(what: str, last: bool = False):
+    def note(what: str, last: bool = False) -> Callable[[BaseException | None], None]:
         def done(err: BaseException | None) -> None:
             assert err is None, err
             with lock:
@@ -48,7 +49,8 @@ def test_an_add_accepted_before_a_fence_is_durable_before_the_fence_is_answered(
         bookie.force_ledger(note("force", last=True))
         assert finished.wait(30)
         assert order == [f"add {b}" for b in range(200)] + ["fence", "force"]
-        assert bookie.view(7).fenced
+        view = bookie.view(7)
+        assert view is not None and view.fenced
     finally:
         bookie.close()
 
