@@ -40,10 +40,12 @@ from client.errors import (
     LogWriterClosedError,
     NoSuchLedgerError,
 )
+from client.log.core import compaction as cp
 from client.log.core import meta as lm
 from client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from client.log.liveness import check_live_writer
 from client.log.store import (
+    LoadedLog,
     delete_log_znodes,
     now_ms,
     read_log,
@@ -76,6 +78,20 @@ def delete_ledgers(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
     for ledger_id in ledger_ids:
         with contextlib.suppress(NoSuchLedgerError):
             bk.delete_ledger(ledger_id)
+
+
+def _replaced_not_deleted(bk: BookKeeper, loaded: LoadedLog) -> list[int]:
+    """Ledgers that compactions of the log replaced and that still wait for their grace period (listed in
+    the head or in its `pending-*` child znodes): the log no longer lists them, but they are its data."""
+    _, ids, znodes = cp.without_due(loaded.meta, _EVERYTHING_DUE_MS)
+    for znode in znodes:
+        got = bk.store.get(f"{loaded.path}/{znode}")
+        if got is not None:
+            ids += cp.decode_pending(got[0])
+    return ids
+
+
+_EVERYTHING_DUE_MS = 2**62
 
 
 # ---- ledgers a job wrote for a log and never committed --------------------------------------------
@@ -444,10 +460,11 @@ class LogsMixin:
         bk = _bk(self)
         bk._check_open()
         loaded = require_loaded(bk.store, name)
+        replaced = _replaced_not_deleted(bk, loaded) if delete_ledgers_too else []
         try:
             delete_log_znodes(bk.store, loaded)
         except NoSuchNodeError:
             raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
         log_leases.forget_log(bk.store, name)
         if delete_ledgers_too:
-            delete_ledgers(bk, sorted(loaded.meta.listed_ids))
+            delete_ledgers(bk, sorted({*loaded.meta.listed_ids, *replaced}))

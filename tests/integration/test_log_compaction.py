@@ -269,6 +269,22 @@ def test_swaps_are_bounded_and_replaced_ledgers_wait_in_child_znodes(bk, name, m
             bk.ledger_metadata(ledger_id)
 
 
+def test_delete_log_deletes_the_replaced_ledgers_still_in_their_grace_period(bk, name):
+    """delete_log removes every ledger of the log, also a compacted ledger that a second compaction replaced
+    and that waits for its grace period in a `pending-*` znode: the log lists it nowhere else (it was
+    left behind for good before)."""
+    seen: set[int] = set()
+    for _ in range(2):
+        write_small_ledgers(bk, name, 6, 2)
+        seen |= set(bk.log_metadata(name).ledger_ids)
+        assert bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=600).replaced >= 2
+        seen |= set(bk.log_metadata(name).ledger_ids)
+    bk.delete_log(name)
+    for ledger_id in sorted(seen):
+        with pytest.raises(NoSuchLedgerError):
+            bk.ledger_metadata(ledger_id)
+
+
 def test_background_compaction_runs_on_its_schedule(bk, name):
     """start_log_compaction, like start_log_retention: a daemon thread compacting the named logs every
     interval; the log reads back the same; stop() ends it."""
