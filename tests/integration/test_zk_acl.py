@@ -17,6 +17,7 @@ from kazoo.security import make_digest_acl_credential
 from bookie.local.cluster import LocalCluster
 from client import BookKeeper
 from client.meta.errors import MetadataAccessDeniedError
+from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,8 @@ def test_every_znode_refuses_changes_without_credentials(acl_cluster):
     owner = kazoo(acl_cluster, auth=True)
     stranger = kazoo(acl_cluster, auth=False)
     try:
+        election = f"{root}/underreplication/auditorelection"   # the autorecovery daemon may still be starting
+        wait_for(lambda: owner.exists(election) and owner.get_children(election), 60, "the auditor election")
         paths = walk(owner, root)
         kinds = {"ledger": "/L0000", "log": "/orders", "cookie": "/cookies/", "registration": "/available/127",
                  "idgen": "/idgen", "autorecovery": "/underreplication/auditorelection/"}
