@@ -32,12 +32,15 @@ def connect_client_missing() -> str | None:
 
 
 @pytest.mark.skipif(connect_client_missing() is not None, reason=str(connect_client_missing()))
-def test_append_and_read_round_trip_through_spark_connect(cluster, bk) -> None:
+def test_append_read_and_stream_through_spark_connect(cluster, bk, tmp_path: Path) -> None:
+    """Batch appends from the main thread and another thread, a batch read, and a streaming copy (source and
+    exactly-once sink) started from another thread, all through a Spark Connect session."""
     log = f"connect-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SPARK_TESTING": "1", "PYSPARK_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("SPARK_REMOTE", None)
-    proc = subprocess.run([sys.executable, "-m", "tests.spark.connect_driver", cluster.metadata_service_uri, log],
+    proc = subprocess.run([sys.executable, "-m", "tests.spark.connect_driver", cluster.metadata_service_uri, log,
+                           str(tmp_path / "checkpoint")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (proc.stdout[-2000:], proc.stderr[-4000:])
@@ -45,5 +48,6 @@ def test_append_and_read_round_trip_through_spark_connect(cluster, bk) -> None:
     assert result["session"] == "pyspark.sql.connect.session"        # really a Connect session
     assert result["thread_errors"] == []
     assert result["values"] == list(range(150))                      # main-thread and thread appends, once
+    assert result["streamed"] == list(range(150))                    # the streaming copy, exactly once
     meta = bk.log_metadata(log)
     assert meta.entries == 150 and len(meta.ledgers) == 4             # 2 jobs x 2 partitions
