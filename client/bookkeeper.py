@@ -205,6 +205,13 @@ class BookKeeper(LogsMixin):
         self._check_open()
         return self._ctx.store.list_ledgers()
 
+    def ledger_id_watermark(self) -> int:
+        """An id that every ledger created before this call is below and every ledger created after it is
+        above (the id generator is monotonic, R1): one ZooKeeper id allocation, where the largest id of
+        `list_ledgers()` walks every ledger of the cluster. The id itself is never used for a ledger."""
+        self._check_open()
+        return self._ctx.store.new_ledger_id()
+
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         self._check_open()
         return self._ctx.store.read_ledger(ledger_id)[0]

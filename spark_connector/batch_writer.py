@@ -353,5 +353,5 @@ def plan_writer(opts: WriteOptions, schema: StructType, overwrite: bool) -> BkLe
                                           "mode(\"append\") (or truncate the log with the client first)")
     layout = plan_layout(schema, opts.envelope, opts.source.log)
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
-        floor = max(bk.list_ledgers(), default=-1)
+        floor = bk.ledger_id_watermark()     # the job's ledgers are above it (an abort sweeps only those)
     return BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)

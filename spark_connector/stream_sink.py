@@ -184,12 +184,12 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
             except Exception as exc:  # cleanup is best effort: the logs are already right
                 log.warning("sweeping what earlier runs of %s left failed: %s", self.identity, exc)
         try:
-            existing = bk.list_ledgers()
+            watermark = bk.ledger_id_watermark()     # taken first: ledgers of later batches are above it
             tag = self.tasks.job_id.encode()
             gone = sweep_tagged(bk, lambda job: job == tag, keep, above=self.tasks.floor)
             if gone:
                 log.info("deleted ledgers %s left by failed tasks of %s", gone, self.identity)
-            self.tasks.floor = max(existing, default=self.tasks.floor)
+            self.tasks.floor = watermark
         except Exception as exc:  # cleanup is best effort: the logs are already right
             log.warning("sweeping the ledgers of %s failed: %s", self.identity, exc)
 
@@ -201,7 +201,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     sink_identity_check(options)
     layout = plan_layout(schema, opts.envelope, opts.source.log)
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
-        floor = max(bk.list_ledgers(), default=-1)
+        floor = bk.ledger_id_watermark()
     tasks = BkLedgerBatchWriter(opts, layout, f"{sink_tag(options)}#{uuid.uuid4().hex}", floor)
     return BkLedgerStreamWriter(opts, tasks, options)
 

@@ -75,6 +75,10 @@ def test_every_ledger_manager(cluster_factory, bk_factory, scheme):
     assert ids[1] not in bk.list_ledgers()
     with pytest.raises(NoSuchLedgerError):
         bk.open_ledger(ids[1])
+    watermark = bk.ledger_id_watermark()      # every older ledger below it, every newer one above
+    later = bk.create_ledger(3, 2, 2)
+    later.close()
+    assert max(bk.list_ledgers()) == later.ledger_id and max(ids) < watermark < later.ledger_id
 
 
 def test_bookie_killed_mid_stream_changes_the_ensemble(cluster_factory, bk_factory):
