@@ -201,9 +201,10 @@ class BookKeeper(LogsMixin):
         self._ctx.store.read_ledger(ledger_id)          # NoSuchLedgerError with a clear message if absent
         self._ctx.store.delete_ledger(ledger_id)
 
-    def list_ledgers(self) -> list[int]:
+    def list_ledgers(self, above: int = -1) -> list[int]:
+        """Every ledger id (only those above `above`, skipping the metadata subtrees below it), sorted."""
         self._check_open()
-        return self._ctx.store.list_ledgers()
+        return self._ctx.store.list_ledgers(above)
 
     def ledger_id_watermark(self) -> int:
         """An id that every ledger created before this call is below and every ledger created after it is

@@ -293,8 +293,8 @@ def sweep_tagged(bk: BookKeeper, ours: Callable[[bytes], bool], keep: set[int], 
     they were written for (their `bkledger.log` tag) does not list; the ids deleted."""
     listed = ListedLedgers(bk)
     gone = []
-    for ledger_id in bk.list_ledgers():
-        if ledger_id <= above or ledger_id in keep:
+    for ledger_id in bk.list_ledgers(above=above):
+        if ledger_id in keep:
             continue
         with contextlib.suppress(NoSuchLedgerError):
             custom = bk.ledger_metadata(ledger_id).custom_metadata

@@ -14,7 +14,7 @@ Also the fixed znodes of a cluster (`available`, `available/readonly`, `cookies`
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 MAX_LEDGER_ID = 2**63 - 1
 LEGACY_ID_LIMIT = 2**31 - 1          # Integer.MAX_VALUE: the hybrid manager's switch to long paths
@@ -163,6 +163,17 @@ def is_tree_level_name(name: str, depth: int, manager: LedgerManagerType) -> boo
     if manager in (LedgerManagerType.LONG_HIERARCHICAL, LedgerManagerType.HIERARCHICAL):
         widths.append(_LONG_SPLIT)
     return any(depth < len(w) - 1 and len(name) == w[depth] for w in widths)
+
+
+def subtree_max_id(parts: Sequence[str], manager: LedgerManagerType) -> int:
+    """The largest ledger id a ledger below the inner node `parts` (e.g. ["00", "0001"]) can have: its
+    digits followed by nines (a hierarchical path splits the zero-padded id, 2-4-4 digits or 3-4-4-4-4 for
+    long ids), so a listing of the ids above some id can skip the subtrees wholly below it."""
+    total = {w[0]: sum(w) for w in (_LEGACY_SPLIT, _LONG_SPLIT)}.get(len(parts[0]), 0) if parts else 0
+    digits = "".join(parts)
+    if not total or not digits.isdigit():
+        raise ValueError(f"{'/'.join(parts)!r} is not an inner node of a hierarchical ledger tree")
+    return int(digits + "9" * (total - len(digits)))
 
 
 class ZkLayout:

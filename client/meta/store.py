@@ -301,11 +301,12 @@ class MetadataStore(ZkSession):
         except NoNodeError:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
 
-    def list_ledgers(self) -> list[int]:
-        """Every ledger id under the root, sorted (walks the manager's tree, skips special znodes)."""
+    def list_ledgers(self, above: int = -1) -> list[int]:
+        """Every ledger id under the root (above `above`), sorted: walks the manager's tree, skipping special
+        znodes and the subtrees that hold only ids <= `above`."""
         found: list[int] = []
-        self._walk(self.uri.root, [], found)
-        return sorted(found)
+        self._walk(self.uri.root, [], found, above)
+        return sorted(i for i in found if i > above)
 
     def ledgers_with_metadata(self) -> Iterator[tuple[int, LedgerMetadata]]:
         """(ledger id, metadata) of every ledger; one deleted between the listing and its read is skipped."""
@@ -316,7 +317,7 @@ class MetadataStore(ZkSession):
                 continue
             yield ledger_id, md
 
-    def _walk(self, path: str, parts: list[str], found: list[int]) -> None:
+    def _walk(self, path: str, parts: list[str], found: list[int], above: int) -> None:
         try:
             names = self._call(f"list {path}", self._zk.get_children, path)
         except NoNodeError:
@@ -328,7 +329,9 @@ class MetadataStore(ZkSession):
                 with contextlib.suppress(ValueError):
                     found.append(lay.parse_ledger_relpath([*parts, name], self._manager))
             elif lay.is_tree_level_name(name, len(parts), self._manager):
-                self._walk(f"{path}/{name}", [*parts, name], found)
+                if above >= 0 and lay.subtree_max_id([*parts, name], self._manager) <= above:
+                    continue
+                self._walk(f"{path}/{name}", [*parts, name], found, above)
 
     def watch_ledger(self, ledger_id: int,
                      callback: Callable[[LedgerMetadata | None, int], None]) -> Watch:

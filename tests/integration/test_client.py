@@ -79,6 +79,8 @@ def test_every_ledger_manager(cluster_factory, bk_factory, scheme):
     later = bk.create_ledger(3, 2, 2)
     later.close()
     assert max(bk.list_ledgers()) == later.ledger_id and max(ids) < watermark < later.ledger_id
+    assert bk.list_ledgers(above=watermark) == [later.ledger_id]
+    assert bk.list_ledgers(above=ids[0]) == [ids[2], later.ledger_id]
 
 
 def test_bookie_killed_mid_stream_changes_the_ensemble(cluster_factory, bk_factory):

@@ -46,6 +46,20 @@ def test_path_round_trip(ledger_id: int, manager: M) -> None:
     assert parts[-1].startswith("L")
 
 
+@given(ledger_id=st.integers(min_value=0, max_value=2**63 - 1),
+       manager=st.sampled_from([M.HIERARCHICAL, M.LONG_HIERARCHICAL]))
+def test_a_subtree_holds_no_id_above_its_max(ledger_id: int, manager: M) -> None:
+    """list_ledgers(above=x) skips a subtree whose largest possible id is <= x: every id lies at or below the
+    max of each inner node on its path, and the next id past that max lies outside the node."""
+    parts = lay.ledger_path(ROOT, ledger_id, manager)[len(ROOT) + 1:].split("/")
+    for depth in range(1, len(parts)):
+        top = lay.subtree_max_id(parts[:depth], manager)
+        assert ledger_id <= top
+        if top + 1 < 2**63:
+            beyond = lay.ledger_path(ROOT, top + 1, manager)[len(ROOT) + 1:].split("/")
+            assert beyond[:depth] != parts[:depth]
+
+
 @given(a=st.integers(min_value=0, max_value=2**63 - 1), b=st.integers(min_value=0, max_value=2**63 - 1))
 def test_distinct_ids_distinct_paths(a: int, b: int) -> None:
     if a != b:
