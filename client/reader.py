@@ -30,7 +30,7 @@ from client.protocol.reads import fragment_ranges, read_error, read_order
 from client.protocol.speculative import SequenceRead, stall_deadline, stalled
 from client.protocol.status import StatusCode
 from client.protocol.write_set import write_set
-from client.speculative_read import run_speculative
+from client.speculative_read import probe_connections, run_speculative
 from proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
@@ -150,7 +150,9 @@ class LedgerReader:
     async def read_entry(self, entry_id: int) -> memoryview | bytes:
         """R13: ask the bookies of the entry's write set one at a time; after speculativeReadTimeout
         without an answer also the next one; the first copy whose digest verifies wins."""
-        read = self._sequence(read_order(self.md, entry_id))
+        order = read_order(self.md, entry_id)
+        await probe_connections(self.ctx.pool, self.ctx.health, order, self.ctx.speculative)
+        read = self._sequence(order)
         body = await run_speculative(read, lambda bookie_id, _: self._read_one(bookie_id, entry_id),
                                      self.ctx.health)
         self.ctx.metrics.speculative_reads.inc(read.speculations)
@@ -199,6 +201,7 @@ class LedgerReader:
         chunk = ReadChunk([], [])
         size = 0
         for lo, hi, fragment in fragment_ranges(self.md, first, last):
+            await probe_connections(self.ctx.pool, self.ctx.health, fragment.ensemble, self.ctx.speculative)
             if self.md.ensemble_size == self.md.write_quorum:
                 got = await self._read_piece_streamed(lo, hi, fragment, max_bytes - size)
             else:

@@ -10,9 +10,12 @@ progress (a streamed batch arrived) through the callback they get, which restart
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+import grpc
+
+from client.errors import BKError
 from client.protocol.speculative import (
     BookieHealth,
     CancelReads,
@@ -20,8 +23,12 @@ from client.protocol.speculative import (
     SendRead,
     SequenceRead,
     SpeculativeAction,
+    SpeculativePolicy,
 )
 from client.protocol.status import StatusCode
+
+if TYPE_CHECKING:
+    from client.bookies import BookiePool
 
 T = TypeVar("T")
 #: An attempt returns (status, value): EOK with the verified value, or the status that says why not.
@@ -91,3 +98,42 @@ class _Run(Generic[T]):
 async def run_speculative(read: SequenceRead, attempt: Attempt[T], health: BookieHealth) -> T | None:
     """Run `read`: the winner's value, or None when every bookie failed (`read.errors` says how)."""
     return await _Run(read, attempt, health).run()
+
+
+# ---- connection probe ---------------------------------------------------------------------------
+#: How long a read waits for new connections to finish their handshake before reading past the bookies
+#: whose did not: at most this, and a fifth of speculativeReadTimeout.
+PROBE_S = 0.1
+
+
+async def probe_connections(pool: BookiePool, health: BookieHealth, bookies: Iterable[str],
+                            policy: SpeculativePolicy) -> None:
+    """Before a read picks its bookies: a bookie whose connection does not finish its handshake within
+    PROBE_S is recorded as slow, so the read (reorderReadSequenceEnabled) starts with the others.
+
+    A paused bookie (SIGSTOP, a long GC pause, a hung host) still accepts TCP connections, its kernel does
+    that, but never sends the HTTP/2 settings that make a gRPC channel READY; a killed one refuses at once.
+    Without the probe, every task that met a paused bookie first waited out speculativeReadTimeout, so a
+    Spark read with a paused bookie took 1.22 s where it took 0.23 s with the bookie killed. A READY
+    channel costs nothing to check; a new healthy one is READY in a few ms on one machine."""
+    if not (policy.enabled and health.reorder):
+        return
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    waits: dict[str, asyncio.Future[None]] = {}
+    for bookie_id in dict.fromkeys(bookies):
+        if health.is_slow(bookie_id, now):
+            continue
+        try:
+            client = await pool.get(bookie_id)
+        except (BKError, OSError):
+            continue                      # the read's own attempt reports it
+        if client.channel.get_state(try_to_connect=True) != grpc.ChannelConnectivity.READY:
+            waits[bookie_id] = asyncio.ensure_future(client.channel.channel_ready())
+    if not waits:
+        return
+    _, pending = await asyncio.wait(waits.values(), timeout=min(PROBE_S, policy.first_timeout / 5))
+    for bookie_id, waiting in waits.items():
+        if waiting in pending:
+            waiting.cancel()
+            health.on_slow(bookie_id, loop.time())

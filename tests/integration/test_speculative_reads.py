@@ -74,6 +74,19 @@ def test_r13_range_read_with_a_paused_bookie_speculates(cluster_factory, bk_fact
     assert again < healthy + BOUND
 
 
+def test_a_new_connection_to_a_paused_bookie_is_passed_over_without_waiting(cluster_factory, bk_factory):
+    """A paused bookie's kernel accepts the connection but the bookie never finishes the gRPC handshake: a
+    fresh client reads past it at once (client.speculative_read.probe_connections) instead of waiting out
+    speculativeReadTimeout, here 10 s so that waiting would show."""
+    cluster = cluster_factory(3)
+    ledger_id, ensemble = _closed_ledger(bk_factory(cluster.metadata_service_uri), 3, 3, 2, 800)
+    with paused(cluster, ensemble[0]):
+        reader = bk_factory(cluster.metadata_service_uri, speculativeReadTimeout=10_000, readTimeout=30.0)
+        elapsed = _timed_read(reader, ledger_id, 800)
+        assert reader._ctx.health.is_slow(ensemble[0], reader._ctx.runtime.loop.time())
+    assert elapsed < 5.0, f"the read waited for the paused bookie: {elapsed:.1f}s"
+
+
 def test_r13_single_entry_reads_with_a_paused_bookie(cluster_factory, bk_factory):
     """Single entries, each from a fresh client (no failure history): every one speculates past the
     paused bookie instead of waiting for it."""
