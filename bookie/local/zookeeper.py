@@ -73,10 +73,20 @@ def find_jars_dir() -> Path:
     return jars
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port free now and not handed out before by this process: the kernel may offer a port again once
+    the probing socket is closed, and a cluster set up with the same port for a bookie and its metrics
+    server failed to start (seen twice in a day)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def four_letter_word(port: int, word: str = "ruok", timeout: float = 1.0, host: str = HOST) -> bytes:
