@@ -5,9 +5,10 @@ one fragment is streamed from one bookie when every bookie holds every entry (E 
 set of bookies that covers every write set in parallel (E > Qw). An entry a bookie did not return,
 or returned with a bad digest, is read from the other bookies of its write set in turn; the read
 fails only if none has it. Nothing above the bound of R11 is ever asked for. Runs on the client loop.
-Range batches are verified in bulk (numpy). numpy is imported where used, not with this module: the
-bookie imports the client and blocks its stop signals before any thread exists, and numpy's import
-starts (BLAS) threads that would take SIGTERM with the default action.
+Range batches are verified in bulk (numpy) and, uncompressed, handed on as `Spans` (where each payload
+sits in the received buffers) rather than one memoryview per entry. numpy is imported where used, not
+with this module: the bookie imports the client and blocks its stop signals before any thread exists,
+and numpy's import starts (BLAS) threads that would take SIGTERM with the default action.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ STRIPE_CHUNK = 4096
 FILL_PARALLELISM = 64       # entry reads in flight when filling what a given-up striped stream did not send
 Found = dict[int, "memoryview | bytes"]
 Spare = dict[int, memoryview]
+Segment = tuple[bytes, "I64", "I64", "I64"]    # a range batch's data, entry ids, packaged entries' (start, end)
 
 
 def _nothing() -> None:
@@ -52,11 +54,77 @@ def _nothing() -> None:
 
 
 @dataclasses.dataclass
-class ReadChunk:
-    """Entries first..first+len-1 of a ledger, in order: ids and payloads (memoryviews, decompressed)."""
+class Spans:
+    """Verified payloads left where they arrived: payload i is buffers[buffer[i]][start[i]:end[i]] (range
+    batches' data, with the headers and digests between payloads). No Python object per entry: a bulk
+    reader gathers them in one native pass (the Spark connector: an Arrow binary-view array cast to
+    binary); `views` makes the memoryviews for everyone else."""
 
-    entry_ids: list[int]
-    payloads: list[memoryview | bytes]
+    buffers: list[bytes]
+    buffer: I64
+    start: I64
+    end: I64
+
+    def views(self) -> list[memoryview]:
+        whole = [memoryview(b) for b in self.buffers]
+        return [whole[i][a:b] for i, a, b in zip(self.buffer.tolist(), self.start.tolist(), self.end.tolist(),
+                                                  strict=True)]
+
+    @property
+    def nbytes(self) -> int:
+        return int((self.end - self.start).sum())
+
+    @staticmethod
+    def joined(parts: list[Spans]) -> Spans:
+        """The parts' payloads one after the other."""
+        import numpy as np  # not at import: see the module docstring
+        first = np.cumsum([0] + [len(p.buffers) for p in parts[:-1]]).tolist()
+        return Spans([b for p in parts for b in p.buffers],
+                     np.concatenate([p.buffer + k for p, k in zip(parts, first, strict=True)]),
+                     np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]))
+
+
+class ReadChunk:
+    """Entries first..first+len-1 of a ledger, in order: ids and payloads (memoryviews, decompressed).
+    Uncompressed range reads give `spans` instead, from which `payloads` is made on first use."""
+
+    __slots__ = ("entry_ids", "_payloads", "spans")
+
+    def __init__(self, entry_ids: list[int], payloads: list[memoryview | bytes] | None = None,
+                 spans: Spans | None = None) -> None:
+        self.entry_ids = entry_ids
+        self._payloads = payloads if payloads is not None or spans is not None else []
+        self.spans = spans
+
+    @property
+    def payloads(self) -> list[memoryview | bytes]:
+        if self._payloads is None:
+            assert self.spans is not None
+            self._payloads = list(self.spans.views())
+        return self._payloads
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes."""
+        if self._payloads is None and self.spans is not None:
+            return self.spans.nbytes
+        return sum(map(len, self.payloads))
+
+    @property
+    def packed(self) -> Spans | None:
+        """The spans if the payloads were never made (a bulk reader's fast path), else None."""
+        return self.spans if self._payloads is None else None
+
+    @staticmethod
+    def joined(parts: list[ReadChunk]) -> ReadChunk:
+        """The parts' entries one after the other (spans kept if every part has them)."""
+        if len(parts) == 1:
+            return parts[0]
+        ids = [e for p in parts for e in p.entry_ids]
+        spans = [p.packed for p in parts]
+        if parts and all(s is not None for s in spans):
+            return ReadChunk(ids, spans=Spans.joined([s for s in spans if s is not None]))
+        return ReadChunk(ids, [x for p in parts for x in p.payloads])
 
 
 class LedgerReader:
@@ -140,6 +208,16 @@ class LedgerReader:
             return [lz4.block.decompress(v) for v in views]
         return list(views)
 
+    def _chunk_of(self, ids: I64, data: bytes, starts: I64, ends: I64) -> ReadChunk:
+        """Verified packaged entries data[starts[i]:ends[i]] as a chunk: spans of their payloads, or the
+        payloads decompressed."""
+        import numpy as np  # not at import: see the module docstring
+        overhead = HEADER_LENGTH + self.digest.mac_length
+        spans = Spans([data], np.zeros(len(ids), dtype=np.int64), starts + overhead, ends)
+        if self.md.compression == "lz4":
+            return ReadChunk(ids.tolist(), self._payloads(spans.views()))
+        return ReadChunk(ids.tolist(), spans=spans)
+
     def _order(self, bookies: tuple[str, ...]) -> tuple[str, ...]:
         """reorderReadSequenceEnabled: bookies slow or failed recently (client-wide history) go last."""
         return self.ctx.health.order(bookies, asyncio.get_running_loop().time())
@@ -198,7 +276,7 @@ class LedgerReader:
     async def _fetch_chunk(self, first: int, last: int, max_bytes: int) -> ReadChunk:
         if first == last:        # one entry (a one-entry ledger): one unary read of one bookie (R13)
             return ReadChunk([first], [await self.read_entry(first)])
-        chunk = ReadChunk([], [])
+        parts: list[ReadChunk] = []
         size = 0
         for lo, hi, fragment in fragment_ranges(self.md, first, last):
             await probe_connections(self.ctx.pool, self.ctx.health, fragment.ensemble, self.ctx.speculative)
@@ -206,12 +284,11 @@ class LedgerReader:
                 got = await self._read_piece_streamed(lo, hi, fragment, max_bytes - size)
             else:
                 got = await self._read_piece_striped(lo, min(hi, lo + STRIPE_CHUNK - 1), fragment)
-            chunk.entry_ids += got.entry_ids
-            chunk.payloads += got.payloads
-            size += sum(len(p) for p in got.payloads)
+            parts.append(got)
+            size += got.nbytes
             if size >= max_bytes or not got.entry_ids or got.entry_ids[-1] < hi:
                 break
-        return chunk
+        return ReadChunk.joined(parts) if parts else ReadChunk([], [])
 
     async def _read_piece_streamed(self, lo: int, hi: int, fragment: Fragment, max_bytes: int) -> ReadChunk:
         """E == Qw: stream the chunk from one bookie; if it has not delivered a batch within
@@ -236,7 +313,7 @@ class LedgerReader:
         """The run of consecutive entries from `lo` that this bookie streams back, verified, and the
         status that stopped it short of `lo` (EOK when it sent anything)."""
         import numpy as np  # not at import: see the module docstring
-        chunk = ReadChunk([], [])
+        parts: list[ReadChunk] = []
         status: int = pb.ENOENTRY
         size = 0
         expected = lo
@@ -258,10 +335,9 @@ class LedgerReader:
                 starts, ends = entry_bounds(np.array(batch.sizes, dtype=np.int64))
                 if len(ends) != len(ids) or int(ends[-1]) != len(data):
                     raise DigestMismatchError(f"ledger {self.ledger_id}: malformed range batch from {bookie_id}")
-                payloads = verified_payloads(self.digest, self.ledger_id, ids[:contiguous], starts[:contiguous],
-                                             ends[:contiguous], data)
-                chunk.entry_ids += ids[:contiguous].tolist()
-                chunk.payloads += self._payloads(payloads)
+                verify_entries(self.digest, self.ledger_id, ids[:contiguous], starts[:contiguous], ends[:contiguous],
+                               data)
+                parts.append(self._chunk_of(ids[:contiguous], data, starts[:contiguous], ends[:contiguous]))
                 expected += contiguous
                 size += len(data)
                 self._entry_bytes = 0.8 * self._entry_bytes + 0.2 * (len(data) / len(ids))
@@ -273,6 +349,7 @@ class LedgerReader:
         except (grpc.aio.AioRpcError, BKError, OSError) as exc:
             log.info("ledger %d: range read from %s stopped at %d: %s", self.ledger_id, bookie_id, expected, exc)
             status = StatusCode.UNAVAILABLE
+        chunk = ReadChunk.joined(parts) if parts else ReadChunk([], [])
         return chunk, (pb.EOK if chunk.entry_ids else status)
 
     async def _read_piece_striped(self, lo: int, hi: int, fragment: Fragment) -> ReadChunk:
@@ -283,12 +360,23 @@ class LedgerReader:
         indices = covering_indices(self.md.ensemble_size, self.md.write_quorum, self._slow_indices(fragment))
         owner = np.array(first_holders(self.md.ensemble_size, self.md.write_quorum, indices), dtype=np.int64)
         results = await self._covering_streams([fragment.ensemble[i] for i in indices], lo, hi, owner)
+        delivered = [segment for got, _ in results for segment in got]
+        overhead = HEADER_LENGTH + self.digest.mac_length
+        spans = in_order(delivered, lo, hi - lo + 1, overhead) if self.md.compression != "lz4" else None
+        if spans is not None:                    # the usual case: every entry came from its first holder
+            return ReadChunk(list(range(lo, hi + 1)), spans=spans)
         found: Found = {}
+        for data, ids, starts, ends in delivered:
+            view = memoryview(data)
+            found.update(zip(ids.tolist(), self._payloads([view[a + overhead:b] for a, b in
+                                                           zip(starts.tolist(), ends.tolist(), strict=True)]),
+                             strict=True))
         spare: Spare = {}
-        for got, extra in results:
-            found.update(got)
-            for entry_id, body in extra.items():
-                spare.setdefault(entry_id, body)
+        for _, extra in results:
+            for data, ids, starts, ends in extra:
+                view = memoryview(data)
+                for entry_id, a, b in zip(ids.tolist(), starts.tolist(), ends.tolist(), strict=True):
+                    spare.setdefault(entry_id, view[a:b])
         missing = []
         for entry_id in range(lo, hi + 1):
             if entry_id not in found:
@@ -311,13 +399,14 @@ class LedgerReader:
         now = asyncio.get_running_loop().time()
         return frozenset(i for i, b in enumerate(fragment.ensemble) if health.is_slow(b, now))
 
-    async def _covering_streams(self, bookies: list[str], lo: int, hi: int, owner: I64) -> list[tuple[Found, Spare]]:
+    async def _covering_streams(self, bookies: list[str], lo: int, hi: int, owner: I64
+                                ) -> list[tuple[list[Segment], list[Segment]]]:
         """Each covering bookie's stream, in parallel. A stream that delivered nothing for
         speculativeReadTimeout is given up (its bookie marked slow): what it did send is kept, the
         rest is read from the other bookies of the write sets."""
         loop = asyncio.get_running_loop()
         policy = self.ctx.speculative
-        results: list[tuple[Found, Spare]] = [({}, {}) for _ in bookies]
+        results: list[tuple[list[Segment], list[Segment]]] = [([], []) for _ in bookies]
         heard = [loop.time()] * len(bookies)
 
         def progress(position: int) -> Callable[[], None]:
@@ -359,9 +448,10 @@ class LedgerReader:
             return None
 
     async def _stream_all(self, bookie_id: str, lo: int, hi: int, owner: I64, position: int,
-                          into: tuple[Found, Spare], progress: Callable[[], None]) -> None:
-        """Fill `into` with (verified payloads of the entries this bookie is the first covering holder
-        of, packaged entries it sent that another covering bookie is to deliver), batch by batch."""
+                          into: tuple[list[Segment], list[Segment]], progress: Callable[[], None]) -> None:
+        """Fill `into` with (the verified entries this bookie is the first covering holder of, the packaged
+        entries it sent that another covering bookie is to deliver, unverified), batch by batch: where
+        they sit in the batch's data, no object per entry."""
         import numpy as np  # not at import: see the module docstring
         out, spare = into
         try:
@@ -377,13 +467,11 @@ class LedgerReader:
                     break
                 mine = owner[ids % self.md.ensemble_size] == position
                 try:
-                    payloads = verified_payloads(self.digest, self.ledger_id, ids[mine], starts[mine], ends[mine], data)
+                    verify_entries(self.digest, self.ledger_id, ids[mine], starts[mine], ends[mine], data)
                 except DigestMismatchError:
                     break
-                out.update(zip(ids[mine].tolist(), self._payloads(payloads), strict=True))
-                view = memoryview(data)
-                spare.update((e, view[a:b]) for e, a, b in zip(ids[~mine].tolist(), starts[~mine].tolist(),
-                                                                ends[~mine].tolist(), strict=True))
+                out.append((data, ids[mine], starts[mine], ends[mine]))
+                spare.append((data, ids[~mine], starts[~mine], ends[~mine]))
         except (grpc.aio.AioRpcError, BKError, OSError):
             self.ctx.health.on_slow(bookie_id, asyncio.get_running_loop().time())
 
@@ -407,12 +495,43 @@ def entry_bounds(sizes: I64) -> tuple[I64, I64]:
     return ends - sizes, ends
 
 
+def in_order(segments: list[Segment], lo: int, n: int, overhead: int) -> Spans | None:
+    """The payloads of entries lo..lo+n-1 from verified segments, in entry order; None unless each of
+    them is in the segments exactly once."""
+    import numpy as np  # not at import: see the module docstring
+    if not segments:
+        return None
+    ids = np.concatenate([s[1] for s in segments])
+    if len(ids) != n:
+        return None
+    position = ids - lo
+    if int(position.min()) < 0 or int(position.max()) >= n:
+        return None
+    order = np.full(n, -1, dtype=np.int64)
+    order[position] = np.arange(n, dtype=np.int64)
+    if int(order.min()) < 0:
+        return None
+    buffer = np.repeat(np.arange(len(segments), dtype=np.int64), [len(s[1]) for s in segments])
+    return Spans([s[0] for s in segments], buffer[order], np.concatenate([s[2] for s in segments])[order] + overhead,
+                 np.concatenate([s[3] for s in segments])[order])
+
+
 def verified_payloads(digest: DigestManager, ledger_id: int, entry_ids: I64, starts: I64, ends: I64,
                       data: bytes) -> list[memoryview]:
-    """The payloads of the packaged entries data[starts[i]:ends[i]], each verified as `unpack_entry`
-    does (ledger id, entry id, digest). For CRC32C the ids are checked with numpy and the digest with
-    one native call per entry, about half the Python work per entry; any doubt, and the other digest
-    types, go entry by entry through `unpack_entry`, which raises DigestMismatchError with the reason."""
+    """The payloads of the packaged entries data[starts[i]:ends[i]], each verified (`verify_entries`)."""
+    verify_entries(digest, ledger_id, entry_ids, starts, ends, data)
+    view = memoryview(data)
+    overhead = HEADER_LENGTH + digest.mac_length
+    return [view[a + overhead:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def verify_entries(digest: DigestManager, ledger_id: int, entry_ids: I64, starts: I64, ends: I64,
+                   data: bytes) -> None:
+    """Verify the packaged entries data[starts[i]:ends[i]] as `unpack_entry` does (ledger id, entry id,
+    digest); their payloads are data[starts[i] + header + digest length:ends[i]]. For CRC32C the ids are
+    checked with numpy and the digest with one native call per entry, about half the Python work per
+    entry; any doubt, and the other digest types, go entry by entry through `unpack_entry`, which raises
+    DigestMismatchError with the reason."""
     import numpy as np  # not at import: see the module docstring
     n = len(entry_ids)
     overhead = HEADER_LENGTH + digest.mac_length
@@ -428,9 +547,9 @@ def verified_payloads(digest: DigestManager, ledger_id: int, entry_ids: I64, sta
                                 for a, b in zip(first, stop, strict=True)), dtype=np.uint32, count=n)
         if bool((header_ids[:, 0] == ledger_id).all()) and np.array_equal(header_ids[:, 1], entry_ids) \
                 and np.array_equal(computed, received):
-            return [view[a + overhead:b] for a, b in zip(first, stop, strict=True)]
-    return [unpack_entry(digest, ledger_id, e, view[a:b]).payload
-            for e, a, b in zip(entry_ids.tolist(), first, stop, strict=True)]
+            return
+    for e, a, b in zip(entry_ids.tolist(), first, stop, strict=True):
+        unpack_entry(digest, ledger_id, e, view[a:b])
 
 
 def covering_indices(ensemble_size: int, write_quorum: int, avoid: frozenset[int] = frozenset()) -> list[int]:

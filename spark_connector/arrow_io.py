@@ -1,9 +1,11 @@
 """Arrow in and out of the connector: RecordBatches from ledger read chunks, byte columns from batches.
 
-The read path turns one `ReadChunk` (entry ids + payload memoryviews, up to ~4 MiB) into one
-`pyarrow.RecordBatch` with a fixed number of Python operations per chunk plus two C-level passes over
-the payload list (`bytes.join` and `map(len, ...)`): the binary column is built from the joined buffer
-and an offsets array with `pa.Array.from_buffers`, never from one Python object per row. Enveloped
+The read path turns one `ReadChunk` (entry ids + payloads, up to ~4 MiB) into one `pyarrow.RecordBatch`
+with a fixed number of Python operations per chunk. A range read's chunk comes as `Spans` (where each
+payload sits in the received range batches): the binary column is a binary-view array over those
+buffers (numpy builds the 16-byte views) cast to binary, one native gather and no Python object per
+row. Payload lists (tiny pieces, compressed ledgers) take two C-level passes (`bytes.join`,
+`map(len, ...)`) and `pa.Array.from_buffers`. Enveloped
 ledgers are decoded in bulk with numpy (`spark_connector.envelope.decode_bulk`). The write path goes
 the other way: a binary/string column's (data, offsets, validity) as numpy arrays, zero-copy.
 The batch's schema is exactly the one Spark derives from the read schema (timestamps as UTC micros).
@@ -12,6 +14,7 @@ The batch's schema is exactly the one Spark derives from the read schema (timest
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +23,12 @@ import pyarrow.compute as pc
 from spark_connector import envelope as env
 from spark_connector.envelope import I64, U8, Bools
 
+if TYPE_CHECKING:
+    from client.reader import Spans
+
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+VIEW_INLINE = 12                     # Arrow binary views hold values of up to 12 bytes in the view itself
+Payloads = Sequence[memoryview | bytes]
 
 
 def _validity(valid: Bools | None) -> tuple[pa.Buffer | None, int]:
@@ -73,19 +81,58 @@ def joined(payloads: Sequence[memoryview | bytes]) -> tuple[bytes, I64]:
     return b"".join(payloads), offsets
 
 
+def spans_array(spans: Spans) -> pa.Array:
+    """The payloads the spans name as one pa.binary() array: a binary-view array over the received
+    buffers (length, 4-byte prefix, buffer index, offset per value; short values inline), cast to binary
+    by Arrow (one native gather)."""
+    n = len(spans.start)
+    lengths = (spans.end - spans.start).astype(np.int32)
+    views = np.zeros((n, 16), dtype=np.uint8)
+    fields = views.view(np.int32)                 # (n, 4): length, prefix, buffer index, offset
+    fields[:, 0] = lengths
+    fields[:, 2] = spans.buffer
+    fields[:, 3] = spans.start
+    for k, data in enumerate(spans.buffers):
+        raw = np.frombuffer(data, dtype=np.uint8)
+        mine = np.flatnonzero((spans.buffer == k) & (lengths > VIEW_INLINE))
+        views[mine, 4:8] = raw[spans.start[mine, None] + np.arange(4)]
+    for i in np.flatnonzero(lengths <= VIEW_INLINE).tolist():    # inline: the bytes, zero-padded
+        a, b = int(spans.start[i]), int(spans.end[i])
+        views[i, 4:] = 0
+        views[i, 4:4 + b - a] = np.frombuffer(spans.buffers[int(spans.buffer[i])], dtype=np.uint8)[a:b]
+    array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views),
+                                                        *(pa.py_buffer(b) for b in spans.buffers)])
+    return array.cast(pa.binary())
+
+
+def array_parts(array: pa.Array) -> tuple[U8, I64]:
+    """(data, n + 1 offsets from 0) of a fresh pa.binary() array."""
+    _, offsets, data = array.buffers()
+    n = len(array)
+    bounds = np.frombuffer(offsets, dtype=np.int32, count=n + 1).astype(np.int64)
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    return raw[:int(bounds[-1])], bounds
+
+
 def chunk_to_batch(schema: pa.Schema, log: str | None, ledger_id: int, entry_ids: Sequence[int],
-                   payloads: Sequence[memoryview | bytes], envelope: int) -> pa.RecordBatch:
+                   payloads: Payloads | Spans, envelope: int) -> pa.RecordBatch:
     """One RecordBatch of the read schema from entries of one ledger."""
     return rows_to_batch(schema, log, np.full(len(entry_ids), ledger_id, dtype=np.int64), entry_ids, payloads,
                          envelope)
 
 
 def rows_to_batch(schema: pa.Schema, log: str | None, ledger_ids: I64, entry_ids: Sequence[int],
-                  payloads: Sequence[memoryview | bytes], envelope: int) -> pa.RecordBatch:
+                  payloads: Payloads | Spans, envelope: int) -> pa.RecordBatch:
     """One RecordBatch of the read schema from entries of one log, of one or many ledgers (row i is
     entry entry_ids[i] of ledger ledger_ids[i]; many tiny ledgers make one batch)."""
     n = len(entry_ids)
-    data, offsets = joined(payloads)
+    values: pa.Array | None = None
+    if isinstance(payloads, Sequence):
+        data: U8 | bytes
+        data, offsets = joined(payloads)
+    else:
+        values = spans_array(payloads)
+        data, offsets = array_parts(values)
     columns: dict[str, pa.Array] = {
         "log": repeated_string(log, n),
         "ledger_id": pa.array(ledger_ids),
@@ -97,7 +144,7 @@ def rows_to_batch(schema: pa.Schema, log: str | None, ledger_ids: I64, entry_ids
         columns["key"] = binary_array(dec.key_data, dec.key_offsets, dec.key_valid)
         columns["timestamp"] = timestamp_array(dec.timestamps, dec.timestamp_valid)
     else:
-        columns["value"] = binary_array(data, offsets)
+        columns["value"] = values if values is not None else binary_array(data, offsets)
         columns["key"] = pa.nulls(n, pa.binary())
         columns["timestamp"] = pa.nulls(n, TIMESTAMP)
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)

@@ -291,7 +291,8 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
         envelope = part.envelope if part.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
         for chunk in prefetched_chunks(rh, base + part.first_entry_id, base + part.last_entry_id, first_chunk):
             ids = chunk.entry_ids if not base else [e - base for e in chunk.entry_ids]
-            yield chunk_to_batch(schema, part.log, part.ledger_id, ids, chunk.payloads, envelope)
+            payloads = chunk.packed or chunk.payloads       # spans: no Python object per entry
+            yield chunk_to_batch(schema, part.log, part.ledger_id, ids, payloads, envelope)
     except (NoSuchLedgerError, NoSuchEntryError) as exc:
         what = f"ledger {part.ledger_id} entries {part.first_entry_id}..{part.last_entry_id}"
         if opts.fail_on_data_loss:
