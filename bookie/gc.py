@@ -209,7 +209,12 @@ class GarbageCollector:
             self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Ask the GC thread to stop after its round and wait up to `timeout` s; False if it still runs (a
+        round waiting for an unreachable ZooKeeper: it is a daemon thread, and storage refuses it once
+        closed)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=timeout)
+            return not self._thread.is_alive()
+        return True

@@ -37,6 +37,7 @@ from client.meta.zkauth import zk_auth
 from proto import bookie_pb2_grpc as pb_grpc
 
 log = logging.getLogger("bkledger.bookie")
+GC_STOP_WAIT_S = 10.0   # shutdown waits this long for a garbage-collection round to end
 
 
 def _cookie_dirs(config: BookieConfig) -> list[Path]:
@@ -193,8 +194,9 @@ class BookieServer:
             await self.server.stop(grace=2)
         for http in self.http:
             await asyncio.to_thread(http.stop)
-        if self.gc is not None:
-            await asyncio.to_thread(self.gc.stop)
+        if self.gc is not None and not await asyncio.to_thread(self.gc.stop, GC_STOP_WAIT_S):
+            log.warning("garbage collection still waits (for ZooKeeper?) after %.0f s; stopping without it",
+                        GC_STOP_WAIT_S)
         await asyncio.to_thread(self.bookie.close)
         await call_bounded("close the ZooKeeper session", self.store.close, 5)
         log.info("bookie %s stopped", self.config.bookie_id)
