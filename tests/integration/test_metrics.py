@@ -236,7 +236,8 @@ def test_client_metrics_in_the_applications_registry(cluster_factory):
 
 
 def test_client_counts_speculative_reads(cluster_factory):
-    """A paused first bookie of the read order: the read goes on speculatively, and the registry says so."""
+    """A paused first bookie of the read order, connected before the pause: the read goes on
+    speculatively, and the registry says so."""
     cluster = cluster_factory(3)
     registry = CollectorRegistry()
     uri = cluster.metadata_service_uri
@@ -248,7 +249,8 @@ def test_client_counts_speculative_reads(cluster_factory):
     first = next(b for b in cluster.bookies if b.bookie_id == handle.metadata.fragments[0].ensemble[0])
     options = ClientConfig.from_options({**FAST_CLIENT, "speculativeReadTimeout": 200})
     with BookKeeper(uri, config=options, metrics_registry=registry) as bk:
-        cluster.signal_bookie(first.index, signal.SIGSTOP)
+        list(bk.open_ledger(handle.ledger_id, b"pw", recovery=False).read_entries(0, 0))   # connected first:
+        cluster.signal_bookie(first.index, signal.SIGSTOP)    # a new one to a paused bookie is passed over
         try:
             got = list(bk.open_ledger(handle.ledger_id, b"pw", recovery=False).read_entries(0, 99))
         finally:
