@@ -21,6 +21,7 @@ from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector.batch_reader import read_schema
 from spark_connector.batch_writer import sweep_tagged
 from spark_connector.log_commit import commit_ledgers
+from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.spark
 WAIT_S = 300
@@ -99,7 +100,10 @@ def test_spark_append_beside_a_live_log_writer(spark, cluster, bk: BookKeeper) -
     with pytest.raises(Exception, match="LiveLogWriterError") as err:
         append(values_df(spark, 0, 50), uri, log)
     assert "fenceLiveWriter=true" in str(err.value)
-    assert writer.append(b"-2").ledger_id == writer.ledger_id        # not fenced, still the writer
+    second = writer.append(b"-2")
+    assert second.ledger_id == writer.ledger_id                      # not fenced, still the writer
+    tail = bk.open_ledger(second.ledger_id, recovery=False)          # a reader sees it once the idle writer's
+    wait_for(lambda: tail.read_last_add_confirmed() >= second.entry_id, 10, "the explicit LAC")  # LAC says so
     assert read_values(spark, uri, log) == [-2, -1]                  # the refused job left nothing
     assert not [i for i in bk.list_ledgers() if i > writer.ledger_id
                 and bk.ledger_metadata(i).custom_metadata.get(JOB_KEY)]
