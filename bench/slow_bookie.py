@@ -6,13 +6,15 @@ The limit is 1.5 x the healthy read of the same ledger in the same run plus one 
 (issue 15's aim), so a ratio <= 1 meets it. The Spark row reads a log (spark.read.format("bkledger"))
 with one bookie of the ensemble paused, against the same read healthy (limit: 1.5 x healthy plus one
 timeout per read task, about), and against the same read with that bookie killed (SIGKILL; connections
-refused at once), which a paused bookie should not be slower than.
+refused at once), which a paused bookie should not be slower than. Paused and killed are each the median
+of the first 3 reads after the fault (each Python worker of local[2] finds the fault on its own).
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import statistics
 import time
 from collections.abc import Iterator
 
@@ -83,14 +85,16 @@ def _spark_rows(ctx: Context, cluster: LocalCluster, rows: int, timeout: float) 
         first = bk.ledger_metadata(max(bk.list_ledgers())).last_fragment.ensemble[0]
     tasks = 2
     with paused(cluster, first):
-        slow = read()
+        slow = statistics.median(read() for _ in range(3))
     cluster.stop_bookie(next(b.index for b in cluster.bookies if b.bookie_id == first), signal.SIGKILL)
-    killed = min(read() for _ in range(2))
+    killed = statistics.median(read() for _ in range(3))
     label = f"Spark log read, 1 of 3 bookies paused ({rows:,} rows x 1000 B)"
     return [Row(NAME, label, slow, "s", 1.5 * healthy + tasks * timeout,
-                f"1.5 x the healthy Spark read ({healthy:.2f} s) + speculativeReadTimeout per task ({tasks})"),
+                f"1.5 x the healthy Spark read ({healthy:.2f} s) + speculativeReadTimeout per task ({tasks}); "
+                "median of 3 reads"),
             Row(NAME, f"{label} vs killed", slow, "s", killed,
-                "the same read with that bookie killed (issue 15: paused at least as fast as killed, ratio <= 1)")]
+                "the same read with that bookie killed, median of 3 reads each (issue 15: paused at least as fast "
+                "as killed, ratio <= 1)")]
 
 
 def run(ctx: Context) -> list[Row]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import google_crc32c
@@ -223,7 +223,8 @@ class LedgerReader:
         return self.ctx.health.order(bookies, asyncio.get_running_loop().time())
 
     def _sequence(self, bookies: tuple[str, ...]) -> SequenceRead:
-        return SequenceRead(self._order(bookies), self.ctx.speculative)
+        now = asyncio.get_running_loop().time()
+        return SequenceRead(self._order(bookies), self.ctx.speculative, self.ctx.health.quiet(bookies, now))
 
     async def read_entry(self, entry_id: int) -> memoryview | bytes:
         """R13: ask the bookies of the entry's write set one at a time; after speculativeReadTimeout
@@ -357,14 +358,24 @@ class LedgerReader:
         Each entry is verified once, from the first covering bookie that holds it; the copies the other
         covering bookies send along are kept unverified and checked only if that bookie did not deliver."""
         import numpy as np  # not at import: see the module docstring
-        indices = covering_indices(self.md.ensemble_size, self.md.write_quorum, self._slow_indices(fragment))
-        owner = np.array(first_holders(self.md.ensemble_size, self.md.write_quorum, indices), dtype=np.int64)
-        results = await self._covering_streams([fragment.ensemble[i] for i in indices], lo, hi, owner)
-        delivered = [segment for got, _ in results for segment in got]
         overhead = HEADER_LENGTH + self.digest.mac_length
-        spans = in_order(delivered, lo, hi - lo + 1, overhead) if self.md.compression != "lz4" else None
-        if spans is not None:                    # the usual case: every entry came from its first holder
-            return ReadChunk(list(range(lo, hi + 1)), spans=spans)
+        delivered: list[Segment] = []
+        extras: list[list[Segment]] = []
+        wanted = np.arange(lo, hi + 1, dtype=np.int64)
+        for _ in range(2):    # a second round, past the bookies the first found slow, for what they left out
+            slow = self._slow_indices(fragment)
+            indices = covering_indices(self.md.ensemble_size, self.md.write_quorum, slow)
+            owner = np.array(first_holders(self.md.ensemble_size, self.md.write_quorum, indices), dtype=np.int64)
+            results = await self._covering_streams([fragment.ensemble[i] for i in indices],
+                                                   int(wanted[0]), int(wanted[-1]), owner)
+            delivered += [_only(segment, wanted) for got, _ in results for segment in got]
+            extras += [extra for _, extra in results]
+            spans = in_order(delivered, lo, hi - lo + 1, overhead) if self.md.compression != "lz4" else None
+            if spans is not None:                # the usual case: every entry came from its first holder
+                return ReadChunk(list(range(lo, hi + 1)), spans=spans)
+            wanted = np.setdiff1d(wanted, np.concatenate([s[1] for s in delivered]) if delivered else wanted[:0])
+            if not len(wanted) or self._slow_indices(fragment) == slow:
+                break                            # nothing new is known: fill entry by entry (R13)
         found: Found = {}
         for data, ids, starts, ends in delivered:
             view = memoryview(data)
@@ -372,7 +383,7 @@ class LedgerReader:
                                                            zip(starts.tolist(), ends.tolist(), strict=True)]),
                              strict=True))
         spare: Spare = {}
-        for _, extra in results:
+        for extra in extras:
             for data, ids, starts, ends in extra:
                 view = memoryview(data)
                 for entry_id, a, b in zip(ids.tolist(), starts.tolist(), ends.tolist(), strict=True):
@@ -390,14 +401,15 @@ class LedgerReader:
             found.update(zip(part, await asyncio.gather(*(self.read_entry(e) for e in part)), strict=True))
         return ReadChunk(list(range(lo, hi + 1)), [found[e] for e in range(lo, hi + 1)])
 
-    def _slow_indices(self, fragment: Fragment) -> frozenset[int]:
-        """reorderReadSequenceEnabled: ensemble indices of bookies slow or failed recently, which a striped
-        read leaves out of its covering set when it can (else each chunk waits out a stalled stream)."""
+    def _slow_indices(self, fragment: Fragment) -> dict[int, float]:
+        """reorderReadSequenceEnabled: ensemble indices of bookies slow or failed recently (with when),
+        which a striped read leaves out of its covering set when it can (else each chunk waits out a
+        stalled stream)."""
         health = self.ctx.health
         if not health.reorder:
-            return frozenset()
+            return {}
         now = asyncio.get_running_loop().time()
-        return frozenset(i for i, b in enumerate(fragment.ensemble) if health.is_slow(b, now))
+        return {i: at for i, b in enumerate(fragment.ensemble) if (at := health.failed_at(b, now)) is not None}
 
     async def _covering_streams(self, bookies: list[str], lo: int, hi: int, owner: I64
                                 ) -> list[tuple[list[Segment], list[Segment]]]:
@@ -408,17 +420,21 @@ class LedgerReader:
         policy = self.ctx.speculative
         results: list[tuple[list[Segment], list[Segment]]] = [([], []) for _ in bookies]
         heard = [loop.time()] * len(bookies)
+        quiet = [b in self.ctx.health.quiet(bookies, heard[0]) for b in bookies]   # short wait for a first batch
 
         def progress(position: int) -> Callable[[], None]:
             def report() -> None:
                 heard[position] = loop.time()
+                quiet[position] = False
+                self.ctx.health.on_heard(bookies[position], heard[position])
             return report
 
         tasks = {asyncio.ensure_future(self._stream_all(b, lo, hi, owner, p, results[p], progress(p))): p
                  for p, b in enumerate(bookies)}
         try:
             while tasks:
-                due = [d for d in (stall_deadline(heard[p], policy) for p in tasks.values()) if d is not None]
+                due = [d for d in (stall_deadline(heard[p], policy, quiet[p]) for p in tasks.values())
+                       if d is not None]
                 timeout = max(0.0, min(due) - loop.time()) if due else None
                 done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -426,7 +442,7 @@ class LedgerReader:
                     task.result()
                 now = loop.time()
                 for task, position in list(tasks.items()):
-                    if stalled(heard[position], now, policy):
+                    if stalled(heard[position], now, policy, quiet[position]):
                         log.info("ledger %d: range read from %s stalled; reading its entries elsewhere",
                                  self.ledger_id, bookies[position])
                         self.ctx.health.on_slow(bookies[position], now)
@@ -474,6 +490,17 @@ class LedgerReader:
                 spare.append((data, ids[~mine], starts[~mine], ends[~mine]))
         except (grpc.aio.AioRpcError, BKError, OSError):
             self.ctx.health.on_slow(bookie_id, asyncio.get_running_loop().time())
+
+
+def _only(segment: Segment, wanted: I64) -> Segment:
+    """The entries of `segment` whose ids are in `wanted` (sorted)."""
+    import numpy as np  # not at import: see the module docstring
+    data, ids, starts, ends = segment
+    if len(ids) and len(wanted) == int(wanted[-1]) - int(wanted[0]) + 1 \
+            and int(ids.min()) >= int(wanted[0]) and int(ids.max()) <= int(wanted[-1]):
+        return segment                           # wanted is a whole range holding all of them
+    keep = np.isin(ids, wanted, assume_unique=True)
+    return data, ids[keep], starts[keep], ends[keep]
 
 
 def _retrieve(task: asyncio.Task[ReadChunk]) -> None:
@@ -552,18 +579,22 @@ def verify_entries(digest: DigestManager, ledger_id: int, entry_ids: I64, starts
         unpack_entry(digest, ledger_id, e, view[a:b])
 
 
-def covering_indices(ensemble_size: int, write_quorum: int, avoid: frozenset[int] = frozenset()) -> list[int]:
+def covering_indices(ensemble_size: int, write_quorum: int, avoid: Mapping[int, float] | None = None) -> list[int]:
     """Ensemble indices whose bookies together hold every entry: bookie j holds the entries whose
     write set starts at j-Qw+1..j (mod E), so taking j = Qw-1, 2Qw-1, ... covers every start. Indices in
-    `avoid` (bookies slow or failed recently) are passed over wherever another member of the write set
-    can stand in (always, when fewer than Qw are avoided)."""
+    `avoid` (bookies slow or failed recently, with when) are passed over wherever another member of the
+    write set can stand in (always, when fewer than Qw are avoided); where every member is avoided, the
+    one that failed longest ago is taken (the likeliest to have recovered, as BookieHealth.order does)."""
+    avoid = avoid or {}
     covered: set[int] = set()
     chosen: list[int] = []
     for start in range(ensemble_size):
         if start in covered:
             continue
         members = [(start + write_quorum - 1 - k) % ensemble_size for k in range(write_quorum)]  # latest first
-        index = next((m for m in members if m not in avoid), members[0])
+        index = next((m for m in members if m not in avoid), None)
+        if index is None:
+            index = min(members, key=lambda m: avoid[m])
         chosen.append(index)
         covered.update((index - k) % ensemble_size for k in range(write_quorum))
     return chosen

@@ -61,7 +61,9 @@ class _Run(Generic[T]):
 
     def _progress(self, bookie_id: str) -> Callable[[], None]:
         def report() -> None:
-            self.read.on_progress(bookie_id, self.loop.time())
+            now = self.loop.time()
+            self.health.on_heard(bookie_id, now)
+            self.read.on_progress(bookie_id, now)
         return report
 
     def on_done(self, task: asyncio.Future[tuple[int, T | None]]) -> None:
@@ -69,6 +71,7 @@ class _Run(Generic[T]):
         status, value = task.result()
         now = self.loop.time()
         if status == StatusCode.EOK and value is not None:
+            self.health.on_heard(bookie_id, now)
             if not self.read.finished:
                 self.value = value
             self.apply(self.read.on_success(bookie_id))

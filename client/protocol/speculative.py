@@ -11,6 +11,13 @@ Pure: time comes in as `now` (seconds, any monotonic origin); the driver sends, 
 timer as the returned actions say. A request may be one entry, one chunk of a range read or any other
 read that several bookies can answer alike. Nothing here decides what an answer means for recovery:
 an unanswered bookie is only "not answered yet", never a negative answer (R18).
+
+One addition to BookKeeper's policy: a read's first answer from a *quiet* bookie (nothing heard from it for
+QUIET_AFTER) is waited for only `quiet_timeout` (a fifth of speculativeReadTimeout, at most QUIET_WAIT).
+A paused bookie (SIGSTOP, a long GC pause, a hung host) keeps its TCP connections open, so unlike a killed
+one nothing tells the client; a healthy bookie on a LAN starts answering within a few milliseconds. Once
+a bookie answers, the full timeout applies again. A false alarm costs one duplicate read, as any
+speculation does.
 """
 
 from __future__ import annotations
@@ -18,24 +25,39 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
+#: A bookie not heard from for this long (seconds) is quiet: a read's first answer from it is awaited
+#: only `SpeculativePolicy.quiet_timeout`.
+QUIET_AFTER = 0.1
+#: The most a read waits for a quiet bookie's first answer before also asking the next bookie.
+QUIET_WAIT = 0.05
+
 
 @dataclasses.dataclass(frozen=True)
 class SpeculativePolicy:
     """When to speculate: `first_timeout` after a send without an answer, then backing off by
-    `multiplier` up to `max_timeout` (all seconds). A first timeout <= 0 disables speculation."""
+    `multiplier` up to `max_timeout` (all seconds). A first timeout <= 0 disables speculation.
+    `quiet_timeout` (0: no such rule) is the wait for the first answer of a quiet bookie."""
 
     first_timeout: float
     max_timeout: float = 0.0
     multiplier: float = 2.0
+    quiet_timeout: float = 0.0
 
     @classmethod
     def from_ms(cls, first_ms: float, max_ms: float = 0.0, multiplier: float = 2.0) -> SpeculativePolicy:
         """From BookKeeper's settings in milliseconds; max 0 means "same as the first"."""
-        return cls(first_ms / 1000.0, (max_ms or first_ms) / 1000.0, multiplier)
+        first = first_ms / 1000.0
+        return cls(first, (max_ms or first_ms) / 1000.0, multiplier, min(QUIET_WAIT, first / 5))
 
     @property
     def enabled(self) -> bool:
         return self.first_timeout > 0
+
+    def first_wait(self, quiet: bool) -> float:
+        """How long to wait for a bookie's first answer: shorter if it is quiet (see the module doc)."""
+        if quiet and self.quiet_timeout > 0:
+            return min(self.first_timeout, self.quiet_timeout)
+        return self.first_timeout
 
     def next_timeout(self, previous: float) -> float:
         """The wait before the following speculation: previous * multiplier, capped at max_timeout."""
@@ -46,15 +68,16 @@ class SpeculativePolicy:
 DISABLED = SpeculativePolicy(0.0)
 
 
-def stalled(last_progress: float, now: float, policy: SpeculativePolicy) -> bool:
-    """A parallel streamed read (E > Qw) that has delivered nothing for the speculative timeout is
-    given up on: its entries are then read from the other bookies of their write sets."""
-    return policy.enabled and now - last_progress >= policy.first_timeout
+def stalled(last_progress: float, now: float, policy: SpeculativePolicy, quiet: bool = False) -> bool:
+    """A parallel streamed read (E > Qw) that has delivered nothing for the speculative timeout (the
+    quiet timeout if its bookie was quiet and has sent nothing yet) is given up on: its entries are then
+    read from the other bookies of their write sets."""
+    return policy.enabled and now - last_progress >= policy.first_wait(quiet)
 
 
-def stall_deadline(last_progress: float, policy: SpeculativePolicy) -> float | None:
+def stall_deadline(last_progress: float, policy: SpeculativePolicy, quiet: bool = False) -> float | None:
     """When `stalled` turns true for a stream last heard from at `last_progress` (None: never)."""
-    return last_progress + policy.first_timeout if policy.enabled else None
+    return last_progress + policy.first_wait(quiet) if policy.enabled else None
 
 
 class BookieHealth:
@@ -62,12 +85,23 @@ class BookieHealth:
 
     `order` puts bookies with a recent failure last (oldest failure first among them: the likeliest to
     have recovered); a failure older than `expiry` seconds is forgotten. With `reorder` False (BookKeeper's
-    `reorderReadSequenceEnabled=false`) the order is left alone, but failures are still recorded."""
+    `reorderReadSequenceEnabled=false`) the order is left alone, but failures are still recorded.
+    It also remembers when each bookie last answered, to tell which are quiet (QUIET_AFTER)."""
 
-    def __init__(self, expiry: float = 60.0, reorder: bool = True) -> None:
+    def __init__(self, expiry: float = 60.0, reorder: bool = True, quiet_after: float = QUIET_AFTER) -> None:
         self.expiry = expiry
         self.reorder = reorder
+        self.quiet_after = quiet_after
         self._failed_at: dict[str, float] = {}
+        self._heard_at: dict[str, float] = {}
+
+    def on_heard(self, bookie_id: str, now: float) -> None:
+        """The bookie answered a read (or sent part of a streamed answer)."""
+        self._heard_at[bookie_id] = now
+
+    def quiet(self, bookies: Iterable[str], now: float) -> frozenset[str]:
+        """Those of `bookies` not heard from within quiet_after."""
+        return frozenset(b for b in bookies if now - self._heard_at.get(b, float("-inf")) >= self.quiet_after)
 
     def on_slow(self, bookie_id: str, now: float) -> None:
         """The bookie did not answer within the speculative timeout, or failed a read."""
@@ -85,6 +119,10 @@ class BookieHealth:
             del self._failed_at[bookie_id]
             return False
         return True
+
+    def failed_at(self, bookie_id: str, now: float) -> float | None:
+        """When the bookie was last slow or failed, if that is recent."""
+        return self._failed_at[bookie_id] if self.is_slow(bookie_id, now) else None
 
     def slow_bookies(self, now: float) -> frozenset[str]:
         return frozenset(b for b in list(self._failed_at) if self.is_slow(b, now))
@@ -146,13 +184,16 @@ class SequenceRead:
     Events: `start(now)`, `on_timer(now)` (call it at `deadline`), `on_progress(bookie, now)` (part of a
     streamed answer arrived: the bookie is alive, so the timer starts again), `on_success(bookie)` (an
     answer passed the digest check), `on_failure(bookie, status)` (an error, a digest mismatch, a
-    broken connection or the request's own hard timeout). Late answers after the end are ignored."""
+    broken connection or the request's own hard timeout). Late answers after the end are ignored.
+    The first answer of a bookie in `quiet` (BookieHealth.quiet) is awaited only the policy's quiet
+    timeout."""
 
-    def __init__(self, bookies: Sequence[str], policy: SpeculativePolicy) -> None:
+    def __init__(self, bookies: Sequence[str], policy: SpeculativePolicy, quiet: Iterable[str] = ()) -> None:
         if not bookies:
             raise ValueError("a read needs at least one bookie to ask")
         self.bookies = tuple(bookies)
         self.policy = policy
+        self._quiet = set(quiet)
         self._next = 0
         self._outstanding: list[str] = []
         self._errors: dict[str, int] = {}
@@ -183,7 +224,10 @@ class SequenceRead:
 
     def _arm(self, now: float) -> None:
         more = self._next < len(self.bookies)
-        self.deadline = now + self._timeout if self.policy.enabled and more and not self.finished else None
+        wait = self._timeout
+        if self._outstanding and self._outstanding[-1] in self._quiet:
+            wait = min(wait, self.policy.first_wait(quiet=True))
+        self.deadline = now + wait if self.policy.enabled and more and not self.finished else None
 
     def on_timer(self, now: float) -> list[SpeculativeAction]:
         """The timer fired: if the deadline passed with no answer, mark the outstanding bookies slow
@@ -197,6 +241,7 @@ class SequenceRead:
 
     def on_progress(self, bookie_id: str, now: float) -> None:
         """A streamed answer is arriving from this bookie: wait a full timeout again before speculating."""
+        self._quiet.discard(bookie_id)
         if not self.finished and bookie_id in self._outstanding:
             self._arm(now)
 

@@ -87,6 +87,31 @@ def test_a_new_connection_to_a_paused_bookie_is_passed_over_without_waiting(clus
     assert elapsed < 5.0, f"the read waited for the paused bookie: {elapsed:.1f}s"
 
 
+@pytest.mark.parametrize(("e", "qw"), [(3, 3), (3, 2)])
+def test_a_bookie_paused_between_reads_of_one_client_is_passed_over_without_waiting(cluster_factory, bk_factory,
+                                                                                    e, qw):
+    """A reader that read from every bookie a moment ago (READY connections, as a Spark worker's shared
+    client has) and then meets a paused one: the bookie has been quiet, so its first answer is awaited
+    only the quiet wait (client.protocol.speculative), not speculativeReadTimeout (10 s here)."""
+    from client.protocol.speculative import QUIET_AFTER
+    cluster = cluster_factory(3)
+    ledger_id, ensemble = _closed_ledger(bk_factory(cluster.metadata_service_uri), e, qw, 2, 3000)
+    reader = bk_factory(cluster.metadata_service_uri, speculativeReadTimeout=10_000, readTimeout=30.0)
+    _timed_read(reader, ledger_id, 3000)
+    health, loop = reader._ctx.health, reader._ctx.runtime.loop
+    heard = [b for b in ensemble if b not in health.quiet(ensemble, loop.time())]
+    assert heard, "the healthy read heard from no bookie"
+    victim = heard[0]                                 # one the reader streamed from: it will ask it again
+    deadline = time.monotonic() + 10
+    while not health.quiet((victim,), loop.time()):                  # it has been quiet for QUIET_AFTER
+        assert time.monotonic() < deadline
+        time.sleep(QUIET_AFTER / 4)
+    with paused(cluster, victim):
+        elapsed = _timed_read(reader, ledger_id, 3000)
+        assert health.is_slow(victim, loop.time())
+    assert elapsed < 5.0, f"the read waited for the paused bookie: {elapsed:.1f}s"
+
+
 def test_r13_single_entry_reads_with_a_paused_bookie(cluster_factory, bk_factory):
     """Single entries, each from a fresh client (no failure history): every one speculates past the
     paused bookie instead of waiting for it."""

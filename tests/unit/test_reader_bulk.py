@@ -72,13 +72,21 @@ def test_covering_set_leaves_out_slow_bookies_when_it_can(e, qw) -> None:
     were slow recently whenever each write set keeps another member (fewer than Qw avoided)."""
     for avoided in range(e):
         for first in range(e):
-            avoid = frozenset((first + k) % e for k in range(avoided))
+            avoid = {(first + k) % e: float(k) for k in range(avoided)}
             covering = covering_indices(e, qw, avoid)
             owners = first_holders(e, qw, covering)
             for start in range(e):
                 assert covering[owners[start]] in write_set(start, e, qw)
             if avoided < qw:
-                assert not avoid & set(covering), (e, qw, sorted(avoid), covering)
+                assert not set(avoid) & set(covering), (e, qw, sorted(avoid), covering)
+
+
+def test_covering_set_takes_the_longest_failed_member_when_a_whole_write_set_is_slow() -> None:
+    """E=3 Qw=2 with two bookies slow: the write set of both is read from the one that failed first,
+    not always from the same member (a paused bookie that keeps failing is not read again and again)."""
+    for older, newer in ((0, 1), (1, 0)):
+        covering = covering_indices(3, 2, {older: 1.0, newer: 2.0})
+        assert newer not in covering and older in covering and 2 in covering
 
 
 def test_importing_the_client_starts_no_numpy_threads() -> None:

@@ -188,3 +188,45 @@ def test_client_settings_use_bookkeeper_names_and_parse_booleans():
     assert ClientConfig.from_options({"reorderReadSequenceEnabled": "TRUE"}).reorderReadSequenceEnabled is True
     with pytest.raises(InvalidOptionError, match="reorderReadSequenceEnabled"):
         ClientConfig.from_options({"reorderReadSequenceEnabled": "maybe"})
+
+
+# ---- quiet bookies: a short wait for a first answer ----------------------------------------------
+def test_quiet_timeout_is_a_fifth_of_the_timeout_at_most_quiet_wait():
+    from client.protocol.speculative import QUIET_WAIT
+    assert POLICY.first_wait(quiet=True) == pytest.approx(min(QUIET_WAIT, 0.1))
+    assert POLICY.first_wait(quiet=False) == pytest.approx(0.5)
+    assert SpeculativePolicy.from_ms(100).first_wait(quiet=True) == pytest.approx(0.02)
+    assert SpeculativePolicy(0.5).first_wait(quiet=True) == 0.5     # no quiet rule unless asked for
+
+
+def test_a_quiet_first_bookie_is_waited_for_briefly_then_the_full_timeout_applies():
+    """A paused bookie keeps its connection open: a quiet one (not heard from lately) gets the quiet wait
+    for its first answer; the next bookie, heard from lately, gets the full timeout."""
+    read = SequenceRead(("a", "b", "c"), POLICY, quiet={"a"})
+    read.start(0.0)
+    quiet = POLICY.first_wait(quiet=True)
+    assert read.deadline == pytest.approx(quiet)
+    assert read.on_timer(quiet) == [MarkSlow(("a",)), SendRead("b", speculative=True)]
+    assert read.deadline == pytest.approx(quiet + 0.5)
+
+
+def test_a_quiet_bookie_that_starts_answering_gets_the_full_timeout():
+    read = SequenceRead(("a", "b"), POLICY, quiet={"a"})
+    read.start(0.0)
+    read.on_progress("a", 0.01)
+    assert read.deadline == pytest.approx(0.51)
+
+
+def test_health_tells_quiet_bookies_by_when_they_last_answered():
+    health = BookieHealth(quiet_after=0.1)
+    assert health.quiet(("a", "b"), 5.0) == {"a", "b"}          # never heard from
+    health.on_heard("a", 5.0)
+    assert health.quiet(("a", "b"), 5.05) == {"b"}
+    assert health.quiet(("a", "b"), 5.2) == {"a", "b"}
+
+
+def test_a_quiet_stream_stalls_after_the_quiet_wait():
+    from client.protocol.speculative import stall_deadline, stalled
+    quiet = POLICY.first_wait(quiet=True)
+    assert stall_deadline(1.0, POLICY, quiet=True) == pytest.approx(1.0 + quiet)
+    assert stalled(1.0, 1.0 + quiet, POLICY, quiet=True) and not stalled(1.0, 1.0 + quiet, POLICY)
