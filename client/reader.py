@@ -421,11 +421,17 @@ class LedgerReader:
         results: list[tuple[list[Segment], list[Segment]]] = [([], []) for _ in bookies]
         heard = [loop.time()] * len(bookies)
         quiet = [b in self.ctx.health.quiet(bookies, heard[0]) for b in bookies]   # short wait for a first batch
+        peer_first: list[float] = []             # when the first stream delivered its first batch
+        answered: asyncio.Future[None] = loop.create_future()
 
         def progress(position: int) -> Callable[[], None]:
             def report() -> None:
                 heard[position] = loop.time()
                 quiet[position] = False
+                if not peer_first:
+                    peer_first.append(heard[position])
+                    if not answered.done():
+                        answered.set_result(None)    # the quiet streams' deadlines move up
                 self.ctx.health.on_heard(bookies[position], heard[position])
             return report
 
@@ -433,16 +439,20 @@ class LedgerReader:
                  for p, b in enumerate(bookies)}
         try:
             while tasks:
-                due = [d for d in (stall_deadline(heard[p], policy, quiet[p]) for p in tasks.values())
+                first = peer_first[0] if peer_first else None
+                due = [d for d in (stall_deadline(heard[p], policy, quiet[p], first) for p in tasks.values())
                        if d is not None]
                 timeout = max(0.0, min(due) - loop.time()) if due else None
-                done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                waits = [*tasks, answered] if not answered.done() else list(tasks)
+                done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    del tasks[task]
-                    task.result()
+                    if task in tasks:
+                        del tasks[task]
+                        task.result()
                 now = loop.time()
+                first = peer_first[0] if peer_first else None
                 for task, position in list(tasks.items()):
-                    if stalled(heard[position], now, policy, quiet[position]):
+                    if stalled(heard[position], now, policy, quiet[position], first):
                         log.info("ledger %d: range read from %s stalled; reading its entries elsewhere",
                                  self.ledger_id, bookies[position])
                         self.ctx.health.on_slow(bookies[position], now)

@@ -27,9 +27,13 @@ from collections.abc import Iterable, Sequence
 
 #: A bookie not heard from for this long (seconds) is quiet: a read's first answer from it is awaited
 #: only `SpeculativePolicy.quiet_timeout`.
-QUIET_AFTER = 0.1
+QUIET_AFTER = 0.02
 #: The most a read waits for a quiet bookie's first answer before also asking the next bookie.
 QUIET_WAIT = 0.05
+#: A quiet parallel stream is given up once it lags its first answering peer this many times over ...
+PEER_FACTOR = 4.0
+#: ... but never before this (seconds).
+QUIET_FLOOR = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,16 +72,32 @@ class SpeculativePolicy:
 DISABLED = SpeculativePolicy(0.0)
 
 
-def stalled(last_progress: float, now: float, policy: SpeculativePolicy, quiet: bool = False) -> bool:
-    """A parallel streamed read (E > Qw) that has delivered nothing for the speculative timeout (the
-    quiet timeout if its bookie was quiet and has sent nothing yet) is given up on: its entries are then
-    read from the other bookies of their write sets."""
-    return policy.enabled and now - last_progress >= policy.first_wait(quiet)
+def stalled(last_progress: float, now: float, policy: SpeculativePolicy, quiet: bool = False,
+            peer_first: float | None = None) -> bool:
+    """A parallel streamed read (E > Qw) that has delivered nothing for the speculative timeout (if its
+    bookie was quiet and has sent nothing yet: `quiet_wait`) is given up on: its entries are then read
+    from the other bookies of their write sets."""
+    deadline = stall_deadline(last_progress, policy, quiet, peer_first)
+    return deadline is not None and now >= deadline
 
 
-def stall_deadline(last_progress: float, policy: SpeculativePolicy, quiet: bool = False) -> float | None:
+def stall_deadline(last_progress: float, policy: SpeculativePolicy, quiet: bool = False,
+                   peer_first: float | None = None) -> float | None:
     """When `stalled` turns true for a stream last heard from at `last_progress` (None: never)."""
-    return last_progress + policy.first_wait(quiet) if policy.enabled else None
+    if not policy.enabled:
+        return None
+    return last_progress + (quiet_wait(last_progress, peer_first, policy) if quiet else policy.first_timeout)
+
+
+def quiet_wait(started: float, peer_first: float | None, policy: SpeculativePolicy) -> float:
+    """How long a parallel stream to a quiet bookie, started at `started`, may go without a first batch:
+    the quiet timeout, or less once a peer stream of the same read has answered (at `peer_first`):
+    PEER_FACTOR times what that took, at least QUIET_FLOOR. Bookies of one read answer alike; one that
+    is far behind its peers from the start is likely stopped."""
+    wait = policy.first_wait(quiet=True)
+    if peer_first is not None:
+        wait = min(wait, max(QUIET_FLOOR, PEER_FACTOR * (peer_first - started)))
+    return wait
 
 
 class BookieHealth:

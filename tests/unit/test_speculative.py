@@ -193,7 +193,7 @@ def test_client_settings_use_bookkeeper_names_and_parse_booleans():
 # ---- quiet bookies: a short wait for a first answer ----------------------------------------------
 def test_quiet_timeout_is_a_fifth_of_the_timeout_at_most_quiet_wait():
     from client.protocol.speculative import QUIET_WAIT
-    assert POLICY.first_wait(quiet=True) == pytest.approx(min(QUIET_WAIT, 0.1))
+    assert POLICY.first_wait(quiet=True) == pytest.approx(min(QUIET_WAIT, 0.1))   # a fifth of 0.5 s at most
     assert POLICY.first_wait(quiet=False) == pytest.approx(0.5)
     assert SpeculativePolicy.from_ms(100).first_wait(quiet=True) == pytest.approx(0.02)
     assert SpeculativePolicy(0.5).first_wait(quiet=True) == 0.5     # no quiet rule unless asked for
@@ -230,3 +230,15 @@ def test_a_quiet_stream_stalls_after_the_quiet_wait():
     quiet = POLICY.first_wait(quiet=True)
     assert stall_deadline(1.0, POLICY, quiet=True) == pytest.approx(1.0 + quiet)
     assert stalled(1.0, 1.0 + quiet, POLICY, quiet=True) and not stalled(1.0, 1.0 + quiet, POLICY)
+
+
+def test_a_quiet_stream_far_behind_its_peers_stalls_sooner():
+    """Parallel streams of one read: once a peer answered (after 5 ms), a quiet stream that has sent
+    nothing is given up after PEER_FACTOR times that (at least QUIET_FLOOR), before the quiet timeout."""
+    from client.protocol.speculative import PEER_FACTOR, QUIET_FLOOR, stall_deadline, stalled
+    quiet = POLICY.first_wait(quiet=True)
+    assert stall_deadline(0.0, POLICY, True, peer_first=0.005) == pytest.approx(max(QUIET_FLOOR, PEER_FACTOR * 0.005))
+    assert stall_deadline(0.0, POLICY, True, peer_first=0.0) == pytest.approx(QUIET_FLOOR)
+    assert stall_deadline(0.0, POLICY, True, peer_first=0.04) == pytest.approx(quiet)   # never later
+    assert stall_deadline(0.0, POLICY, False, peer_first=0.0) == pytest.approx(0.5)     # not quiet: full
+    assert not stalled(0.0, 0.009, POLICY, True, peer_first=0.001)
