@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
+import gc
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -173,7 +175,7 @@ def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
 
 
 def discover_schema(opts: ReadOptions) -> StructType:
-    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
+    with gc_paused(), planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         if opts.logs is None:
             return read_schema(has_envelope(bk, discover(bk, opts)))
         return read_schema(any(has_envelope(bk, discover(bk, for_log(opts, name)))
@@ -189,7 +191,27 @@ def coalesced(opts: ReadOptions, views: Sequence[LedgerView], pieces: Sequence[L
 
 def plan(opts: ReadOptions, pushed: Pushed | None = None) -> list[CoalescedPartition]:
     """The partitions of a read: each log's (or the raw ledgers') pieces within positions, times and the
-    pushed filters, packed by `coalesce`, then split up to `minPartitions`."""
+    pushed filters, packed by `coalesce`, then split up to `minPartitions`. Python's cyclic garbage
+    collector is held off meanwhile: planning a long log makes several objects per ledger and no cycles,
+    and each collection the allocations set off would scan the whole heap (a third of the time of
+    planning a 100k-ledger log, more in a process with a large heap)."""
+    with gc_paused():
+        return _plan(opts, pushed)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No automatic cyclic garbage collection inside (it is switched back on after, if it was on)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _plan(opts: ReadOptions, pushed: Pushed | None) -> list[CoalescedPartition]:
     pushed = pushed or Pushed()
     if empty(pushed) or (opts.logs is None and pushed.logs is not None):
         return []               # contradicting filters, or a filter on `log`, which is null for raw ledgers

@@ -114,3 +114,26 @@ def test_write_options() -> None:
         with pytest.raises(BkLedgerOptionError) as info:
             parse_write_options({"metadataserviceuri": URI, "log": "o", **options})
         assert info.value.option == named
+
+
+def test_planning_holds_off_the_garbage_collector_and_restores_it():
+    """plan() runs with automatic cyclic collection off (issue 14: planning a 100k-ledger log) and leaves
+    the switch as it found it, also when planning fails."""
+    import gc
+
+    from spark_connector.batch_reader import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()            # it was off: left off
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError), gc_paused():
+        raise ValueError("planning failed")
+    assert gc.isenabled()
