@@ -282,7 +282,9 @@ class BookieService(pb_grpc.BookieServicer):
             return
         max_bytes = request.max_batch_bytes or (1 << 20)
         max_entries = request.max_batch_entries or 10000
-        batches = storage.read_range(ledger_id, request.first_entry_id, request.last_entry_id, max_bytes, max_entries)
+        residues = (request.residue_modulus, request.residue_mask)
+        batches = storage.read_range(ledger_id, request.first_entry_id, request.last_entry_id, max_bytes, max_entries,
+                                     residues)
         while True:
             try:
                 item = await asyncio.to_thread(next, batches, None)

@@ -63,6 +63,25 @@ def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return starts
 
 
+def only_residues(batch: Batch, modulus: int, mask: int) -> Batch:
+    """The entries of a read batch whose id % modulus is a bit of mask: the blob is cut where runs of
+    wanted entries begin and end (one slice per run, read once from disk as the whole batch was)."""
+    ids, sizes, blob = batch
+    idv = np.asarray(ids, dtype=np.int64)
+    keep = ((np.uint64(mask) >> (idv % modulus).astype(np.uint64)) & np.uint64(1)).astype(bool)
+    if keep.all():
+        return batch
+    if not keep.any():
+        return [], [], b""
+    sz = np.asarray(sizes, dtype=np.int64)
+    starts = _starts(sz)
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
+    view = memoryview(blob)
+    data = b"".join(view[int(starts[a]):int(starts[b - 1] + sz[b - 1])]
+                    for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
+    return idv[keep].tolist(), sz[keep].tolist(), data
+
+
 def _header_fields(blob: bytes | memoryview, starts: npt.NDArray[np.int64], at: int) -> npt.NDArray[np.int64]:
     """The big-endian int64 at `start + at` of each entry (vectorised gather)."""
     u8 = np.frombuffer(blob, dtype=np.uint8)
@@ -435,14 +454,19 @@ class LedgerStorage:
         return None
 
     def read_range(
-        self, ledger_id: int, first: int, last: int, max_batch_bytes: int, max_batch_entries: int
+        self, ledger_id: int, first: int, last: int, max_batch_bytes: int, max_batch_entries: int,
+        residues: tuple[int, int] = (0, 0),
     ) -> Iterator[Batch]:
-        """The held entries in [first, last], in order, as (entry ids, sizes, blob) batches.
+        """The held entries in [first, last], in order, as (entry ids, sizes, blob) batches; with
+        `residues` (modulus, mask; modulus 0: all), only those whose id % modulus is a bit of mask.
 
         The index is looked up a window of pages at a time, as the batches are taken.
         """
         limits = max(max_batch_bytes, 1), max(max_batch_entries, 1)
-        return self._range_batches(ledger_id, max(first, 0), last, *limits)
+        batches = self._range_batches(ledger_id, max(first, 0), last, *limits)
+        if not 0 < residues[0] <= 64:
+            return batches
+        return (kept for batch in batches if (kept := only_residues(batch, *residues))[0])
 
     def _range_batches(self, ledger_id: int, first: int, last: int, max_bytes: int, max_entries: int
                        ) -> Iterator[Batch]:

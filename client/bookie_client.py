@@ -267,12 +267,13 @@ class BookieClient:
 
     async def read_range(
         self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20,
-        fence: bool = False, master_key: bytes = b"",
+        fence: bool = False, master_key: bytes = b"", residues: tuple[int, int] = (0, 0),
     ) -> AsyncIterator[pb.ReadRangeBatch]:
-        """The entries held in [first, last]; with `fence`, the bookie fences the ledger first (R18)."""
+        """The entries held in [first, last]; with `fence`, the bookie fences the ledger first (R18); with
+        `residues` (modulus, mask), only those whose id % modulus is a bit of mask (a bookie may send more)."""
         request = pb.ReadRangeRequest(
             ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes,
-            fence=fence, master_key=master_key,
+            fence=fence, master_key=master_key, residue_modulus=residues[0], residue_mask=residues[1],
         )
         try:
             async for batch in self.stub.ReadRange(request, timeout=timeout):

@@ -354,9 +354,11 @@ class LedgerReader:
         return chunk, (pb.EOK if chunk.entry_ids else status)
 
     async def _read_piece_striped(self, lo: int, hi: int, fragment: Fragment) -> ReadChunk:
-        """E > Qw: range-read from a covering set of bookies in parallel, then fill gaps entry by entry.
-        Each entry is verified once, from the first covering bookie that holds it; the copies the other
-        covering bookies send along are kept unverified and checked only if that bookie did not deliver."""
+        """E > Qw: range-read from a covering set of bookies in parallel, each asked only for the entries it
+        is the first covering holder of (`owned_residues`), then stream what a given-up bookie left out
+        from a covering set without it, then fill what is still missing entry by entry. Each entry is
+        verified once; copies a bookie sends along anyway (one that predates residue_mask) are kept
+        unverified and checked only if their owner did not deliver."""
         import numpy as np  # not at import: see the module docstring
         overhead = HEADER_LENGTH + self.digest.mac_length
         delivered: list[Segment] = []
@@ -482,7 +484,8 @@ class LedgerReader:
         out, spare = into
         try:
             client = await self.ctx.pool.get(bookie_id)
-            async for batch in client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4):
+            async for batch in client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4,
+                                                 residues=owned_residues(owner, position)):
                 if batch.status != pb.EOK:
                     break
                 progress()
@@ -608,6 +611,14 @@ def covering_indices(ensemble_size: int, write_quorum: int, avoid: Mapping[int, 
         chosen.append(index)
         covered.update((index - k) % ensemble_size for k in range(write_quorum))
     return chosen
+
+
+def owned_residues(owner: I64, position: int) -> tuple[int, int]:
+    """(E, mask of the entry ids mod E whose first covering holder is `position`): what a covering bookie
+    is asked to send (ReadRangeRequest.residue_*). (0, 0), all of them, past 64 bookies."""
+    if len(owner) > 64:
+        return 0, 0
+    return len(owner), sum(1 << r for r, p in enumerate(owner.tolist()) if p == position)
 
 
 def first_holders(ensemble_size: int, write_quorum: int, covering: list[int]) -> list[int]:

@@ -122,7 +122,7 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_batch_bytes", "max_batch_entries", "fence", "master_key")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_batch_bytes", "max_batch_entries", "fence", "master_key", "residue_modulus", "residue_mask")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,8 @@ class ReadRangeRequest(_message.Message):
     MAX_BATCH_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESIDUE_MODULUS_FIELD_NUMBER: _ClassVar[int]
+    RESIDUE_MASK_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
@@ -137,7 +139,9 @@ class ReadRangeRequest(_message.Message):
     max_batch_entries: int
     fence: bool
     master_key: bytes
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_entries: _Optional[int] = ..., fence: _Optional[bool] = ..., master_key: _Optional[bytes] = ...) -> None: ...
+    residue_modulus: int
+    residue_mask: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_entries: _Optional[int] = ..., fence: _Optional[bool] = ..., master_key: _Optional[bytes] = ..., residue_modulus: _Optional[int] = ..., residue_mask: _Optional[int] = ...) -> None: ...
 
 class ReadRangeBatch(_message.Message):
     __slots__ = ("status", "ledger_id", "entry_ids", "sizes", "data")

@@ -95,12 +95,13 @@ def read(address: str, ledger_id: int, entry_id: int, *, fence: bool = False, ke
     return asyncio.run(go())
 
 
-def read_range(address: str, ledger_id: int, first: int, last: int) -> list[int]:
+def read_range(address: str, ledger_id: int, first: int, last: int, residues: tuple[int, int] = (0, 0)
+               ) -> list[int]:
     async def go() -> list[int]:
         client = BookieClient(address, address)
         ids: list[int] = []
         try:
-            async for batch in client.read_range(ledger_id, first, last, timeout=30):
+            async for batch in client.read_range(ledger_id, first, last, timeout=30, residues=residues):
                 assert batch.status == pb.EOK, pb.StatusCode.Name(batch.status)
                 ids += batch.entry_ids
             return ids

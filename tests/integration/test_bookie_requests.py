@@ -18,6 +18,18 @@ from tests.integration.bookie_util import add, fenced_range, package, read, read
 pytestmark = pytest.mark.integration
 
 
+def test_range_read_sends_only_the_asked_residues(cluster_factory):
+    """ReadRangeRequest.residue_modulus/mask: a striped reader's covering bookie sends only the entries it
+    is asked for (id % modulus a bit of mask), in order, across batches; modulus 0 means all."""
+    cluster = cluster_factory(1)
+    address = cluster.bookies[0].address
+    assert add(address, 7, list(range(200)), per_batch=50).ok() == list(range(200))
+    assert read_range(address, 7, 0, 199) == list(range(200))
+    assert read_range(address, 7, 0, 199, residues=(3, 0b101)) == [e for e in range(200) if e % 3 != 1]
+    assert read_range(address, 7, 10, 20, residues=(4, 0b0010)) == [13, 17]
+    assert read_range(address, 7, 0, 199, residues=(3, 0)) == []
+
+
 def test_wrong_master_key_gets_eua(cluster_factory):
     """R26: an add or a fence with another master key is refused with EUA; the ledger is untouched."""
     cluster = cluster_factory(1)

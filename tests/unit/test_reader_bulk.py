@@ -96,3 +96,33 @@ def test_importing_the_client_starts_no_numpy_threads() -> None:
 
     code = "import sys, client, bookie.cli; sys.exit('numpy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize(("e", "qw"), [(e, qw) for e in range(2, 7) for qw in range(1, e)])
+def test_covering_bookies_are_asked_for_the_entries_they_first_hold_and_together_for_all(e, qw) -> None:
+    """E > Qw: each covering bookie is asked only for the residues it is the first covering holder of
+    (ReadRangeRequest.residue_*), and the masks split 0..E-1 among them exactly once."""
+    from client.reader import owned_residues
+    covering = covering_indices(e, qw)
+    owner = np.array(first_holders(e, qw, covering), dtype=np.int64)
+    masks = [owned_residues(owner, p) for p in range(len(covering))]
+    assert all(modulus == e for modulus, _ in masks)
+    assert sum(mask for _, mask in masks) == (1 << e) - 1
+    for p, (_, mask) in enumerate(masks):
+        for residue in range(e):
+            if mask >> residue & 1:
+                assert covering[p] in write_set(residue, e, qw)
+
+
+def test_a_bookie_sends_only_the_asked_residues_cut_from_one_read() -> None:
+    """bookie.storage.only_residues: the kept entries' bytes, in order, whatever runs they form."""
+    from bookie.storage import only_residues
+    ids = list(range(10, 20))
+    sizes = [i % 4 + 1 for i in ids]
+    blob = b"".join(bytes([i]) * s for i, s in zip(ids, sizes, strict=True))
+    for mask in range(1 << 3):
+        kept_ids, kept_sizes, data = only_residues((ids, sizes, blob), 3, mask)
+        want = [i for i in ids if mask >> (i % 3) & 1]
+        assert kept_ids == want
+        assert kept_sizes == [i % 4 + 1 for i in want]
+        assert data == b"".join(bytes([i]) * (i % 4 + 1) for i in want)
