@@ -42,6 +42,7 @@ from bookie.index import (
     write_meta,
     write_pages,
 )
+from client.protocol.bulk import gather_runs
 
 __all__ = ["DEFAULT_PAGE_LIMIT", "DEFAULT_PAGE_SIZE", "LedgerStorage", "StorageError"]
 
@@ -74,12 +75,8 @@ def only_residues(batch: Batch, modulus: int, mask: int) -> Batch:
     if not keep.any():
         return [], [], b""
     sz = np.asarray(sizes, dtype=np.int64)
-    starts = _starts(sz)
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
-    view = memoryview(blob)
-    data = b"".join(view[int(starts[a]):int(starts[b - 1] + sz[b - 1])]
-                    for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
-    return idv[keep].tolist(), sz[keep].tolist(), data
+    offsets = np.concatenate(([0], np.cumsum(sz)))
+    return idv[keep].tolist(), sz[keep].tolist(), gather_runs(blob, offsets, keep)
 
 
 def _header_fields(blob: bytes | memoryview, starts: npt.NDArray[np.int64], at: int) -> npt.NDArray[np.int64]:

@@ -133,3 +133,30 @@ def package_bulk(digest: DigestManager, ledger_id: int, first_entry_id: int, lac
     overhead = HEADER_LENGTH + digest.mac_length
     packaged = (offsets - offsets[0]) + overhead * np.arange(len(offsets), dtype=np.int64)
     return b"".join(parts), packaged
+
+
+def gather_runs(data: Buffer, offsets: Offsets, keep: npt.NDArray[np.bool_]) -> bytes:
+    """The entries `keep` selects of the back-to-back entries `data[offsets[i]:offsets[i + 1]]`, back to
+    back: one slice per run of kept entries, not one per entry (a striped write set or read residue keeps
+    runs of Qw of every E)."""
+    if bool(keep.all()):
+        whole = int(offsets[0]) == 0 and int(offsets[-1]) == len(data)
+        return data if whole and isinstance(data, bytes) else bytes(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
+    view = memoryview(data)
+    return b"".join(view[int(offsets[a]):int(offsets[b])]
+                    for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
+
+
+def striped_targets(first_entry_id: int, offsets: Offsets, ensemble_size: int, write_quorum: int
+                    ) -> list[tuple[int, npt.NDArray[np.bool_]]]:
+    """For consecutive entries from `first_entry_id` (n + 1 offsets): each ensemble index with the mask of
+    the entries whose write set holds it (R4: entry e goes to indices e .. e + Qw - 1 mod E)."""
+    ids = np.arange(first_entry_id, first_entry_id + len(offsets) - 1, dtype=np.int64)
+    out = []
+    for index in range(ensemble_size):
+        keep = (index - ids) % ensemble_size < write_quorum
+        if bool(keep.any()):
+            out.append((index, keep))
+    return out
+

@@ -72,3 +72,25 @@ def test_package_bulk_is_package_batch_byte_for_byte(payloads: list[bytes], dige
     assert blob == expected
     assert packaged.tolist() == [0, *np.cumsum(sizes).tolist()]
     assert int(packaged[1] - packaged[0]) == HEADER_LENGTH + digest.mac_length + len(payloads[0])
+
+
+@pytest.mark.parametrize(("e", "qw"), [(e, qw) for e in range(1, 7) for qw in range(1, e + 1)])
+def test_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
+    """R4 for a bulk chunk with E > Qw: the per-bookie masks are exactly SendAdds.targets, and each bookie's
+    request holds its entries' bytes back to back, cut out in runs."""
+    from client.protocol.bulk import gather_runs, striped_targets
+    from client.protocol.pending_adds import SendAdds
+
+    first, count = 7, 20
+    sizes = [(i * 5) % 11 for i in range(count)]
+    offsets = np.array([0, *np.cumsum(sizes)], dtype=np.int64)
+    data = b"".join(bytes([i]) * s for i, s in enumerate(sizes))
+    expected: dict[int, list[int]] = {}
+    for entry_id, indices in SendAdds(first, count, frozenset()).targets(e, qw):
+        for index in indices:
+            expected.setdefault(index, []).append(entry_id)
+    got = striped_targets(first, offsets, e, qw)
+    assert {index: [first + int(i) for i in np.flatnonzero(keep)] for index, keep in got} == expected
+    for _, keep in got:
+        want = b"".join(bytes([i]) * sizes[i] for i in np.flatnonzero(keep).tolist())
+        assert gather_runs(data, offsets, keep) == want
