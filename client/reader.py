@@ -422,7 +422,8 @@ class LedgerReader:
         policy = self.ctx.speculative
         results: list[tuple[list[Segment], list[Segment]]] = [([], []) for _ in bookies]
         heard = [loop.time()] * len(bookies)
-        quiet = [b in self.ctx.health.quiet(bookies, heard[0]) for b in bookies]   # short wait for a first batch
+        quiet_now = self.ctx.health.quiet(bookies, heard[0])
+        quiet = [b in quiet_now for b in bookies]     # their first batch is waited for only the quiet wait
         peer_first: list[float] = []             # when the first stream delivered its first batch
         answered: asyncio.Future[None] = loop.create_future()
 

@@ -247,7 +247,7 @@ class LedgerWriter:
 
     def _route_striped(self, batch: _SentBatch) -> None:
         """A batch of consecutive entries to every bookie of the ensemble, each getting the entries of its
-        write sets (R4) as one request: masks and slices per run of entries, no Python object per entry."""
+        write sets (R5) as one request: masks and slices per run of entries, no Python object per entry."""
         import numpy as np
 
         from client.protocol.bulk import gather_runs, striped_targets  # numpy: only once bulks are used

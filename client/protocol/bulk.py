@@ -151,7 +151,7 @@ def gather_runs(data: Buffer, offsets: Offsets, keep: npt.NDArray[np.bool_]) -> 
 def striped_targets(first_entry_id: int, offsets: Offsets, ensemble_size: int, write_quorum: int
                     ) -> list[tuple[int, npt.NDArray[np.bool_]]]:
     """For consecutive entries from `first_entry_id` (n + 1 offsets): each ensemble index with the mask of
-    the entries whose write set holds it (R4: entry e goes to indices e .. e + Qw - 1 mod E)."""
+    the entries whose write set holds it (R5: entry e goes to indices e .. e + Qw - 1 mod E)."""
     ids = np.arange(first_entry_id, first_entry_id + len(offsets) - 1, dtype=np.int64)
     out = []
     for index in range(ensemble_size):

@@ -88,7 +88,7 @@ def test_a_new_connection_to_a_paused_bookie_is_passed_over_without_waiting(clus
 
 
 @pytest.mark.parametrize(("e", "qw"), [(3, 3), (3, 2)])
-def test_a_bookie_paused_between_reads_of_one_client_is_passed_over_without_waiting(cluster_factory, bk_factory,
+def test_r13_a_bookie_paused_between_reads_of_one_client_is_passed_over_without_waiting(cluster_factory, bk_factory,
                                                                                     e, qw):
     """A reader that read from every bookie a moment ago (READY connections, as a Spark worker's shared
     client has) and then meets a paused one: the bookie has been quiet, so its first answer is awaited

@@ -75,8 +75,8 @@ def test_package_bulk_is_package_batch_byte_for_byte(payloads: list[bytes], dige
 
 
 @pytest.mark.parametrize(("e", "qw"), [(e, qw) for e in range(1, 7) for qw in range(1, e + 1)])
-def test_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
-    """R4 for a bulk chunk with E > Qw: the per-bookie masks are exactly SendAdds.targets, and each bookie's
+def test_r5_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
+    """R5 for a bulk chunk with E > Qw: the per-bookie masks are exactly SendAdds.targets, and each bookie's
     request holds its entries' bytes back to back, cut out in runs."""
     from client.protocol.bulk import gather_runs, striped_targets
     from client.protocol.pending_adds import SendAdds

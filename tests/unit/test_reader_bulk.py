@@ -99,7 +99,7 @@ def test_importing_the_client_starts_no_numpy_threads() -> None:
 
 
 @pytest.mark.parametrize(("e", "qw"), [(e, qw) for e in range(2, 7) for qw in range(1, e)])
-def test_covering_bookies_are_asked_for_the_entries_they_first_hold_and_together_for_all(e, qw) -> None:
+def test_r13_covering_bookies_are_asked_for_the_entries_they_first_hold_and_together_for_all(e, qw) -> None:
     """E > Qw: each covering bookie is asked only for the residues it is the first covering holder of
     (ReadRangeRequest.residue_*), and the masks split 0..E-1 among them exactly once."""
     from client.reader import owned_residues
