@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import google_crc32c
 import grpc
@@ -424,17 +424,14 @@ class LedgerReader:
         heard = [loop.time()] * len(bookies)
         quiet_now = self.ctx.health.quiet(bookies, heard[0])
         quiet = [b in quiet_now for b in bookies]     # their first batch is waited for only the quiet wait
-        peer_first: list[float] = []             # when the first stream delivered its first batch
-        answered: asyncio.Future[None] = loop.create_future()
+        answered: asyncio.Future[float] = loop.create_future()   # when the first stream's first batch came
 
         def progress(position: int) -> Callable[[], None]:
             def report() -> None:
                 heard[position] = loop.time()
                 quiet[position] = False
-                if not peer_first:
-                    peer_first.append(heard[position])
-                    if not answered.done():
-                        answered.set_result(None)    # the quiet streams' deadlines move up
+                if not answered.done():
+                    answered.set_result(heard[position])    # the quiet streams' deadlines move up
                 self.ctx.health.on_heard(bookies[position], heard[position])
             return report
 
@@ -442,18 +439,18 @@ class LedgerReader:
                  for p, b in enumerate(bookies)}
         try:
             while tasks:
-                first = peer_first[0] if peer_first else None
+                first = answered.result() if answered.done() else None
                 due = [d for d in (stall_deadline(heard[p], policy, quiet[p], first) for p in tasks.values())
                        if d is not None]
                 timeout = max(0.0, min(due) - loop.time()) if due else None
-                waits = [*tasks, answered] if not answered.done() else list(tasks)
+                waits: list[asyncio.Future[Any]] = [*tasks, answered] if not answered.done() else list(tasks)
                 done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     if task in tasks:
                         del tasks[task]
                         task.result()
                 now = loop.time()
-                first = peer_first[0] if peer_first else None
+                first = answered.result() if answered.done() else None
                 for task, position in list(tasks.items()):
                     if stalled(heard[position], now, policy, quiet[position], first):
                         log.info("ledger %d: range read from %s stalled; reading its entries elsewhere",
