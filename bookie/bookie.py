@@ -66,6 +66,7 @@ class Bookie:
             page_cache_flush_interval_ms=cfg.journalPageCacheFlushIntervalMSec,
             max_size_mb=cfg.journalMaxSizeMB,
             max_backups=cfg.journalMaxBackups,
+            direct_io=cfg.journalDirectIO,
             on_fatal=self._journal_failed,
         )
         mark = records_io.read_last_mark(cfg.ledger_dirs)

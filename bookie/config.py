@@ -27,6 +27,7 @@ class BookieConfig:
     ledgerDirectories: tuple[str, ...] = ("/tmp/bk-data",)
     journalSyncData: bool = True
     journalPageCacheFlushIntervalMSec: int = 1000   # ms: fdatasync data acked unsynced (journalSyncData=false)
+    journalDirectIO: bool = True           # write journal files with O_DIRECT where the file system allows it
     journalMaxGroupWaitMSec: float = 2.0
     journalBufferedWritesThreshold: int = 512 * 1024
     journalFlushWhenQueueEmpty: bool = True

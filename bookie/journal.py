@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
+from bookie.direct_append import DirectAppender, open_direct
 from bookie.files import fsync_dir, list_hex_ids
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
@@ -144,6 +145,7 @@ class Journal:
         page_cache_flush_interval_ms: float = 1000.0,
         max_size_mb: int = 2048,
         max_backups: int = 5,
+        direct_io: bool = True,
         on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.current_dir = Path(journal_dir) / "current"
@@ -157,6 +159,7 @@ class Journal:
         self._last_sync = time.monotonic()
         self.max_size = max_size_mb * 1024 * 1024
         self.max_backups = max_backups
+        self.direct_io = direct_io
         self.on_fatal = on_fatal
         self.stats = JournalStats()
         self.on_sync: Callable[[float], None] | None = None       # metrics: seconds one fdatasync took
@@ -169,6 +172,7 @@ class Journal:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._fd = -1
+        self._direct: DirectAppender | None = None   # set while the current file is written with O_DIRECT
         self._file_id = 0
         self._offset = 0
 
@@ -203,13 +207,19 @@ class Journal:
         file_id = ids[-1] + 1 if ids else int(time.time() * 1000)
         path = self.current_dir / _file_name(file_id)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        header = _HEADER.pack(MAGIC, VERSION)
         try:
-            _write_all(fd, _HEADER.pack(MAGIC, VERSION))
+            _write_all(fd, header)
             os.fsync(fd)
             fsync_dir(self.current_dir)
         except OSError:
             os.close(fd)
             raise
+        direct_fd = open_direct(path, os.O_WRONLY) if self.direct_io else None
+        if direct_fd is not None:
+            os.close(fd)
+            fd = direct_fd
+            self._direct = DirectAppender(fd, HEADER_SIZE, header)
         self._fd, self._file_id, self._offset = fd, file_id, HEADER_SIZE
 
     def _close_file(self, sync: bool) -> None:
@@ -222,6 +232,9 @@ class Journal:
         finally:
             os.close(self._fd)
             self._fd = -1
+            if self._direct is not None:
+                self._direct.close()
+                self._direct = None
 
     def _roll(self) -> None:
         self._close_file(sync=True)
@@ -350,12 +363,14 @@ class Journal:
                 return group
             self._cond.wait(remaining)
 
-    def _write_group(self, data: bytes, need_sync: bool) -> None:
+    def _write_group(self, parts: list[bytes], nbytes: int, need_sync: bool) -> None:
         if self._offset >= self.max_size:
             with self._cond:
                 self._roll()
-        if data:
-            _write_all(self._fd, data)
+        if self._direct is not None:
+            self._direct.append(parts)
+        elif nbytes:
+            _write_all(self._fd, b"".join(parts))
         if need_sync:
             started = time.monotonic()
             os.fdatasync(self._fd)
@@ -363,7 +378,7 @@ class Journal:
             self._unsynced, self._last_sync = False, time.monotonic()
             if self.on_sync is not None:
                 self.on_sync(self._last_sync - started)
-        elif data:
+        elif nbytes:
             self._unsynced = True
 
     def _flush_due(self) -> bool:
@@ -389,19 +404,20 @@ class Journal:
             for item in group:
                 _call(item.callback, self.error)
             return
-        data = b"".join([p for item in group for p in item.payloads])
+        parts = [p for item in group for p in item.payloads]
+        nbytes = sum(len(p) for p in parts)
         need_sync = (self.sync_data and any(item.sync for item in group)) or self._flush_due()
         try:
-            self._write_group(data, need_sync)
+            self._write_group(parts, nbytes, need_sync)
         except OSError as exc:
             self._fail(exc, group)
             return
         with self._cond:
-            self._offset += len(data)
+            self._offset += nbytes
         self.stats.groups += 1
-        self.stats.bytes_written += len(data)
+        self.stats.bytes_written += nbytes
         if self.on_group is not None:
-            self.on_group(len(group), len(data))
+            self.on_group(len(group), nbytes)
         for item in group:
             _call(item.callback, None)
 
