@@ -56,7 +56,8 @@ class Bookie:
         for d in [cfg.journal_dir, *cfg.ledger_dirs]:
             (d / "current").mkdir(parents=True, exist_ok=True)
         self.storage = LedgerStorage(cfg.ledger_dirs, entry_log_size_limit=cfg.logSizeLimit,
-                                     page_size=cfg.pageSize, page_limit=cfg.pageLimit)
+                                     page_size=cfg.pageSize, page_limit=cfg.pageLimit,
+                                     direct_io=cfg.entryLogDirectIO)
         self.journal = Journal(
             cfg.journal_dir,
             max_group_wait_ms=cfg.journalMaxGroupWaitMSec,

@@ -35,6 +35,7 @@ class BookieConfig:
     journalMaxBackups: int = 5
     flushInterval: int = 60000             # ms between checkpoints (storage flush + lastMark)
     logSizeLimit: int = 1 << 30            # entry log roll size
+    entryLogDirectIO: bool = True          # write entry logs with O_DIRECT in whole blocks where allowed
     pageSize: int = 8192                   # bytes per ledger index page (341 entry slots of 24 bytes)
     pageLimit: int = 1024                  # index pages held in memory; more are read from the index files
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest request; larger entries get EBADREQ

@@ -7,7 +7,8 @@ the length aligned to the device's block, so each append rewrites the file's las
 a copy kept here, adds the new bytes and pads with zeros up to the next block. The zeros after the
 logical end read as a torn tail (a frame of length 0), which replay already stops at; the next append
 overwrites them. A block that holds earlier records is written again with the same bytes, as a
-buffered write's page write-back would. Durability is still the caller's fdatasync.
+buffered write's page write-back would; `pad` instead leaves the zeros in place and starts the next
+append on a fresh block. Durability is still the caller's fdatasync.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class DirectAppender:
                 view[pos : pos + len(part)] = part
                 pos += len(part)
             view[total:padded] = bytes(padded - total)
-            self._write(view[:padded], self.end - keep)
+            with view[:padded] as chunk:
+                self._write(chunk, self.end - keep)
             last = total - total % ALIGN
             self._tail = bytes(view[last:total])
         finally:
@@ -75,10 +77,18 @@ class DirectAppender:
         self.end += added
         return added
 
+    def pad(self) -> None:
+        """End the current block: the logical end moves to the next block boundary, over the zeros already
+        written there, so no later append writes that block again (the entry logs' way: a block a reader
+        may have cached is never rewritten)."""
+        self.end += (-self.end) % ALIGN
+        self._tail = b""
+
     def _write(self, view: memoryview, offset: int) -> None:
         done = 0
         while done < len(view):
-            done += os.pwrite(self.fd, view[done:], offset + done)
+            with view[done:] as rest:        # released even when pwrite fails: the buffer stays closable
+                done += os.pwrite(self.fd, rest, offset + done)
 
     def close(self) -> None:
         """Release the buffer (the descriptor is the caller's)."""

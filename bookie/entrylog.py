@@ -2,8 +2,15 @@
 
 Mirrors BookKeeper's `DefaultEntryLogger`: files `current/<hex id>.log` with a small header, one active
 log per directory, rolled at `logSizeLimit`. Records use the journal's codec (ADD_BATCH frames), so a
-log is self-describing. Writes are plain write(2) — the journal is what makes an add durable — and
-`flush()` fsyncs. Reads are pread(2) on cached read-only descriptors, safe from many threads.
+log is self-describing. The journal is what makes an add durable; `flush()` (the checkpoint) fsyncs.
+
+Writes: where the file system allows O_DIRECT, records collect in memory and go to the active log in
+whole blocks of about WRITE_BYTES, written directly (a buffered write copied every byte into the page
+cache, about a sixth of a core per bookie at 50 MB/s on this machine). `flush()` writes the partial
+last block padded with zeros and the next record starts on a fresh block, so no block is ever written
+twice and a block a reader cached is never stale. Records not written yet are read from memory. Where
+O_DIRECT is refused, each record is a plain write(2). Reads are pread(2) on cached read-only
+descriptors, safe from many threads.
 """
 
 from __future__ import annotations
@@ -13,12 +20,14 @@ import struct
 import threading
 from pathlib import Path
 
+from bookie.direct_append import ALIGN, DirectAppender, open_direct
 from bookie.files import fsync_dir, list_hex_ids
 
 MAGIC = b"BKLO"
 VERSION = 1
 _HEADER = struct.Struct("<4sI8x")
 HEADER_SIZE = _HEADER.size
+WRITE_BYTES = 1 << 20   # a direct log writes once this much is collected
 
 
 class StorageError(OSError):
@@ -32,8 +41,9 @@ def list_log_ids(current: Path) -> list[int]:
 class EntryLogger:
     """The entry logs of one ledger directory (log ids start at 1; 0 means "no location")."""
 
-    def __init__(self, current: Path, size_limit: int) -> None:
+    def __init__(self, current: Path, size_limit: int, direct_io: bool = True) -> None:
         self.current = current
+        self.direct_io = direct_io
         self.current.mkdir(parents=True, exist_ok=True)
         self.size_limit = size_limit
         ids = list_log_ids(current)
@@ -42,6 +52,10 @@ class EntryLogger:
         self._active_id = 0
         self._active_fd = -1
         self._active_size = 0
+        self._direct: DirectAppender | None = None     # the active log's writer when it is direct
+        self._pending = bytearray()                     # its records after _direct.end, not written yet
+        self._unwritten: tuple[int, int] = (0, 0)       # (log id, end on disk): reads past it use _pending
+        self._orphans: dict[int, tuple[int, bytes]] = {}  # logs abandoned after a failed write: what never got there
         self._read_fds: dict[int, int] = {}
         self._read_lock = threading.Lock()
         self.rolls = 0
@@ -51,19 +65,27 @@ class EntryLogger:
         return self.current / f"{log_id:x}.log"
 
     def _roll(self) -> None:
-        """Close the active log (fsynced) and start a new one."""
+        """Close the active log (written and fsynced) and start a new one."""
         if self._active_fd >= 0:
+            self._write_pending(pad=True)
             os.fsync(self._active_fd)
-            os.close(self._active_fd)
-            self._active_fd = -1
+            self._close_active()
             self.rolls += 1
         log_id = self._next_id
-        fd = os.open(self.path(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _write_all(fd, _HEADER.pack(MAGIC, VERSION))
-        except OSError:
-            os.close(fd)
-            raise
+        path = self.path(log_id)
+        fd = open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL) if self.direct_io else None
+        header = _HEADER.pack(MAGIC, VERSION)
+        if fd is not None:
+            self._direct = DirectAppender(fd)
+            self._pending = bytearray(header)
+            self._unwritten = (log_id, 0)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                _write_all(fd, header)
+            except OSError:
+                os.close(fd)
+                raise
         fsync_dir(self.current)
         self._next_id += 1
         self._active_id, self._active_fd, self._active_size = log_id, fd, HEADER_SIZE
@@ -76,7 +98,12 @@ class EntryLogger:
                 self._roll()
             offset = self._active_size
             try:
-                _write_all(self._active_fd, record)
+                if self._direct is None:
+                    _write_all(self._active_fd, record)
+                else:
+                    self._pending += record
+                    if len(self._pending) >= WRITE_BYTES:
+                        self._write_pending(pad=False)
             except OSError:
                 self._abandon_active()
                 raise
@@ -84,20 +111,52 @@ class EntryLogger:
             self.bytes_written += len(record)
             return self._active_id, offset
 
-    def _abandon_active(self) -> None:
-        """After a failed write the tail of the active log is unknown: never append to it again."""
+    def _write_pending(self, pad: bool) -> None:
+        """Write the collected records of a direct log: whole blocks only, or all of them and pad."""
+        direct = self._direct
+        if direct is None:
+            return
+        count = len(self._pending) if pad else len(self._pending) - len(self._pending) % ALIGN
+        if count:
+            with memoryview(self._pending) as view, view[:count] as chunk:
+                direct.append([chunk])
+            del self._pending[:count]
+        if pad:
+            direct.pad()
+            self._active_size = direct.end
+        self._unwritten = (self._active_id, direct.end)
+
+    def _close_active(self) -> None:
         try:
             os.close(self._active_fd)
         finally:
             self._active_fd = -1
+            if self._direct is not None:
+                self._direct.close()
+                self._direct = None
+            self._pending = bytearray()
+            self._unwritten = (0, 0)
+
+    def _abandon_active(self) -> None:
+        """After a failed write the tail of the active log is unknown: never append to it again. Records
+        that never reached it stay readable from memory until the bookie restarts (the journal has them)."""
+        if self._direct is not None and self._pending:
+            self._orphans[self._active_id] = (self._direct.end, bytes(self._pending))
+        self._close_active()
 
     def flush(self) -> None:
-        """fsync the active log (rolled logs were fsynced when they were closed): everything appended before
-        this call is durable when it returns. The fsync runs on a duplicate of the descriptor, outside the
-        lock, so appends (the journal thread's) do not wait for it; a roll meanwhile closes only the original."""
+        """Write what a direct log holds in memory and fsync the active log (rolled logs were fsynced when
+        they were closed): everything appended before this call is durable when it returns. The fsync
+        runs on a duplicate of the descriptor, outside the lock, so appends (the journal thread's) do not
+        wait for it; a roll meanwhile closes only the original."""
         with self._lock:
             if self._active_fd < 0:
                 return
+            try:
+                self._write_pending(pad=True)
+            except OSError:
+                self._abandon_active()
+                raise
             fd = os.dup(self._active_fd)
         try:
             os.fsync(fd)
@@ -116,10 +175,31 @@ class EntryLogger:
         """Exactly `size` bytes at `offset` of log `log_id`, or StorageError."""
         if log_id <= 0 or offset < HEADER_SIZE or size < 0:
             raise StorageError(f"corrupt location: log {log_id} offset {offset} size {size}")
+        unwritten_log, written_end = self._unwritten
+        if (log_id == unwritten_log and offset + size > written_end) or log_id in self._orphans:
+            return self._read_unwritten(log_id, offset, size)
+        data = self._pread(log_id, offset, size)
+        if len(data) != size:
+            raise StorageError(f"entry log {log_id:x}: short read at {offset} ({len(data)} of {size})")
+        return data
+
+    def _pread(self, log_id: int, offset: int, size: int) -> bytes:
         try:
-            data = os.pread(self._read_fd(log_id), size, offset)
+            return os.pread(self._read_fd(log_id), size, offset)
         except OSError as exc:
             raise StorageError(f"entry log {log_id:x}: {exc}") from exc
+
+    def _read_unwritten(self, log_id: int, offset: int, size: int) -> bytes:
+        """A read that reaches past what is on disk: the rest comes from the records held in memory."""
+        pending: bytes | bytearray
+        with self._lock:
+            if log_id == self._unwritten[0]:
+                end, pending = self._unwritten[1], self._pending
+            else:
+                end, pending = self._orphans.get(log_id, (offset + size, b""))
+            tail = bytes(pending[max(0, offset - end) : offset + size - end])
+        head = self._pread(log_id, offset, end - offset) if offset < end else b""
+        data = head + tail
         if len(data) != size:
             raise StorageError(f"entry log {log_id:x}: short read at {offset} ({len(data)} of {size})")
         return data
@@ -163,10 +243,10 @@ class EntryLogger:
         with self._lock:
             if self._active_fd >= 0:
                 try:
+                    self._write_pending(pad=True)
                     os.fsync(self._active_fd)
                 finally:
-                    os.close(self._active_fd)
-                    self._active_fd = -1
+                    self._close_active()
         with self._read_lock:
             for fd in self._read_fds.values():
                 os.close(fd)

@@ -112,7 +112,7 @@ class LedgerStorage:
 
     def __init__(
         self, ledger_dirs: Sequence[Path], *, entry_log_size_limit: int = 1 << 30,
-        page_size: int = DEFAULT_PAGE_SIZE, page_limit: int = DEFAULT_PAGE_LIMIT,
+        page_size: int = DEFAULT_PAGE_SIZE, page_limit: int = DEFAULT_PAGE_LIMIT, direct_io: bool = True,
     ) -> None:
         if not ledger_dirs:
             raise ValueError("at least one ledger directory is needed")
@@ -120,7 +120,7 @@ class LedgerStorage:
         self._index_dirs = [c / "index" for c in self._currents]
         for index_dir in self._index_dirs:
             index_dir.mkdir(parents=True, exist_ok=True)
-        self._logs = [EntryLogger(c, entry_log_size_limit) for c in self._currents]
+        self._logs = [EntryLogger(c, entry_log_size_limit, direct_io) for c in self._currents]
         self._geometry = PageGeometry(page_size)
         self._pages = PageCache(page_limit)
         self._ledgers: dict[int, LedgerIndex] = {}

@@ -1,0 +1,107 @@
+"""Entry logs written with O_DIRECT: every record readable at once, written once, durable at flush (R22)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from bookie import direct_append
+from bookie.direct_append import ALIGN, open_direct
+from bookie.entrylog import HEADER_SIZE, WRITE_BYTES, EntryLogger
+
+
+@pytest.fixture
+def writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(offset, length) of every direct write; skips where the file system refuses O_DIRECT."""
+    probe = open_direct(tmp_path / "probe", os.O_WRONLY | os.O_CREAT)
+    if probe is None:
+        pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT")
+    os.close(probe)
+    seen: list[tuple[int, int]] = []
+    real = os.pwrite
+
+    def pwrite(fd: int, data: memoryview, offset: int) -> int:
+        seen.append((offset, len(data)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(direct_append.os, "pwrite", pwrite)
+    return seen
+
+
+def _records(count: int, seed: int = 1) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.randrange(1, 9000)) for _ in range(count)]
+
+
+def _check(logger: EntryLogger, placed: list[tuple[tuple[int, int], bytes]]) -> None:
+    for (log_id, offset), record in placed:
+        assert logger.read(log_id, offset, len(record)) == record
+
+
+def test_r22_records_are_readable_before_during_and_after_their_write(tmp_path: Path, writes: list) -> None:
+    logger = EntryLogger(tmp_path / "current", 1 << 30)
+    placed = []
+    for record in _records(400):
+        placed.append((logger.append(record), record))
+        _check(logger, placed[-3:])          # the newest, still in memory, and the ones before it
+    assert writes, "about 1.8 MB of records and nothing reached the disk"
+    _check(logger, placed)
+    logger.flush()
+    _check(logger, placed)
+    later = [(logger.append(r), r) for r in _records(20, seed=2)]
+    assert later[0][0][1] % ALIGN == 0, "after a flush the next record starts on a fresh block"
+    logger.close()
+    reopened = EntryLogger(tmp_path / "current", 1 << 30)
+    _check(reopened, placed + later)
+    reopened.close()
+
+
+def test_no_block_is_written_twice_and_writes_are_whole_blocks(tmp_path: Path, writes: list) -> None:
+    logger = EntryLogger(tmp_path / "current", 1 << 30)
+    for i, record in enumerate(_records(600, seed=3)):
+        logger.append(record)
+        if i % 150 == 149:
+            logger.flush()
+    logger.close()
+    blocks: list[int] = []
+    for offset, length in writes:
+        assert offset % ALIGN == 0 and length % ALIGN == 0
+        blocks.extend(range(offset // ALIGN, (offset + length) // ALIGN))
+    assert len(blocks) == len(set(blocks))
+    assert max(length for _, length in writes) <= WRITE_BYTES + 9000 + ALIGN
+
+
+def test_records_of_a_log_whose_write_failed_stay_readable(
+    tmp_path: Path, writes: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger = EntryLogger(tmp_path / "current", 1 << 30)
+    records = _records(400, seed=4)
+    placed = []
+    real = os.pwrite
+
+    def failing(fd: int, data: memoryview, offset: int) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(direct_append.os, "pwrite", failing)
+    with pytest.raises(OSError):
+        for record in records:
+            placed.append((logger.append(record), record))
+    monkeypatch.setattr(direct_append.os, "pwrite", real)
+    _check(logger, placed)
+    again = logger.append(b"x" * 100)
+    assert again[0] != placed[0][0][0], "a log whose write failed is never appended to again"
+    assert logger.read(again[0], again[1], 100) == b"x" * 100
+    logger.close()
+
+
+def test_buffered_entry_log_when_direct_io_is_off(tmp_path: Path) -> None:
+    logger = EntryLogger(tmp_path / "current", 1 << 30, direct_io=False)
+    placed = [(logger.append(r), r) for r in _records(50, seed=5)]
+    _check(logger, placed)
+    log_id = placed[0][0][0]
+    assert logger.size(log_id) == sum(len(r) for _, r in placed)
+    assert placed[0][0][1] == HEADER_SIZE
+    logger.close()
