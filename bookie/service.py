@@ -26,7 +26,7 @@ from bookie.core import decisions
 from bookie.core.cookie import Cookie, CookieError, decide
 from bookie.gc import GarbageCollector
 from bookie.http_admin import AdminHttpServer, start_bookie_http
-from bookie.memory import pin_mmap_threshold
+from bookie.memory import pin_malloc_thresholds
 from bookie.registration import Registrar, call_bounded
 from bookie.server import GRPC_OPTIONS, BookieService
 from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
@@ -204,7 +204,7 @@ class BookieServer:
 
 def run_bookie(config: BookieConfig) -> int:
     block_stop_signals()  # before any thread exists: the watcher thread takes them (see bookie.stop_signals)
-    pin_mmap_threshold()  # RSS must follow what the bookie holds, not its largest bursts (see bookie.memory)
+    pin_malloc_thresholds()  # freed buffers are reused, and RSS does not follow the largest bursts (bookie.memory)
     try:
         asyncio.run(BookieServer(config).run())
     except CookieError as exc:

@@ -1,4 +1,4 @@
-"""The bookie pins glibc's mmap threshold unless the operator chose one (bookie.memory)."""
+"""The bookie pins glibc's malloc thresholds unless the operator chose them (bookie.memory)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from bookie import memory
 
 
 def test_pinned_unless_the_environment_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
-    assert memory.pin_mmap_threshold() is False
-    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
-    assert memory.pin_mmap_threshold() is True  # glibc (the only libc this project runs on) accepts it
+    names = sorted(env for env, _ in memory.BOOKIE_THRESHOLDS.values())
+    for name in names:
+        monkeypatch.setenv(name, "131072")
+    assert memory.pin_malloc_thresholds() == []
+    monkeypatch.delenv("MALLOC_TOP_PAD_")
+    assert memory.pin_malloc_thresholds() == ["MALLOC_TOP_PAD_"]
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    # glibc (the only libc this project runs on) accepts all three
+    assert sorted(memory.pin_malloc_thresholds()) == names
