@@ -150,6 +150,9 @@ class EntryLogger:
         runs on a duplicate of the descriptor, outside the lock, so appends (the journal thread's) do not
         wait for it; a roll meanwhile closes only the original."""
         with self._lock:
+            if self._orphans:   # their records are only in memory and the journal: the mark must not pass them
+                raise StorageError(f"entry logs {', '.join(f'{i:x}' for i in self._orphans)} could not be written; "
+                                   "no checkpoint until the bookie restarts and replays the journal")
             if self._active_fd < 0:
                 return
             try:
@@ -215,7 +218,11 @@ class EntryLogger:
         return list_log_ids(self.current)
 
     def size(self, log_id: int) -> int:
-        """Bytes of the log's records (file size without the header); 0 if it is gone."""
+        """Bytes of the log's records (file size without the header; for the active log also the records
+        still in memory); 0 if it is gone."""
+        with self._lock:
+            if log_id == self._active_id and self._active_fd >= 0:
+                return self._active_size - HEADER_SIZE
         try:
             return max(os.stat(self.path(log_id)).st_size - HEADER_SIZE, 0)
         except FileNotFoundError:

@@ -10,7 +10,7 @@ import pytest
 
 from bookie import direct_append
 from bookie.direct_append import ALIGN, open_direct
-from bookie.entrylog import HEADER_SIZE, WRITE_BYTES, EntryLogger
+from bookie.entrylog import HEADER_SIZE, WRITE_BYTES, EntryLogger, StorageError
 
 
 @pytest.fixture
@@ -94,6 +94,8 @@ def test_records_of_a_log_whose_write_failed_stay_readable(
     again = logger.append(b"x" * 100)
     assert again[0] != placed[0][0][0], "a log whose write failed is never appended to again"
     assert logger.read(again[0], again[1], 100) == b"x" * 100
+    with pytest.raises(StorageError, match="no checkpoint"):
+        logger.flush()            # the journal must keep what never reached a log
     logger.close()
 
 
