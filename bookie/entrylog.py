@@ -200,8 +200,9 @@ class EntryLogger:
                 end, pending = self._unwritten[1], self._pending
             else:
                 end, pending = self._orphans.get(log_id, (offset + size, b""))
-            tail = bytes(pending[max(0, offset - end) : offset + size - end])
-        head = self._pread(log_id, offset, end - offset) if offset < end else b""
+            tail = bytes(pending[max(0, offset - end) : max(0, offset + size - end)])
+        head_end = min(end, offset + size)      # the range may lie wholly on disk by now
+        head = self._pread(log_id, offset, head_end - offset) if offset < head_end else b""
         data = head + tail
         if len(data) != size:
             raise StorageError(f"entry log {log_id:x}: short read at {offset} ({len(data)} of {size})")

@@ -59,6 +59,18 @@ def test_r22_records_are_readable_before_during_and_after_their_write(tmp_path: 
     reopened.close()
 
 
+def test_a_read_that_saw_the_records_unwritten_gets_them_once_they_are_written(tmp_path: Path, writes: list) -> None:
+    """A reader checks where the disk ends without the lock; by the time it takes the lock, the range may
+    lie wholly, or partly, on disk."""
+    logger = EntryLogger(tmp_path / "current", 1 << 30)
+    placed = [(logger.append(r), r) for r in _records(400, seed=6)]
+    assert writes
+    for (log_id, offset), record in placed[::7]:
+        assert logger._read_unwritten(log_id, offset, len(record)) == record
+        assert logger._read_unwritten(log_id, offset + 1, len(record) - 1) == record[1:]
+    logger.close()
+
+
 def test_no_block_is_written_twice_and_writes_are_whole_blocks(tmp_path: Path, writes: list) -> None:
     logger = EntryLogger(tmp_path / "current", 1 << 30)
     for i, record in enumerate(_records(600, seed=3)):
