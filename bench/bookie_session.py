@@ -7,6 +7,7 @@ bookie_add wrote, so bookie_read reads it back (and writes it first when run alo
 from __future__ import annotations
 
 import dataclasses
+import urllib.request
 from pathlib import Path
 
 from bench.core import Context
@@ -16,8 +17,26 @@ from bookie.local.cluster import BookieProcess, LocalCluster
 # journalSyncData=true: every acknowledged add is behind an fdatasync. Everything else is the default
 # (journalMaxGroupWaitMSec=2, journalBufferedWritesThreshold=512 KiB, flushInterval=5000 from LocalCluster).
 # No bookie GC (bookie_add writes ledgers without metadata, which GC would delete before bookie_read) and
-# no autorecovery daemons (they would re-replicate behind a benchmark that stops bookies).
-CONF_OVERRIDES = {"journalSyncData": "true", "gcWaitTime": "0", "autoRecoveryDaemonEnabled": "false"}
+# no autorecovery daemons (they would re-replicate behind a benchmark that stops bookies). Journals behind
+# a checkpoint are removed, in 512 MB files: with BookKeeper's 5 backups of 2 GB files three bookies kept
+# up to 36 GB of old journals, and once adds got faster a full run filled this machine's disk.
+CONF_OVERRIDES = {"journalSyncData": "true", "gcWaitTime": "0", "autoRecoveryDaemonEnabled": "false",
+                  "journalMaxBackups": "0", "journalMaxSizeMB": "512"}
+JOURNAL_BYTES_METRIC = "bookie_journal_JOURNAL_WRITE_BYTES_total"
+
+
+def journal_write_bytes(process: BookieProcess) -> int:
+    """Journal bytes the bookie has written since it started: its JOURNAL_WRITE_BYTES counter (file sizes
+    would miss journals removed after a checkpoint); the journal files' size where metrics are off."""
+    if not process.metrics_port:
+        return sum(p.stat().st_size for p in (Path(process.journal_dir) / "current").glob("*.txn"))
+    url = f"http://127.0.0.1:{process.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith(JOURNAL_BYTES_METRIC):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise RuntimeError(f"{url} has no {JOURNAL_BYTES_METRIC}")
 PASSWORD = b"pw"
 _KEY = "bookie"
 
@@ -48,8 +67,8 @@ class BookieSession:
         return [Path(d) / "current" for d in self.process.ledger_dirs]
 
     def journal_bytes(self) -> int:
-        """Total size of the journal files (they only grow during a benchmark: no roll at 2 GiB)."""
-        return sum(p.stat().st_size for p in self.journal_current.glob("*.txn"))
+        """Journal bytes written by the bookie since it started."""
+        return journal_write_bytes(self.process)
 
     def entry_logs(self) -> list[Path]:
         return sorted(p for d in self.entry_log_dirs for p in d.glob("*.log"))

@@ -10,9 +10,8 @@ add_latency, ledger_read, recovery_time) leave ledgers written here in `ClusterS
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from bench.bookie_session import start_cluster
+from bench.bookie_session import journal_write_bytes, start_cluster
 from bench.core import Context, KiB, MiB
 from bookie.local.cluster import LocalCluster
 
@@ -64,9 +63,8 @@ class ClusterSession:
         return self.cluster.metadata_service_uri
 
     def journal_bytes(self) -> int:
-        """Total size of the three bookies' journal files."""
-        return sum(p.stat().st_size for b in self.cluster.bookies
-                   for p in (Path(b.journal_dir) / "current").glob("*.txn"))
+        """Journal bytes the three bookies have written since they started."""
+        return sum(journal_write_bytes(b) for b in self.cluster.bookies)
 
     def pids(self) -> list[int]:
         return [b.pid for b in self.cluster.bookies]
