@@ -31,8 +31,9 @@ def add(st: LedgerStorage, ledger_id: int, ids: list[int]) -> None:
     st.add_batch(ledger_id, ids, [len(e) for e in entries], b"".join(entries))
 
 
-def paged(root: Path, **kw: int) -> LedgerStorage:
-    return LedgerStorage([root / "l0", root / "l1"], page_size=PAGE_SIZE, page_limit=LIMIT, **kw)
+def paged(root: Path, entry_log_size_limit: int = 1 << 30) -> LedgerStorage:
+    return LedgerStorage([root / "l0", root / "l1"], page_size=PAGE_SIZE, page_limit=LIMIT,
+                         entry_log_size_limit=entry_log_size_limit)
 
 
 def cached(st: LedgerStorage) -> int:
