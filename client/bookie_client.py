@@ -23,7 +23,7 @@ from typing import Protocol
 
 import grpc
 
-from client.errors import BookieTlsError
+from client.errors import BookieTlsError, BookieUnavailableError
 from client.tls import TlsSettings, rejection
 from proto import bookie_pb2 as pb
 from proto import bookie_pb2_grpc as pb_grpc
@@ -258,12 +258,28 @@ class BookieClient:
             return found
         return None
 
+    def _closed_under(self) -> BookieUnavailableError | None:
+        """A call's CancelledError that is not its task's own cancellation: its channel was closed under it
+        (the pool replaced this failed connection). That is the bookie's failure, told as one, not a bare
+        cancellation that ends the caller (a Spark task) without saying why. None: the task was cancelled."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return None
+        self.failed = True
+        return BookieUnavailableError(f"bookie {self.bookie_id}: its connection was closed during the call (a "
+                                      "failed connection was replaced); read from another bookie or retry",
+                                      bookie_id=self.bookie_id)
+
     async def read(self, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
         try:
             return await self.stub.Read(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             self._broken(exc)
             raise
+        except asyncio.CancelledError as exc:
+            if (error := self._closed_under()) is None:
+                raise
+            raise error from exc
 
     async def read_range(
         self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20,
@@ -281,6 +297,10 @@ class BookieClient:
         except grpc.aio.AioRpcError as exc:
             self._broken(exc)
             raise
+        except asyncio.CancelledError as exc:
+            if (error := self._closed_under()) is None:
+                raise
+            raise error from exc
 
     async def read_lac(self, ledger_id: int, timeout: float) -> pb.ReadLacResponse:
         return await self.stub.ReadLac(pb.ReadLacRequest(ledger_id=ledger_id), timeout=timeout)

@@ -288,3 +288,37 @@ def test_striped_read_with_a_covering_bookie_down(cluster_factory, bk_factory, s
     cluster.kill_bookie(next(b.index for b in cluster.bookies if b.bookie_id == victim))
     rh = bk.open_ledger(lh.ledger_id, recovery=False)
     assert [en.payload for en in rh.read_entries(0, 4999)] == [payload(i) for i in range(5000)]
+
+
+def test_r13_a_read_on_a_connection_retired_under_it_fails_with_a_typed_error(cluster_factory):
+    """When the pool replaces a failed connection it closes the old channel, which cancels the calls still
+    on it. Those calls must fail as BookieUnavailableError (a reader then reads elsewhere, R13), not as a
+    bare CancelledError that ends the caller (a Spark task) without saying why."""
+    from client import BookKeeper
+    from client.errors import BookieUnavailableError
+
+    cluster = cluster_factory(1)
+    bookie_id = cluster.bookies[0].bookie_id
+    with BookKeeper(cluster.metadata_service_uri) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=b"pw")
+        for i in range(2000):
+            lh.add_entry_async(bytes([i % 251]) * 1024)
+        lh.close()
+        pool = bk._ctx.pool
+
+        async def retire_mid_stream() -> tuple[int, BaseException | None]:
+            client = await pool.get(bookie_id)
+            stream = client.read_range(lh.ledger_id, 0, 1999, timeout=30, max_batch_bytes=8 * 1024)
+            got = len((await stream.__anext__()).entry_ids)      # the call is under way
+            client.failed = True
+            await pool.get(bookie_id)                             # replaces it: the old channel is closed
+            await asyncio.gather(*pool._closing)
+            try:
+                async for batch in stream:
+                    got += len(batch.entry_ids)
+            except BaseException as exc:                          # noqa: BLE001 - the test looks at which
+                return got, exc
+            return got, None
+
+        got, error = bk._ctx.runtime.run(retire_mid_stream(), 60)
+        assert got == 2000 or isinstance(error, BookieUnavailableError), (got, repr(error))
