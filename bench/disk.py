@@ -18,14 +18,9 @@ from pathlib import Path
 
 from bench.core import MB, Context, Row, size_label
 from bookie.direct_append import DirectAppender, open_direct
+from bookie.files import write_all
 
 MIN_GROUPS = 3
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def measure_fsync_limit(directory: Path | str, group_bytes: int, seconds: float) -> tuple[float, float]:
@@ -35,11 +30,8 @@ def measure_fsync_limit(directory: Path | str, group_bytes: int, seconds: float)
     if group_bytes <= 0:
         raise ValueError(f"group_bytes must be positive, got {group_bytes}")
     data = os.urandom(group_bytes)
-    results = [_append_groups(directory, data, seconds / 2, direct=False)]
-    direct = _append_groups(directory, data, seconds / 2, direct=True)
-    if direct is not None:
-        results.append(direct)
-    return max(r for r in results if r is not None)
+    ways = (_append_groups(directory, data, seconds / 2, direct=d) for d in (False, True))
+    return max(r for r in ways if r is not None)
 
 
 def _append_groups(directory: Path | str, data: bytes, seconds: float, direct: bool) -> tuple[float, float] | None:
@@ -66,7 +58,7 @@ def _append_groups(directory: Path | str, data: bytes, seconds: float, direct: b
             if appender is not None:
                 appender.append([data])
             else:
-                _write_all(fd, data)
+                write_all(fd, data)
             os.fdatasync(fd)
             groups += 1
             now = time.perf_counter()

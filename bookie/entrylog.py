@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from bookie.direct_append import ALIGN, DirectAppender, open_direct
-from bookie.files import fsync_dir, list_hex_ids
+from bookie.files import fsync_dir, list_hex_ids, write_all
 
 MAGIC = b"BKLO"
 VERSION = 1
@@ -82,7 +82,7 @@ class EntryLogger:
         else:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                _write_all(fd, header)
+                write_all(fd, header)
             except OSError:
                 os.close(fd)
                 raise
@@ -99,7 +99,7 @@ class EntryLogger:
             offset = self._active_size
             try:
                 if self._direct is None:
-                    _write_all(self._active_fd, record)
+                    write_all(self._active_fd, record)
                 else:
                     self._pending += record
                     if len(self._pending) >= WRITE_BYTES:
@@ -259,10 +259,3 @@ class EntryLogger:
             for fd in self._read_fds.values():
                 os.close(fd)
             self._read_fds.clear()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]

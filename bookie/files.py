@@ -1,4 +1,4 @@
-"""File helpers shared by the journal and the entry logs: hex-id file names, directory fsync."""
+"""File helpers shared by the journal and the entry logs: hex-id file names, whole writes, directory fsync."""
 
 from __future__ import annotations
 
@@ -26,3 +26,10 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """write(2) all of `data` (a write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
 from bookie.direct_append import DirectAppender, open_direct
-from bookie.files import fsync_dir, list_hex_ids
+from bookie.files import fsync_dir, list_hex_ids, write_all
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
 
@@ -92,13 +92,6 @@ def _file_name(file_id: int) -> str:
 
 def list_journal_ids(current: Path) -> list[int]:
     return list_hex_ids(current, "txn")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _header_ok(fd: int) -> bool:
@@ -209,7 +202,7 @@ class Journal:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         header = _HEADER.pack(MAGIC, VERSION)
         try:
-            _write_all(fd, header)
+            write_all(fd, header)
             os.fsync(fd)
             fsync_dir(self.current_dir)
         except OSError:
@@ -370,7 +363,7 @@ class Journal:
         if self._direct is not None:
             self._direct.append(parts)
         elif nbytes:
-            _write_all(self._fd, b"".join(parts))
+            write_all(self._fd, b"".join(parts))
         if need_sync:
             started = time.monotonic()
             os.fdatasync(self._fd)
