@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,delta]' --config-settings editable_mode=compat
+	$(BIN)/python -m spark_connector.worker_path install   # Spark's Python processes: compiled pyspark
 	touch $(STAMP)
 
 demo: $(STAMP)
