@@ -64,6 +64,7 @@ def planning_client(uri: str, settings: Settings = ()) -> Iterator[BookKeeper]:
 
 
 @atexit.register
-def _close_all() -> None:
+def close_all() -> None:
+    """Close every cached client of this process (at exit; tests call it when a module is done)."""
     for uri, settings in list(_clients):
         drop_client(uri, settings)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bookie.local.cluster import LocalCluster
+from spark_connector import clients
 from tests.integration.conftest import start_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +49,16 @@ def spark() -> Iterator:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_shared_clients_left() -> Iterator[None]:
+    """Driver-side code run in this process (a sink's planning, for one) caches a client per URI
+    (spark_connector.clients). Left open, its ZooKeeper session outlives the module's cluster, and its
+    kazoo thread keeps drawing from the global `random` while later Hypothesis tests generate data
+    (HypothesisDeprecationWarning: "Do not use the `random` module inside strategies")."""
+    yield
+    clients.close_all()
 
 
 @pytest.fixture(scope="module")
