@@ -42,7 +42,7 @@ from bookie.index import (
     write_meta,
     write_pages,
 )
-from client.protocol.bulk import gather_runs
+from client.protocol.bulk import gather_entries
 
 __all__ = ["DEFAULT_PAGE_LIMIT", "DEFAULT_PAGE_SIZE", "LedgerStorage", "StorageError"]
 
@@ -65,8 +65,8 @@ def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 
 def only_residues(batch: Batch, modulus: int, mask: int) -> Batch:
-    """The entries of a read batch whose id % modulus is a bit of mask: the blob is cut where runs of
-    wanted entries begin and end (one slice per run, read once from disk as the whole batch was)."""
+    """The entries of a read batch whose id % modulus is a bit of mask, their bytes gathered in one native
+    pass (`gather_entries`) from the blob read once from disk as the whole batch was."""
     ids, sizes, blob = batch
     idv = np.asarray(ids, dtype=np.int64)
     keep = ((np.uint64(mask) >> (idv % modulus).astype(np.uint64)) & np.uint64(1)).astype(bool)
@@ -76,7 +76,7 @@ def only_residues(batch: Batch, modulus: int, mask: int) -> Batch:
         return [], [], b""
     sz = np.asarray(sizes, dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(sz)))
-    return idv[keep].tolist(), sz[keep].tolist(), gather_runs(blob, offsets, keep)
+    return idv[keep].tolist(), sz[keep].tolist(), gather_entries(blob, offsets, keep)
 
 
 def _header_fields(blob: bytes | memoryview, starts: npt.NDArray[np.int64], at: int) -> npt.NDArray[np.int64]:

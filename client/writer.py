@@ -240,24 +240,24 @@ class LedgerWriter:
                 sizes = _sizes(batch.offsets)
                 for bookie_id in self.pending.ensemble:
                     self._send(bookie_id, entry_ids, sizes, batch.data, own_request=True)
-            elif not sends.skip:                        # E > Qw: each bookie's entries cut out in runs
+            elif not sends.skip:                        # E > Qw: each bookie's entries gathered
                 self._route_striped(batch)
             else:
                 self._route(SendAdds(batch.first, count, sends.skip).targets(e, qw), own_request=True)
 
     def _route_striped(self, batch: _SentBatch) -> None:
         """A batch of consecutive entries to every bookie of the ensemble, each getting the entries of its
-        write sets (R5) as one request: masks and slices per run of entries, no Python object per entry."""
+        write sets (R5) as one request: a mask per bookie and one native gather, no Python object per entry."""
         import numpy as np
 
-        from client.protocol.bulk import gather_runs, striped_targets  # numpy: only once bulks are used
+        from client.protocol.bulk import gather_entries, striped_targets  # numpy: only once bulks are used
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         ids = np.arange(batch.first, batch.last + 1, dtype=np.int64)
         sizes = np.diff(offsets)
         ensemble = self.pending.ensemble
         for index, keep in striped_targets(batch.first, offsets, self.md.ensemble_size, self.md.write_quorum):
             self._send(ensemble[index], ids[keep].tolist(), sizes[keep].tolist(),
-                       gather_runs(batch.data, offsets, keep), own_request=True)
+                       gather_entries(batch.data, offsets, keep), own_request=True)
 
     def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
         from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: only once bulks are used

@@ -77,8 +77,8 @@ def test_package_bulk_is_package_batch_byte_for_byte(payloads: list[bytes], dige
 @pytest.mark.parametrize(("e", "qw"), [(e, qw) for e in range(1, 7) for qw in range(1, e + 1)])
 def test_r5_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
     """R5 for a bulk chunk with E > Qw: the per-bookie masks are exactly SendAdds.targets, and each bookie's
-    request holds its entries' bytes back to back, cut out in runs."""
-    from client.protocol.bulk import gather_runs, striped_targets
+    request holds its entries' bytes back to back."""
+    from client.protocol.bulk import gather_entries, striped_targets
     from client.protocol.pending_adds import SendAdds
 
     first, count = 7, 20
@@ -93,4 +93,18 @@ def test_r5_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
     assert {index: [first + int(i) for i in np.flatnonzero(keep)] for index, keep in got} == expected
     for _, keep in got:
         want = b"".join(bytes([i]) * sizes[i] for i in np.flatnonzero(keep).tolist())
-        assert gather_runs(data, offsets, keep) == want
+        assert gather_entries(data, offsets, keep) == want
+
+
+def test_gather_entries_of_a_slice_of_a_larger_buffer() -> None:
+    """Offsets need not start at 0 nor end at the buffer's end, and the buffer may be a memoryview."""
+    from client.protocol.bulk import gather_entries
+
+    data = bytes(range(40))
+    offsets = np.array([5, 8, 8, 15, 20], dtype=np.int64)         # entries [5:8], [8:8], [8:15], [15:20]
+    for keep, want in [([True, True, False, True], data[5:8] + data[15:20]),
+                       ([False, False, True, False], data[8:15]),
+                       ([False, True, False, False], b""),
+                       ([False] * 4, b""),
+                       ([True] * 4, data[5:20])]:
+        assert gather_entries(memoryview(data), offsets, np.array(keep)) == want
