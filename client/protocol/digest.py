@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import google_crc32c
 
@@ -62,32 +62,44 @@ def _as_bytes(data: Buffer) -> bytes:
     return data if isinstance(data, bytes) else bytes(data)
 
 
-class DigestManager:
-    """Computes the digest of one ledger's entries (one instance per ledger; cheap to reuse)."""
+def _crc32c(header: bytes, payload: Buffer) -> bytes:
+    return _U32.pack(_crc32c_extend(_crc32c_value(header), payload if isinstance(payload, bytes) else bytes(payload)))
 
-    __slots__ = ("digest_type", "mac_length", "_hmac")
+
+def _crc32(header: bytes, payload: Buffer) -> bytes:
+    return _U64.pack(zlib.crc32(payload, zlib.crc32(header)))
+
+
+def _no_digest(header: bytes, payload: Buffer) -> bytes:
+    return b""
+
+
+_crc32c_value, _crc32c_extend = google_crc32c.value, google_crc32c.extend
+
+
+class DigestManager:
+    """Computes the digest of one ledger's entries (one instance per ledger; cheap to reuse).
+
+    `compute(header, payload)` is the function of the ledger's digest type, chosen once: a bulk of
+    thousands of entries calls it per entry, and the dispatch on the type cost a quarter of that."""
+
+    __slots__ = ("digest_type", "mac_length", "_hmac", "compute")
 
     def __init__(self, digest_type: DigestType | str, password: bytes = b"") -> None:
         self.digest_type = DigestType.parse(digest_type)
         self.mac_length = MAC_LENGTHS[self.digest_type]
         self._hmac = (hmac.new(mac_key(password), digestmod=hashlib.sha256)
                       if self.digest_type is DigestType.HMAC else None)
+        self.compute: Callable[[bytes, Buffer], bytes] = {
+            DigestType.CRC32C: _crc32c, DigestType.CRC32: _crc32, DigestType.HMAC: self._mac,
+        }.get(self.digest_type, _no_digest)
 
-    def compute(self, header: bytes, payload: Buffer) -> bytes:
-        """The digest over header + payload."""
-        kind = self.digest_type
-        if kind is DigestType.CRC32C:
-            crc = google_crc32c.extend(google_crc32c.value(header), _as_bytes(payload))
-            return _U32.pack(crc)
-        if kind is DigestType.CRC32:
-            return _U64.pack(zlib.crc32(payload, zlib.crc32(header)))
-        if kind is DigestType.HMAC:
-            assert self._hmac is not None
-            mac = self._hmac.copy()
-            mac.update(header)
-            mac.update(payload)
-            return mac.digest()
-        return b""
+    def _mac(self, header: bytes, payload: Buffer) -> bytes:
+        assert self._hmac is not None
+        mac = self._hmac.copy()
+        mac.update(header)
+        mac.update(payload)
+        return mac.digest()
 
     def matches(self, header: bytes, payload: Buffer, received: Buffer) -> bool:
         expected = self.compute(header, payload)
