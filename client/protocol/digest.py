@@ -62,8 +62,11 @@ def _as_bytes(data: Buffer) -> bytes:
     return data if isinstance(data, bytes) else bytes(data)
 
 
+_crc32c_value, _crc32c_extend = google_crc32c.value, google_crc32c.extend
+
+
 def _crc32c(header: bytes, payload: Buffer) -> bytes:
-    return _U32.pack(_crc32c_extend(_crc32c_value(header), payload if isinstance(payload, bytes) else bytes(payload)))
+    return _U32.pack(_crc32c_extend(_crc32c_value(header), _as_bytes(payload)))
 
 
 def _crc32(header: bytes, payload: Buffer) -> bytes:
@@ -72,9 +75,6 @@ def _crc32(header: bytes, payload: Buffer) -> bytes:
 
 def _no_digest(header: bytes, payload: Buffer) -> bytes:
     return b""
-
-
-_crc32c_value, _crc32c_extend = google_crc32c.value, google_crc32c.extend
 
 
 class DigestManager:
