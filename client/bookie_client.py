@@ -18,7 +18,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Protocol
 
 import grpc
@@ -270,9 +270,12 @@ class BookieClient:
                                       "failed connection was replaced); read from another bookie or retry",
                                       bookie_id=self.bookie_id)
 
-    async def read(self, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
+    @contextlib.contextmanager
+    def _read_failures(self) -> Iterator[None]:
+        """How a read call's failures are told: an unreachable bookie marks this connection failed
+        (`_broken`), a channel closed under the call is a BookieUnavailableError (`_closed_under`)."""
         try:
-            return await self.stub.Read(request, timeout=timeout)
+            yield
         except grpc.aio.AioRpcError as exc:
             self._broken(exc)
             raise
@@ -280,6 +283,10 @@ class BookieClient:
             if (error := self._closed_under()) is None:
                 raise
             raise error from exc
+
+    async def read(self, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
+        with self._read_failures():
+            return await self.stub.Read(request, timeout=timeout)
 
     async def read_range(
         self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20,
@@ -291,16 +298,9 @@ class BookieClient:
             ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes,
             fence=fence, master_key=master_key, residue_modulus=residues[0], residue_mask=residues[1],
         )
-        try:
+        with self._read_failures():
             async for batch in self.stub.ReadRange(request, timeout=timeout):
                 yield batch
-        except grpc.aio.AioRpcError as exc:
-            self._broken(exc)
-            raise
-        except asyncio.CancelledError as exc:
-            if (error := self._closed_under()) is None:
-                raise
-            raise error from exc
 
     async def read_lac(self, ledger_id: int, timeout: float) -> pb.ReadLacResponse:
         return await self.stub.ReadLac(pb.ReadLacRequest(ledger_id=ledger_id), timeout=timeout)
