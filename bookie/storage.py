@@ -64,26 +64,34 @@ def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return starts
 
 
-def only_residues(batch: Batch, modulus: int, mask: int) -> Batch:
-    """The entries of a read batch whose id % modulus is a bit of mask, their bytes gathered in one native
-    pass (`gather_entries`) from the blob read once from disk as the whole batch was."""
-    ids, sizes, blob = batch
-    idv = np.asarray(ids, dtype=np.int64)
-    keep = ((np.uint64(mask) >> (idv % modulus).astype(np.uint64)) & np.uint64(1)).astype(bool)
-    if keep.all():
-        return batch
-    if not keep.any():
-        return [], [], b""
-    sz = np.asarray(sizes, dtype=np.int64)
-    offsets = np.concatenate(([0], np.cumsum(sz)))
-    return idv[keep].tolist(), sz[keep].tolist(), gather_entries(blob, offsets, keep)
+def residue_keep(ids: npt.NDArray[np.int64], residues: tuple[int, int]) -> npt.NDArray[np.bool_] | None:
+    """Which of `ids` a striped reader asked for: those whose id % modulus is a bit of mask, for
+    `residues` = (modulus, mask); None when it asked for all (modulus 0)."""
+    modulus, mask = residues
+    if not 0 < modulus <= 64:
+        return None
+    return ((np.uint64(mask) >> (ids % modulus).astype(np.uint64)) & np.uint64(1)).astype(bool)
 
 
-def _header_fields(blob: bytes | memoryview, starts: npt.NDArray[np.int64], at: int) -> npt.NDArray[np.int64]:
-    """The big-endian int64 at `start + at` of each entry (vectorised gather)."""
+def batch_end(sent_bytes: npt.NDArray[np.int64], sent_count: npt.NDArray[np.int64], start: int,
+              max_bytes: int, max_entries: int) -> int:
+    """Where a batch starting at `start` ends (exclusive), given the running totals of the bytes and the
+    entries that will be sent: at most max_bytes and max_entries of them, and at least one entry."""
+    bytes_before = int(sent_bytes[start - 1]) if start else 0
+    count_before = int(sent_count[start - 1]) if start else 0
+    by_bytes = int(np.searchsorted(sent_bytes, bytes_before + max_bytes, side="right"))
+    by_count = int(np.searchsorted(sent_count, count_before + max_entries, side="right"))
+    return max(min(by_bytes, by_count), start + 1)
+
+
+def _header_fields(blob: bytes | memoryview, starts: npt.NDArray[np.int64], at: int, count: int = 1
+                   ) -> npt.NDArray[np.int64]:
+    """The `count` big-endian int64s at `start + at` of each entry (one vectorised gather), shaped
+    (entries,) for one field and (entries, count) for more."""
     u8 = np.frombuffer(blob, dtype=np.uint8)
-    gathered = u8[starts[:, None] + np.arange(at, at + 8)]
-    return gathered.copy().view(">i8").reshape(-1).astype(np.int64)
+    gathered = u8[starts[:, None] + np.arange(at, at + 8 * count)]
+    fields = gathered.view(">i8").astype(np.int64)
+    return fields.reshape(-1) if count == 1 else fields
 
 
 def _max_piggyback_lac(data: bytes | memoryview, sizes: npt.NDArray[np.int64]) -> int:
@@ -101,7 +109,8 @@ def _check_headers(
     whole = sizes >= 16
     if not whole.all():
         raise StorageError(f"ledger {ledger_id}: stored entry shorter than its header")
-    bad = (_header_fields(blob, starts, 0) != ledger_id) | (_header_fields(blob, starts, 8) != ids)
+    header = _header_fields(blob, starts, 0, 2)           # (ledger id, entry id) of each entry
+    bad = (header[:, 0] != ledger_id) | (header[:, 1] != ids)
     if bad.any():
         first = int(ids[np.flatnonzero(bad)[0]])
         raise StorageError(f"ledger {ledger_id} entry {first}: location points at another entry")
@@ -457,16 +466,15 @@ class LedgerStorage:
         """The held entries in [first, last], in order, as (entry ids, sizes, blob) batches; with
         `residues` (modulus, mask; modulus 0: all), only those whose id % modulus is a bit of mask.
 
-        The index is looked up a window of pages at a time, as the batches are taken.
+        The index is looked up a window of pages at a time, as the batches are taken. The limits count
+        what is sent: with residues, a batch spans the entries left out too (read with the kept ones in
+        one pread per run, then dropped), so that each message still carries about max_batch_bytes.
         """
         limits = max(max_batch_bytes, 1), max(max_batch_entries, 1)
-        batches = self._range_batches(ledger_id, max(first, 0), last, *limits)
-        if not 0 < residues[0] <= 64:
-            return batches
-        return (kept for batch in batches if (kept := only_residues(batch, *residues))[0])
+        return self._range_batches(ledger_id, max(first, 0), last, limits, residues)
 
-    def _range_batches(self, ledger_id: int, first: int, last: int, max_bytes: int, max_entries: int
-                       ) -> Iterator[Batch]:
+    def _range_batches(self, ledger_id: int, first: int, last: int, limits: tuple[int, int],
+                       residues: tuple[int, int]) -> Iterator[Batch]:
         window = READ_WINDOW_PAGES * self._geometry.entries
         pos = first
         while pos <= last:
@@ -477,31 +485,43 @@ class LedgerStorage:
                     return
                 ids, slots = self._held_locked(led, pos, end)
                 logger = self._logs[led.dir_index]
-            yield from self._batches(ledger_id, logger, ids, slots, max_bytes, max_entries)
+            keep = residue_keep(ids, residues)
+            if keep is None or keep.any():
+                yield from self._batches(ledger_id, logger, ids, slots, limits, keep)
             pos = end + 1
 
     def _batches(
         self, ledger_id: int, logger: EntryLogger, ids: npt.NDArray[np.int64], slots: npt.NDArray[np.int64],
-        max_bytes: int, max_entries: int,
+        limits: tuple[int, int], keep: npt.NDArray[np.bool_] | None,
     ) -> Iterator[Batch]:
+        """The batches of one window of held entries; with `keep`, only the kept entries are sent."""
         sizes = slots[:, 2]
-        cum = np.cumsum(sizes)
+        sent_bytes = np.cumsum(sizes if keep is None else np.where(keep, sizes, 0))
+        sent_count = np.arange(1, len(ids) + 1, dtype=np.int64) if keep is None else np.cumsum(keep, dtype=np.int64)
         i = 0
         while i < len(ids):
-            before = int(cum[i - 1]) if i else 0
-            j = int(np.searchsorted(cum, before + max_bytes, side="right"))
-            j = max(min(j, i + max_entries, len(ids)), i + 1)
-            try:
-                blob = self._read_runs(logger, slots[i:j])
-                _check_headers(ledger_id, ids[i:j], sizes[i:j], blob)
-            except StorageError:
-                moved = self._current_slots(ledger_id, ids[i:j])   # raced a compaction? read the new places
-                if moved is None or np.array_equal(moved, slots[i:j]):
-                    raise
-                blob = self._read_runs(logger, moved)
-                _check_headers(ledger_id, ids[i:j], moved[:, 2], blob)
-            yield [int(v) for v in ids[i:j].tolist()], [int(v) for v in sizes[i:j].tolist()], blob
+            j = batch_end(sent_bytes, sent_count, i, *limits)
+            blob = self._read_checked(ledger_id, logger, ids[i:j], slots[i:j])
+            if keep is None:
+                yield ids[i:j].tolist(), sizes[i:j].tolist(), blob
+            elif (kept := keep[i:j]).any():
+                offsets = np.concatenate(([0], np.cumsum(sizes[i:j])))
+                yield ids[i:j][kept].tolist(), sizes[i:j][kept].tolist(), gather_entries(blob, offsets, kept)
             i = j
+
+    def _read_checked(self, ledger_id: int, logger: EntryLogger, ids: npt.NDArray[np.int64],
+                      slots: npt.NDArray[np.int64]) -> bytes:
+        """The entries at `slots`, back to back, each checked to be the entry of `ids` it should be."""
+        try:
+            blob = self._read_runs(logger, slots)
+            _check_headers(ledger_id, ids, slots[:, 2], blob)
+        except StorageError:
+            moved = self._current_slots(ledger_id, ids)   # raced a compaction? read the new places
+            if moved is None or np.array_equal(moved, slots):
+                raise
+            blob = self._read_runs(logger, moved)
+            _check_headers(ledger_id, ids, moved[:, 2], blob)
+        return blob
 
     def _current_slots(self, ledger_id: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
         with self._lock:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -114,15 +116,37 @@ def test_r13_covering_bookies_are_asked_for_the_entries_they_first_hold_and_toge
                 assert covering[p] in write_set(residue, e, qw)
 
 
-def test_a_bookie_sends_only_the_asked_residues_cut_from_one_read() -> None:
-    """bookie.storage.only_residues: the kept entries' bytes, in order, whatever runs they form."""
-    from bookie.storage import only_residues
-    ids = list(range(10, 20))
-    sizes = [i % 4 + 1 for i in ids]
-    blob = b"".join(bytes([i]) * s for i, s in zip(ids, sizes, strict=True))
+def test_a_bookie_sends_only_the_asked_residues_cut_from_one_read(tmp_path: Path) -> None:
+    """LedgerStorage.read_range with residues: the kept entries' bytes, in order, whatever runs they form,
+    in batches whose limits count what is sent (the entries left out do not use up a batch)."""
+    import struct
+
+    from bookie.storage import LedgerStorage
+    ids = list(range(10, 60))
+
+    def entry(e: int) -> bytes:
+        return struct.pack(">qq", 7, e) + bytes([e]) * (e % 4 + 1)
+
+    storage = LedgerStorage([tmp_path / "l0"])
+    storage.add_batch(7, ids, [len(entry(e)) for e in ids], b"".join(entry(e) for e in ids))
     for mask in range(1 << 3):
-        kept_ids, kept_sizes, data = only_residues((ids, sizes, blob), 3, mask)
-        want = [i for i in ids if mask >> (i % 3) & 1]
-        assert kept_ids == want
-        assert kept_sizes == [i % 4 + 1 for i in want]
-        assert data == b"".join(bytes([i]) * (i % 4 + 1) for i in want)
+        want = [e for e in ids if mask >> (e % 3) & 1]
+        batches = list(storage.read_range(7, 10, 59, 1 << 20, 4, (3, mask)))
+        assert [e for got, _, _ in batches for e in got] == want
+        full, rest = divmod(len(want), 4)
+        assert [len(got) for got, _, _ in batches] == [4] * full + ([rest] if rest else [])
+        for got, sizes, data in batches:
+            assert sizes == [len(entry(e)) for e in got] and data == b"".join(entry(e) for e in got)
+        sent = [len(data) for _, _, data in storage.read_range(7, 10, 59, 60, 100, (3, mask))]
+        assert all(size <= 60 for size in sent) and sum(sent) == sum(len(entry(e)) for e in want)
+    storage.close()
+
+
+def test_a_batch_ends_at_whichever_limit_comes_first() -> None:
+    from bookie.storage import batch_end
+    sent_bytes = np.cumsum([10, 0, 10, 0, 50, 10])        # entries 1 and 3 are left out
+    sent_count = np.cumsum([1, 0, 1, 0, 1, 1])
+    assert batch_end(sent_bytes, sent_count, 0, 20, 100) == 4     # two sent entries, and what lies between
+    assert batch_end(sent_bytes, sent_count, 0, 100, 1) == 2
+    assert batch_end(sent_bytes, sent_count, 4, 20, 100) == 5     # one entry over the limit still goes
+    assert batch_end(sent_bytes, sent_count, 5, 20, 100) == 6
