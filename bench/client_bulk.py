@@ -5,6 +5,11 @@ and its offsets each), at most TOTAL_IN_FLIGHT entries in flight. The limit is t
 replicated_add's: the raw append + fdatasync speed at the bookies' average group (journal bytes /
 fdatasync calls counted by perf; 256 KiB without perf), divided by Qw (all three bookies journal to one
 disk). Issue 16's aim: payload MB/s >= 0.6 of it.
+
+Two more rows say what that disk was given meanwhile (/proc/diskstats): the bytes written per payload byte
+(each copy goes to a journal and to an entry log, so at least 2 x Qw) and the write rate against one
+writer's raw append + fdatasync. The payload rate is at most the disk's rate divided by the first: with
+journal and entry logs on one disk, 0.5 of the limit / Qw is the most any bookie could reach here.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from bench.cluster3 import (
     cluster_session,
 )
 from bench.core import MB, Context, Row, size_label
-from bench.disk import measure_fsync_limit
+from bench.disk import DiskMeter, disk_rows, measure_fsync_limit
 from client import BookKeeper
 
 BULK_ENTRIES = 1000
@@ -62,7 +67,8 @@ def _bulk_loop(session: ClusterSession, seconds: float) -> tuple[int, float, flo
 def run(ctx: Context) -> list[Row]:
     session = cluster_session(ctx)
     seconds = ClientSizes.of(ctx).add_seconds
-    entries, elapsed, group, why_not, journal_bytes = _bulk_loop(session, seconds)
+    with DiskMeter(ctx.data_dir) as disk:
+        entries, elapsed, group, why_not, journal_bytes = _bulk_loop(session, seconds)
     payload_mb_s = entries * ENTRY_SIZE / elapsed / MB
     ref_mb_s, _ = ctx.fsync_limit(REFERENCE_GROUP, measure_fsync_limit)
     label = f"1 writer, bulks of {BULK_ENTRIES:,} x {size_label(ENTRY_SIZE)} (add_entries)"
@@ -80,4 +86,5 @@ def run(ctx: Context) -> list[Row]:
                     + f"; {setup}; issue 16 aim: >= 0.6"))
     rows.append(Row(NAME, f"{label}: entries/s", entries / elapsed, "entries/s", None,
                     f"{journal_bytes / max(entries, 1) / WRITE_QUORUM:.0f} journal bytes per entry per bookie"))
-    return rows
+    raw_mb_s, _ = ctx.fsync_limit(round_group(group) if group else REFERENCE_GROUP, measure_fsync_limit)
+    return rows + disk_rows(NAME, label, disk, entries * ENTRY_SIZE, elapsed, raw_mb_s, WRITE_QUORUM)

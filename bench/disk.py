@@ -6,7 +6,8 @@ the same group size, on the same file system, is the most a journal of that grou
 journal writes either through the page cache (write(2)) or, by default, with O_DIRECT
 (journalDirectIO, `bookie.direct_append`); the limit is the better of the two, each measured for half
 the time, so a journal that gains from O_DIRECT is not compared to the slower way.
-`measure_fsync_limit` is public so other benchmarks measure their own limit in their own run.
+`measure_fsync_limit` is public so other benchmarks measure their own limit in their own run, and
+`DiskMeter` counts what the disk under a directory was given to write while a benchmark ran.
 """
 
 from __future__ import annotations
@@ -21,6 +22,46 @@ from bookie.direct_append import DirectAppender, open_direct
 from bookie.files import write_all
 
 MIN_GROUPS = 3
+SECTOR = 512          # /proc/diskstats counts 512-byte sectors on every device
+DISKSTATS = Path("/proc/diskstats")
+
+
+def _sectors_written(device: tuple[int, int]) -> int | None:
+    """Sectors written to the block device (major, minor) since boot, or None if the kernel lists none."""
+    try:
+        lines = DISKSTATS.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 9 and (int(fields[0]), int(fields[1])) == device:
+            return int(fields[9])
+    return None
+
+
+class DiskMeter:
+    """`with DiskMeter(directory) as m: ...` then `m.written` (bytes the block device holding `directory`
+    wrote meanwhile, everyone's writes included) or None with `m.why_not`."""
+
+    def __init__(self, directory: Path | str) -> None:
+        st = os.stat(directory)
+        self.device = (os.major(st.st_dev), os.minor(st.st_dev))
+        self.written: int | None = None
+        self.why_not = ""
+        self._before: int | None = None
+
+    def __enter__(self) -> DiskMeter:
+        os.sync()                       # earlier writers' dirty pages are flushed before, not during
+        self._before = _sectors_written(self.device)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.sync()                       # what was written meanwhile reaches the disk now, and is counted
+        after = _sectors_written(self.device)
+        if self._before is None or after is None:
+            self.why_not = f"device {self.device[0]}:{self.device[1]} is not in {DISKSTATS}"
+            return
+        self.written = (after - self._before) * SECTOR
 
 
 def measure_fsync_limit(directory: Path | str, group_bytes: int, seconds: float) -> tuple[float, float]:
@@ -71,6 +112,22 @@ def _append_groups(directory: Path | str, data: bytes, seconds: float, direct: b
         os.unlink(path)
     elapsed = now - start
     return groups * len(data) / elapsed / MB, groups / elapsed
+
+
+def disk_rows(name: str, label: str, disk: DiskMeter, payload: int, seconds: float, raw_mb_s: float,
+              write_quorum: int) -> list[Row]:
+    """Two rows on what the disk under the bookies wrote while `payload` bytes were added in `seconds` with
+    `write_quorum` copies: bytes per payload byte, and the write rate against the raw limit `raw_mb_s`."""
+    if disk.written is None or payload <= 0:
+        return [Row(name, f"{label}: disk bytes per payload byte", 0.0, "x", None,
+                    f"not measured: {disk.why_not or 'no payload'}")]
+    per_byte = disk.written / payload
+    return [
+        Row(name, f"{label}: disk bytes per payload byte", per_byte, "x", 2.0 * write_quorum,
+            f"2 x Qw={write_quorum}: each copy is written to a journal and to an entry log, all on one disk"),
+        Row(name, f"{label}: disk write MB/s", disk.written / seconds / MB, "MB/s", raw_mb_s,
+            "one writer's raw append+fdatasync on this disk (several writers together may do more)"),
+    ]
 
 
 def run(ctx: Context) -> list[Row]:
