@@ -12,7 +12,7 @@ JOBS ?=
 
 .PHONY: demo demo-secure test lint proto unit integration sim sim-mutants bench bench-quick clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py client/protocol/_native.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,delta]' --config-settings editable_mode=compat

@@ -19,6 +19,8 @@ import numpy.typing as npt
 
 from client.errors import EntryTooLargeError, InvalidBulkError
 from client.protocol.digest import HEADER, HEADER_LENGTH, Buffer, DigestManager
+from client.protocol.metadata import DigestType
+from client.protocol.native import NATIVE
 
 Offsets = npt.NDArray[np.int64]
 
@@ -115,23 +117,27 @@ def chunk_bounds(offsets: Offsets, overhead: int, max_bytes: int) -> list[int]:
 def package_bulk(digest: DigestManager, ledger_id: int, first_entry_id: int, lac: int, start_length: int,
                  data: bytes, offsets: Offsets) -> tuple[bytes, Offsets]:
     """Package entries data[offsets[i]:offsets[i+1]] as ids first_entry_id + i, back to back, exactly as
-    package_batch would: (one blob, n + 1 offsets of the packaged entries within the blob)."""
+    package_batch would: (one blob, n + 1 offsets of the packaged entries within the blob). CRC32C, the
+    default digest, is packaged by one native call where the module was built (client.protocol.native)."""
+    overhead = HEADER_LENGTH + digest.mac_length
+    packaged = (offsets - offsets[0]) + overhead * np.arange(len(offsets), dtype=np.int64)
+    if digest.digest_type is DigestType.CRC32C and NATIVE is not None:
+        bounds = np.ascontiguousarray(offsets, dtype=np.int64)
+        return NATIVE.package_crc32c(data, bounds, ledger_id, first_entry_id, lac, start_length), packaged
     parts: list[bytes] = []
     pack = HEADER.pack
     compute = digest.compute
     length = start_length
     entry_id = first_entry_id
-    bounds = offsets.tolist()
-    start = bounds[0]
-    for end in bounds[1:]:
+    ends = offsets.tolist()
+    start = ends[0]
+    for end in ends[1:]:
         payload = data[start:end]
         length += end - start
         header = pack(ledger_id, entry_id, lac, length)
         parts += (header, compute(header, payload), payload)
         entry_id += 1
         start = end
-    overhead = HEADER_LENGTH + digest.mac_length
-    packaged = (offsets - offsets[0]) + overhead * np.arange(len(offsets), dtype=np.int64)
     return b"".join(parts), packaged
 
 

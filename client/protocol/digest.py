@@ -17,8 +17,10 @@ all big-endian; `length` is the cumulative ledger length including this payload.
 The master key sent with adds and fencing reads is SHA-1(b"ledger" + password), 20 bytes. Explicit LAC
 bodies (WriteLac) are `ledgerId:int64 | lac:int64 | digest over those 16 bytes`.
 
-Verification of CRC32C copies the payload slice once (the native CRC32C binding only accepts `bytes`);
-payloads returned to callers are zero-copy memoryview slices of the received buffer.
+Entry by entry, verification of CRC32C copies the payload slice once (google-crc32c only accepts
+`bytes`); bulks are packaged and range batches verified by one call of the batched C module instead
+(`client.protocol.native`, where it was built). Payloads returned to callers are zero-copy memoryview
+slices of the received buffer.
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""R7: the native module's packaging and checksums (client/protocol/_native.c) give byte for byte what the
+one-entry-at-a-time path gives, with either of its CRC32C implementations, and refuse bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import google_crc32c
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from client.errors import DigestMismatchError
+from client.protocol import bulk
+from client.protocol.bulk import package_bulk
+from client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
+from client.protocol.metadata import DigestType
+from client.protocol.native import NATIVE
+from client.reader import verify_entries
+
+CRC = DigestManager(DigestType.CRC32C, b"pw")
+
+
+@pytest.fixture(params=["sse4.2", "table"])
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    assert NATIVE is not None, "client.protocol._native was not built: `pip install -e .` needs a C compiler"
+    before = NATIVE.implementation()
+    try:
+        NATIVE.use_implementation(request.param)
+    except ValueError:
+        pytest.skip(f"this CPU has no {request.param}")
+    yield request.param
+    NATIVE.use_implementation(before)
+
+
+def entries_of(sizes: list[int], seed: int) -> tuple[bytes, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    return rng.bytes(int(offsets[-1])), offsets
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=40), seed=st.integers(0, 2**32 - 1),
+       skip=st.integers(0, 2), lac=st.integers(-1, 10**12))
+def test_r7_native_packaging_is_byte_for_byte_the_per_entry_packaging(
+        implementation: str, sizes: list[int], seed: int, skip: int, lac: int) -> None:
+    data, offsets = entries_of(sizes, seed)
+    offsets = offsets[skip:] if skip < len(offsets) - 1 else offsets     # a bulk need not start at 0
+    native, packaged = package_bulk(CRC, 7, 100, lac, 5000, data, offsets)
+    payloads = [data[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
+    assert native == package_batch(CRC, 7, 100, lac, 5000, payloads)[0]
+    assert int(packaged[-1]) == len(native)
+    starts, ends = packaged[:-1].copy(), packaged[1:].copy()
+    verify_entries(CRC, 7, np.arange(100, 100 + len(payloads), dtype=np.int64), starts, ends, native)
+    assert NATIVE is not None
+    checksums = np.frombuffer(NATIVE.crc32c_entries(native, starts, ends, HEADER_LENGTH, 4), dtype=np.uint32)
+    want = [google_crc32c.value(native[a:a + HEADER_LENGTH] + native[a + HEADER_LENGTH + 4:b])
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    assert checksums.tolist() == want
+
+
+def test_r7_the_fallback_packages_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    data, offsets = entries_of([10, 0, 999, 33], 1)
+    native = package_bulk(CRC, 3, 0, -1, 0, data, offsets)[0]
+    monkeypatch.setattr(bulk, "NATIVE", None)
+    assert package_bulk(CRC, 3, 0, -1, 0, data, offsets)[0] == native
+
+
+@pytest.mark.parametrize("where", [0, 9, HEADER_LENGTH, HEADER_LENGTH + 2, HEADER_LENGTH + 4, -1])
+def test_r7_native_verification_finds_one_flipped_byte(implementation: str, where: int) -> None:
+    data, offsets = entries_of([50, 60, 70], 2)
+    packed, packaged = package_bulk(CRC, 3, 0, -1, 0, data, offsets)
+    starts, ends = packaged[:-1].copy(), packaged[1:].copy()
+    at = int(starts[1]) + where if where >= 0 else int(ends[1]) - 1     # in entry 1: ids, digest, payload
+    broken = bytearray(packed)
+    broken[at] ^= 0x40
+    with pytest.raises(DigestMismatchError):
+        verify_entries(CRC, 3, np.arange(3, dtype=np.int64), starts, ends, bytes(broken))
+
+
+def test_native_calls_refuse_bad_input() -> None:
+    assert NATIVE is not None
+    data, offsets = entries_of([5, 5], 3)
+    with pytest.raises(ValueError, match="inside data"):
+        NATIVE.package_crc32c(data, np.array([0, 5, 11], dtype=np.int64), 1, 0, -1, 0)
+    with pytest.raises(ValueError, match="decrease"):
+        NATIVE.package_crc32c(data, np.array([0, 6, 5], dtype=np.int64), 1, 0, -1, 0)
+    with pytest.raises(TypeError, match="int64"):
+        NATIVE.package_crc32c(data, np.array([0, 5, 10], dtype=np.int32), 1, 0, -1, 0)
+    with pytest.raises(ValueError, match="header and digest"):
+        NATIVE.crc32c_entries(data, np.array([0], dtype=np.int64), np.array([10], dtype=np.int64), HEADER_LENGTH, 4)
+    with pytest.raises(ValueError, match="one length"):
+        NATIVE.crc32c_entries(data, np.array([0], dtype=np.int64), np.array([], dtype=np.int64), 0, 0)
+    with pytest.raises(ValueError, match="no CRC32C implementation"):
+        NATIVE.use_implementation("abacus")
