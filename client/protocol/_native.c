@@ -10,6 +10,9 @@
    crc32c_entries(data, starts, ends, header_length, digest_length) -> bytes
        the CRC32C of data[s:s + header_length] + data[s + header_length + digest_length:e] for each
        (s, e), as native-endian uint32s.
+   gather(data, offsets, keep) -> bytes
+       the entries data[offsets[i]:offsets[i + 1]] whose keep[i] (one byte each) is set, back to back:
+       a striped write set's entries for one bookie, or the residues a striped reader asked a bookie for.
 
    The checksum uses the SSE4.2 crc32 instruction where the CPU has it, a table otherwise. */
 
@@ -92,6 +95,21 @@ static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
     return 0;
 }
 
+/* Checks offsets[0..n] (n + 1 of them) lie inside a buffer of `len` bytes and do not decrease. */
+static int check_offsets(const int64_t *off, Py_ssize_t n, Py_ssize_t len) {
+    if (n < 0 || off[0] < 0 || off[n] > len) {
+        PyErr_SetString(PyExc_ValueError, "offsets must lie inside data");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (off[i + 1] < off[i]) {
+            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *package_crc32c(PyObject *self, PyObject *args) {
     Py_buffer data, offsets;
     long long ledger_id, first_entry_id, lac, length;
@@ -105,16 +123,8 @@ static PyObject *package_crc32c(PyObject *self, PyObject *args) {
     const int64_t *off = (const int64_t *)offsets.buf;
     Py_ssize_t n = offsets.len / 8 - 1;
     PyObject *out = NULL;
-    if (n < 0 || off[0] < 0 || off[n] > data.len) {
-        PyErr_SetString(PyExc_ValueError, "offsets must lie inside data");
+    if (check_offsets(off, n, data.len) < 0)
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (off[i + 1] < off[i]) {
-            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
-            goto done;
-        }
-    }
     out = PyBytes_FromStringAndSize(NULL, (off[n] - off[0]) + n * (HEADER_LENGTH + CRC_LENGTH));
     if (out == NULL)
         goto done;
@@ -187,6 +197,57 @@ done:
     return out;
 }
 
+static PyObject *gather(PyObject *self, PyObject *args) {
+    Py_buffer data, offsets, keep;
+    PyObject *offsets_obj;
+    if (!PyArg_ParseTuple(args, "y*Oy*", &data, &offsets_obj, &keep))
+        return NULL;
+    if (int64_buffer(offsets_obj, &offsets, "offsets") < 0) {
+        PyBuffer_Release(&keep);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const int64_t *off = (const int64_t *)offsets.buf;
+    const unsigned char *k = (const unsigned char *)keep.buf;
+    Py_ssize_t n = offsets.len / 8 - 1;
+    if (check_offsets(off, n, data.len) < 0)
+        goto done;
+    if (keep.len != n) {
+        PyErr_Format(PyExc_ValueError, "keep has %zd flags for %zd entries", keep.len, n);
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (k[i])
+            total += off[i + 1] - off[i];
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    const unsigned char *src = (const unsigned char *)data.buf;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (!k[i]) {
+            i++;
+            continue;
+        }
+        Py_ssize_t j = i + 1;           /* a run of kept entries is one copy */
+        while (j < n && k[j])
+            j++;
+        memcpy(w, src + off[i], (size_t)(off[j] - off[i]));
+        w += off[j] - off[i];
+        i = j;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&keep);
+    PyBuffer_Release(&data);
+    return out;
+}
+
 static PyObject *implementation(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(extend == extend_table ? "table" : "sse4.2");
 }
@@ -221,6 +282,7 @@ static PyObject *use_implementation(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"package_crc32c", package_crc32c, METH_VARARGS, "Package entries with CRC32C digests, back to back."},
     {"crc32c_entries", crc32c_entries, METH_VARARGS, "CRC32C of header + payload of each packaged entry."},
+    {"gather", gather, METH_VARARGS, "The kept entries of back-to-back entries, back to back."},
     {"implementation", implementation, METH_NOARGS, "'sse4.2' or 'table': how the checksum is computed."},
     {"use_implementation", use_implementation, METH_VARARGS, "Compute with 'table' or 'sse4.2' (tests)."},
     {NULL, NULL, 0, NULL},

@@ -1,5 +1,6 @@
 """R7: the native module's packaging and checksums (client/protocol/_native.c) give byte for byte what the
-one-entry-at-a-time path gives, with either of its CRC32C implementations, and refuse bad input."""
+one-entry-at-a-time path gives, with either of its CRC32C implementations; its calls refuse bad input.
+(Its gather is held to Arrow's in tests/unit/test_bulk.py.)"""
 
 from __future__ import annotations
 
@@ -92,5 +93,9 @@ def test_native_calls_refuse_bad_input() -> None:
         NATIVE.crc32c_entries(data, np.array([0], dtype=np.int64), np.array([10], dtype=np.int64), HEADER_LENGTH, 4)
     with pytest.raises(ValueError, match="one length"):
         NATIVE.crc32c_entries(data, np.array([0], dtype=np.int64), np.array([], dtype=np.int64), 0, 0)
+    with pytest.raises(ValueError, match="2 flags for 3 entries"):
+        NATIVE.gather(data, np.array([0, 2, 4, 6], dtype=np.int64), np.array([True, False]))
+    with pytest.raises(ValueError, match="inside data"):
+        NATIVE.gather(data, np.array([0, 2, 40], dtype=np.int64), np.array([True, False]))
     with pytest.raises(ValueError, match="no CRC32C implementation"):
         NATIVE.use_implementation("abacus")
