@@ -8,7 +8,8 @@ Spark 4 finds it with no register call through the top-level module `pyspark_bkl
 options (`spark_connector.options`, errors at planning time) and hands over to the reader/writer
 modules; streaming lives in `spark_connector.stream_source` / `spark_connector.stream_sink`.
 Importing it also makes format("bkledger") resolvable from any thread and session of a classic driver
-(`spark_connector.active_session`).
+(`spark_connector.active_session`). It imports nothing of the client: Spark's lookup of data sources
+imports it in a Python process of its own at a session's first use, and needs only the name.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWrite
 from pyspark.sql.types import StructType
 
 from spark_connector import active_session
-from spark_connector.options import parse_read_options, parse_write_options
 
 active_session.install()
 
@@ -40,11 +40,13 @@ class BkLedgerDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_connector.batch_reader import reader_for
+        from spark_connector.options import parse_read_options
 
         return reader_for(parse_read_options(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_connector.batch_writer import plan_writer
+        from spark_connector.options import parse_write_options
 
         return plan_writer(parse_write_options(self.options), schema, overwrite)
 

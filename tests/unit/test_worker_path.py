@@ -50,3 +50,16 @@ def test_the_opt_out_keeps_the_zip(tmp_path: Path) -> None:
 def test_the_pth_line_is_one_import_line() -> None:
     line = worker_path.pth_line()
     assert line.startswith("import ") and line.count("\n") == 1 and line.endswith("\n")
+
+
+def test_spark_finds_the_data_source_without_importing_the_client() -> None:
+    """Spark's lookup of data sources imports `pyspark_bkledger` in a Python process of its own at a
+    session's first use and asks only for the name: the client (gRPC, kazoo) is not imported there."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pyspark_bkledger; assert pyspark_bkledger.DefaultSource.name() == 'bkledger'; "
+            "print(sorted(m for m in ('client', 'grpc', 'kazoo', 'numpy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
