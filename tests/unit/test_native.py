@@ -80,6 +80,19 @@ def test_r7_native_verification_finds_one_flipped_byte(implementation: str, wher
         verify_entries(CRC, 3, np.arange(3, dtype=np.int64), starts, ends, bytes(broken))
 
 
+def test_r7_without_the_module_verification_checks_each_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    import client.reader
+    data, offsets = entries_of([50, 60, 70], 4)
+    packed, packaged = package_bulk(CRC, 3, 0, -1, 0, data, offsets)
+    starts, ends = packaged[:-1].copy(), packaged[1:].copy()
+    monkeypatch.setattr(client.reader, "NATIVE", None)
+    verify_entries(CRC, 3, np.arange(3, dtype=np.int64), starts, ends, packed)
+    broken = bytearray(packed)
+    broken[int(ends[2]) - 1] ^= 1
+    with pytest.raises(DigestMismatchError):
+        verify_entries(CRC, 3, np.arange(3, dtype=np.int64), starts, ends, bytes(broken))
+
+
 def test_native_calls_refuse_bad_input() -> None:
     assert NATIVE is not None
     data, offsets = entries_of([5, 5], 3)
