@@ -150,3 +150,22 @@ def test_a_batch_ends_at_whichever_limit_comes_first() -> None:
     assert batch_end(sent_bytes, sent_count, 0, 100, 1) == 2
     assert batch_end(sent_bytes, sent_count, 4, 20, 100) == 5     # one entry over the limit still goes
     assert batch_end(sent_bytes, sent_count, 5, 20, 100) == 6
+
+
+def test_a_striped_piece_holds_about_read_batch_bytes_once_the_entry_size_is_known() -> None:
+    """Striped reads go piece by piece (two range RPCs per covering bookie each): STRIPE_CHUNK entries
+    until a piece was read, then about max_bytes of entries at the size seen, never fewer than 16."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from client.reader import STRIPE_CHUNK, LedgerReader, ReadChunk
+    no_context: Any = SimpleNamespace()                  # sizing a piece needs neither connections nor metadata
+    metadata: Any = SimpleNamespace(ledger_id=1)
+    reader = LedgerReader(no_context, metadata, DigestManager(DigestType.CRC32C, b"p"))
+    assert reader._stripe_entries(4 << 20) == STRIPE_CHUNK
+    reader._learn_entry_bytes(ReadChunk([0, 1, 2, 3], [b"x" * 100] * 4))
+    assert reader._stripe_entries(4 << 20) == (4 << 20) // 100
+    reader._learn_entry_bytes(ReadChunk([], []))                 # nothing read: nothing learnt
+    assert reader._stripe_entries(4 << 20) == (4 << 20) // 100
+    reader._learn_entry_bytes(ReadChunk([7], [b"x" * (8 << 20)]))
+    assert reader._stripe_entries(4 << 20) == 16
