@@ -83,10 +83,13 @@ static void put_be32(unsigned char *out, uint32_t v) {
     }
 }
 
-/* A C-contiguous buffer of int64s, or an error. */
+/* A C-contiguous buffer of int64s, or an error. Each call below starts its buffers zeroed and releases
+   them all at its one exit: releasing a buffer that was never filled (obj NULL) does nothing. */
 static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        view->obj = NULL;
         return -1;
+    }
     if (view->itemsize != 8 || view->format == NULL || strchr("qlQL", view->format[strlen(view->format) - 1]) == NULL) {
         PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
         PyBuffer_Release(view);
@@ -111,18 +114,14 @@ static int check_offsets(const int64_t *off, Py_ssize_t n, Py_ssize_t len) {
 }
 
 static PyObject *package_crc32c(PyObject *self, PyObject *args) {
-    Py_buffer data, offsets;
+    Py_buffer data = {0}, offsets = {0};
     long long ledger_id, first_entry_id, lac, length;
-    PyObject *offsets_obj;
-    if (!PyArg_ParseTuple(args, "y*OLLLL", &data, &offsets_obj, &ledger_id, &first_entry_id, &lac, &length))
-        return NULL;
-    if (int64_buffer(offsets_obj, &offsets, "offsets") < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
+    PyObject *offsets_obj, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*OLLLL", &data, &offsets_obj, &ledger_id, &first_entry_id, &lac, &length)
+        || int64_buffer(offsets_obj, &offsets, "offsets") < 0)
+        goto done;
     const int64_t *off = (const int64_t *)offsets.buf;
     Py_ssize_t n = offsets.len / 8 - 1;
-    PyObject *out = NULL;
     if (check_offsets(off, n, data.len) < 0)
         goto done;
     out = PyBytes_FromStringAndSize(NULL, (off[n] - off[0]) + n * (HEADER_LENGTH + CRC_LENGTH));
@@ -150,21 +149,12 @@ done:
 }
 
 static PyObject *crc32c_entries(PyObject *self, PyObject *args) {
-    Py_buffer data, starts, ends;
-    PyObject *starts_obj, *ends_obj;
+    Py_buffer data = {0}, starts = {0}, ends = {0};
+    PyObject *starts_obj, *ends_obj, *out = NULL;
     Py_ssize_t header_length, digest_length;
-    if (!PyArg_ParseTuple(args, "y*OOnn", &data, &starts_obj, &ends_obj, &header_length, &digest_length))
-        return NULL;
-    if (int64_buffer(starts_obj, &starts, "starts") < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    if (int64_buffer(ends_obj, &ends, "ends") < 0) {
-        PyBuffer_Release(&starts);
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    PyObject *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*OOnn", &data, &starts_obj, &ends_obj, &header_length, &digest_length)
+        || int64_buffer(starts_obj, &starts, "starts") < 0 || int64_buffer(ends_obj, &ends, "ends") < 0)
+        goto done;
     Py_ssize_t n = starts.len / 8;
     const int64_t *s = (const int64_t *)starts.buf, *e = (const int64_t *)ends.buf;
     if (ends.len != starts.len || header_length < 0 || digest_length < 0) {
@@ -198,16 +188,11 @@ done:
 }
 
 static PyObject *gather(PyObject *self, PyObject *args) {
-    Py_buffer data, offsets, keep;
-    PyObject *offsets_obj;
-    if (!PyArg_ParseTuple(args, "y*Oy*", &data, &offsets_obj, &keep))
-        return NULL;
-    if (int64_buffer(offsets_obj, &offsets, "offsets") < 0) {
-        PyBuffer_Release(&keep);
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    PyObject *out = NULL;
+    Py_buffer data = {0}, offsets = {0}, keep = {0};
+    PyObject *offsets_obj, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*Oy*", &data, &offsets_obj, &keep)
+        || int64_buffer(offsets_obj, &offsets, "offsets") < 0)
+        goto done;
     const int64_t *off = (const int64_t *)offsets.buf;
     const unsigned char *k = (const unsigned char *)keep.buf;
     Py_ssize_t n = offsets.len / 8 - 1;
