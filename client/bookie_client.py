@@ -7,6 +7,9 @@ With `max_requests_in_flight` set, at most that many AddRequests are unanswered 
 queued meanwhile wait and leave together once an answer frees a slot (Nagle's rule, like a Netty
 channel's write-buffer watermarks). A bookie busy with an fsync would group them anyway; this way
 they cost one message instead of one each, which is what keeps latency low when adds trickle in.
+A chunk of a bulk is a request of its own that nothing joins, so waiting gains it nothing: chunks leave
+while fewer than `max_bulk_bytes_in_flight` bytes are unanswered (with two requests of 0.5 MiB in
+flight, each bookie's journal committed one request per fsync and the bulk loop idled between them).
 When the stream breaks, every registered handler hears `on_bookie_failed`, so the ledgers can treat
 what they had in flight on this bookie as failed (R9). Runs on the client's event loop; not
 thread-safe by itself.
@@ -41,6 +44,7 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+MAX_BULK_BYTES_IN_FLIGHT = 8 * 1024 * 1024    # client setting maxAddBulkBytesInFlight
 
 
 class AckHandler(Protocol):
@@ -111,9 +115,11 @@ def _varint(value: int) -> bytes:
 
 class BookieClient:
     def __init__(self, bookie_id: str, address: str, max_requests_in_flight: int = 0,
-                 credentials: grpc.ChannelCredentials | None = None, tls: TlsSettings | None = None):
+                 credentials: grpc.ChannelCredentials | None = None, tls: TlsSettings | None = None,
+                 max_bulk_bytes_in_flight: int = MAX_BULK_BYTES_IN_FLIGHT):
         """`max_requests_in_flight`: AddRequests unanswered on the stream before adds wait (0: no bound).
-        `credentials`: TLS channel credentials (client.tls; None: plaintext); `tls` explains rejections."""
+        `credentials`: TLS channel credentials (client.tls; None: plaintext); `tls` explains rejections.
+        `max_bulk_bytes_in_flight`: unanswered bytes below which a bulk's chunk leaves past that bound."""
         self.bookie_id = bookie_id
         self.address = address
         self.tls = tls or TlsSettings()
@@ -127,7 +133,9 @@ class BookieClient:
         self._handlers: dict[int, AckHandler] = {}
         self._queued: collections.deque[_Queued] = collections.deque()
         self._limit = max_requests_in_flight
-        self._in_flight: collections.deque[int] = collections.deque()   # batches of each unanswered request
+        self._bulk_limit = max_bulk_bytes_in_flight
+        self._in_flight: collections.deque[tuple[int, int]] = collections.deque()   # (batches, bytes) of each
+        self._in_flight_bytes = 0                                                    # unanswered request
         self._answered = 0                   # acks received but not yet matched to a whole request
         self._wakeup = asyncio.Event()
         self._stream_task: asyncio.Task[None] | None = None
@@ -180,7 +188,11 @@ class BookieClient:
             self._wakeup.set()
 
     def _may_write(self) -> bool:
-        return not self._limit or len(self._in_flight) < self._limit
+        """May the oldest queued request leave now? (Call with something queued.)"""
+        if not self._limit or len(self._in_flight) < self._limit:
+            return True
+        head = self._queued[0]
+        return head.sealed and self._in_flight_bytes + head.nbytes <= self._bulk_limit
 
     async def _run_stream(self) -> None:
         call = self.add_stream()
@@ -191,7 +203,8 @@ class BookieClient:
                 self._wakeup.clear()
                 while self._queued and (self._closed or self._may_write()):
                     queued = self._queued.popleft()
-                    self._in_flight.append(len(queued.batches))
+                    self._in_flight.append((len(queued.batches), queued.nbytes))
+                    self._in_flight_bytes += queued.nbytes
                     await call.write(queued.encode())
                 if reader.done():
                     break
@@ -227,8 +240,10 @@ class BookieClient:
         (counted oldest first; the bookie may answer out of order, which only blurs the count)."""
         self._answered += acks
         in_flight = self._in_flight
-        while in_flight and self._answered >= in_flight[0]:
-            self._answered -= in_flight.popleft()
+        while in_flight and self._answered >= in_flight[0][0]:
+            batches, nbytes = in_flight.popleft()
+            self._answered -= batches
+            self._in_flight_bytes -= nbytes
         if self._queued and self._may_write():
             self._wakeup.set()
 

@@ -34,6 +34,9 @@ class ClientConfig:
     maxEntrySize: int = 5 * 1024 * 1024 - 1024   # payload limit, below the bookie's frame limit
     maxAddRequestsInFlight: int = 2          # per bookie connection: unanswered AddRequests before new adds
                                              # wait to leave together in the next one (0: no bound)
+    maxAddBulkBytesInFlight: int = 8 * 1024 * 1024   # per bookie connection: a bulk's chunks (add_entries)
+                                             # also leave past maxAddRequestsInFlight while fewer bytes than
+                                             # this are unanswered (0: chunks obey maxAddRequestsInFlight)
     maxOutstandingAdds: int = 4000           # adds in flight per ledger before add_entry waits (deeper queues
                                              # only delay acks past addEntryTimeoutSec when many ledgers share a bookie)
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure

@@ -54,8 +54,8 @@ class Acks:
         self.failed = True
 
 
-def _client(limit: int) -> tuple[BookieClient, FakeCall, Acks]:
-    client = BookieClient("b1", "127.0.0.1:1", max_requests_in_flight=limit)
+def _client(limit: int, bulk_bytes: int = 0) -> tuple[BookieClient, FakeCall, Acks]:
+    client = BookieClient("b1", "127.0.0.1:1", max_requests_in_flight=limit, max_bulk_bytes_in_flight=bulk_bytes)
     call = FakeCall()
     client.add_stream = lambda: call
     acks = Acks()
@@ -195,6 +195,58 @@ def test_a_batch_sent_as_its_own_request_is_merged_with_nothing() -> None:
         call.answer(call.written[-1])
         await _settle()
         assert acks.entries == {1: list(range(7))}
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def _chunk(client: BookieClient, first: int, count: int = 2, size: int = 100) -> None:
+    client.send_add(1, KEY, list(range(first, first + count)), [size] * count, bytes(size * count), own_request=True)
+
+
+def test_bulk_chunks_leave_past_the_request_bound_until_their_bytes_reach_the_byte_bound() -> None:
+    """A bulk's chunk cannot grow by waiting, so it goes while the unanswered bytes stay within
+    max_bulk_bytes_in_flight; single adds queued behind the chunks still wait for the request bound."""
+    async def scenario() -> None:
+        client, call, acks = _client(limit=1, bulk_bytes=500)
+        for first in (0, 2, 4, 6):                      # four chunks of 200 bytes
+            _chunk(client, first)
+        _add(client, 2, 0)
+        await _settle()
+        assert [list(r.batches[0].entry_ids) for r in call.written] == [[0, 1], [2, 3]]   # 400 <= 500 < 600
+        call.answer(call.written[0])
+        await _settle()
+        assert len(call.written) == 3                   # 200 + 200 unanswered again: the next chunk fits
+        call.answer(call.written[1])
+        call.answer(call.written[2])
+        await _settle()
+        assert len(call.written) == 4                   # the last chunk; the single add waits for the bound
+        assert [b.ledger_id for r in call.written for b in r.batches] == [1, 1, 1, 1]
+        call.answer(call.written[3])
+        await _settle()
+        assert [list(r.batches[0].entry_ids) for r in call.written][4:] == [[0]]
+        assert call.written[4].batches[0].ledger_id == 2
+        call.answer(call.written[4])
+        await _settle()
+        assert acks.entries == {1: list(range(8)), 2: [0]}
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_without_a_byte_bound_bulk_chunks_obey_the_request_bound() -> None:
+    async def scenario() -> None:
+        client, call, acks = _client(limit=1, bulk_bytes=0)
+        for first in (0, 2):
+            _chunk(client, first)
+        await _settle()
+        assert len(call.written) == 1
+        call.answer(call.written[0])
+        await _settle()
+        assert len(call.written) == 2
+        call.answer(call.written[1])
+        await _settle()
+        assert acks.entries == {1: [0, 1, 2, 3]}
         await client.close()
 
     asyncio.run(scenario())
