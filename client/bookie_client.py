@@ -44,7 +44,6 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
-MAX_BULK_BYTES_IN_FLIGHT = 8 * 1024 * 1024    # client setting maxAddBulkBytesInFlight
 
 
 class AckHandler(Protocol):
@@ -116,10 +115,11 @@ def _varint(value: int) -> bytes:
 class BookieClient:
     def __init__(self, bookie_id: str, address: str, max_requests_in_flight: int = 0,
                  credentials: grpc.ChannelCredentials | None = None, tls: TlsSettings | None = None,
-                 max_bulk_bytes_in_flight: int = MAX_BULK_BYTES_IN_FLIGHT):
+                 max_bulk_bytes_in_flight: int = 0):
         """`max_requests_in_flight`: AddRequests unanswered on the stream before adds wait (0: no bound).
         `credentials`: TLS channel credentials (client.tls; None: plaintext); `tls` explains rejections.
-        `max_bulk_bytes_in_flight`: unanswered bytes below which a bulk's chunk leaves past that bound."""
+        `max_bulk_bytes_in_flight`: unanswered bytes up to which a bulk's chunk leaves past that bound (0: it
+        obeys the bound; the client setting maxAddBulkBytesInFlight)."""
         self.bookie_id = bookie_id
         self.address = address
         self.tls = tls or TlsSettings()
