@@ -1,6 +1,8 @@
 """Garbage collection on a bookie: deleted ledgers, dead entry logs, compaction.
 
-Mirrors BookKeeper's GarbageCollectorThread with the ScanAndCompareGarbageCollector. Every `gcWaitTime` ms:
+Mirrors BookKeeper's GarbageCollectorThread with the ScanAndCompareGarbageCollector. Every `gcWaitTime` ms
+(or longer: the wait after a round is at least 19 times that round's duration, so GC takes at most 5% of
+its thread however many ledgers the cluster holds):
 
 1. Ledger GC (scan and compare): list the ledgers held locally FIRST, then the ledgers in the metadata
    store (flat or hierarchical: the store walks its manager's tree). A local ledger missing from the
@@ -36,6 +38,16 @@ from client.meta.store import MetadataStore
 from client.meta.underreplication import UnderReplicationManager
 
 log = logging.getLogger("bkledger.gc")
+
+
+GC_SHARE = 0.05        # at most this share of its thread's time goes to GC rounds, however long they take
+
+
+def next_round_wait(gc_wait_s: float, last_round_s: float) -> float:
+    """Seconds until the next round: `gcWaitTime`, or longer when the last round was slow, so that rounds
+    take at most GC_SHARE of the time. A round lists every ledger in ZooKeeper; with 100,000 ledgers in
+    the cluster that is a second's work, and three bookies doing it every second took a core from reads."""
+    return max(gc_wait_s, last_round_s * (1 - GC_SHARE) / GC_SHARE)
 
 
 @dataclasses.dataclass
@@ -198,10 +210,12 @@ class GarbageCollector:
     def _loop(self) -> None:
         interval = self.config.gcWaitTime / 1000.0
         while not self._stop.wait(interval):
+            started = time.monotonic()
             try:
                 self.run_once()
             except Exception:  # noqa: BLE001 - GC must never take the bookie down; say what happened
                 log.exception("garbage collection round failed")
+            interval = next_round_wait(self.config.gcWaitTime / 1000.0, time.monotonic() - started)
 
     def start(self) -> GarbageCollector:
         if self.config.gcWaitTime > 0 and self._thread is None:

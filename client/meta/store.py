@@ -322,13 +322,11 @@ class MetadataStore(ZkSession):
             names = self._call(f"list {path}", self._zk.get_children, path)
         except NoNodeError:
             return
+        if not parts:
+            names = [n for n in names if not lay.is_special_znode(n)]
+        found.extend(lay.ledger_ids_in(parts, (n for n in names if n.startswith(lay.LEDGER_PREFIX)), self._manager))
         for name in names:
-            if not parts and lay.is_special_znode(name):
-                continue
-            if name.startswith(lay.LEDGER_PREFIX):
-                with contextlib.suppress(ValueError):
-                    found.append(lay.parse_ledger_relpath([*parts, name], self._manager))
-            elif lay.is_tree_level_name(name, len(parts), self._manager):
+            if not name.startswith(lay.LEDGER_PREFIX) and lay.is_tree_level_name(name, len(parts), self._manager):
                 if above >= 0 and lay.subtree_max_id([*parts, name], self._manager) <= above:
                     continue
                 self._walk(f"{path}/{name}", [*parts, name], found, above)

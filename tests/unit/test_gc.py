@@ -5,8 +5,10 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
+
 from bookie.config import BookieConfig
-from bookie.gc import GarbageCollector
+from bookie.gc import GC_SHARE, GarbageCollector, next_round_wait
 from bookie.storage import LedgerStorage
 from client.errors import NoSuchLedgerError
 
@@ -99,3 +101,12 @@ def test_scan_and_compare_rechecks_before_deleting(tmp_path: Path) -> None:
     assert result.bytes_freed > 0 and result.logs_compacted > 0
     assert all(st.read_entry(2, e) == entry(2, e) for e in range(100))
     st.close()
+
+
+def test_gc_rounds_take_at_most_their_share_of_time() -> None:
+    """A slow round (a listing of very many ledgers) spaces the next one out; a quick one keeps gcWaitTime."""
+    assert next_round_wait(1.0, 0.01) == 1.0
+    assert next_round_wait(1.0, 0.5) == pytest.approx(0.5 * 19)
+    for last in (0.0, 0.2, 3.0):
+        wait = next_round_wait(1.0, last)
+        assert wait >= 1.0 and last / (last + wait) <= GC_SHARE + 1e-12

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -86,6 +88,38 @@ def test_out_of_range_ids_rejected(ledger_id: int) -> None:
 def test_parse_rejects_non_ledger_paths(manager: M, rel: str) -> None:
     with pytest.raises(ValueError):
         lay.parse_ledger_path(ROOT, f"{ROOT}/{rel}", manager)
+
+
+def _one_by_one(parts: list[str], names: list[str], manager: M) -> list[int]:
+    found = []
+    for name in names:
+        with contextlib.suppress(ValueError):
+            found.append(lay.parse_ledger_relpath([*parts, name], manager))
+    return found
+
+
+_NAME_PIECES = st.text(alphabet="0123456789La\u0661", max_size=6)
+
+
+@given(ids=st.lists(st.integers(min_value=0, max_value=2**63 - 1), min_size=1, max_size=8),
+       noise=st.lists(_NAME_PIECES, max_size=8), manager=st.sampled_from(list(M)), pick=st.integers(0, 7))
+def test_a_directory_parsed_at_once_agrees_with_each_name_parsed(ids: list[int], noise: list[str], manager: M,
+                                                                 pick: int) -> None:
+    """R3: list_ledgers parses a directory's children with the directory checked once; for every name,
+    well formed or not (wrong width, non-ASCII digits, an id on the other manager's path), the answer is
+    the one parse_ledger_relpath gives it alone."""
+    paths = []
+    for ledger_id in ids:
+        with contextlib.suppress(ValueError):
+            paths.append(lay.ledger_path("", ledger_id, manager).lstrip("/").split("/"))
+    if not paths:
+        return
+    parts = paths[pick % len(paths)][:-1]
+    siblings = [p[-1] for p in paths if p[:-1] == parts]
+    names = siblings + ["L" + n for n in noise] + noise
+    assert lay.ledger_ids_in(parts, names, manager) == _one_by_one(parts, names, manager)
+    for other in M:                                       # the same directory read as another manager's
+        assert lay.ledger_ids_in(parts, names, other) == _one_by_one(parts, names, other)
 
 
 def test_parse_rejects_paths_outside_root() -> None:
