@@ -1,8 +1,8 @@
 """Garbage collection on a bookie: deleted ledgers, dead entry logs, compaction.
 
 Mirrors BookKeeper's GarbageCollectorThread with the ScanAndCompareGarbageCollector. Every `gcWaitTime` ms
-(or longer: the wait after a round is at least 19 times that round's duration, so GC takes at most 5% of
-its thread however many ledgers the cluster holds):
+(or longer: the wait after a round is at least 19 times as long as its step 1 took, so listing the
+cluster's ledgers takes at most 5% of the thread however many there are):
 
 1. Ledger GC (scan and compare): list the ledgers held locally FIRST, then the ledgers in the metadata
    store (flat or hierarchical: the store walks its manager's tree). A local ledger missing from the
@@ -43,11 +43,12 @@ log = logging.getLogger("bkledger.gc")
 GC_SHARE = 0.05        # at most this share of its thread's time goes to GC rounds, however long they take
 
 
-def next_round_wait(gc_wait_s: float, last_round_s: float) -> float:
-    """Seconds until the next round: `gcWaitTime`, or longer when the last round was slow, so that rounds
-    take at most GC_SHARE of the time. A round lists every ledger in ZooKeeper; with 100,000 ledgers in
-    the cluster that is a second's work, and three bookies doing it every second took a core from reads."""
-    return max(gc_wait_s, last_round_s * (1 - GC_SHARE) / GC_SHARE)
+def next_round_wait(gc_wait_s: float, last_listing_s: float) -> float:
+    """Seconds until the next round: `gcWaitTime`, or longer when the last round's ledger GC was slow, so
+    that it takes at most GC_SHARE of the time. It lists every ledger in ZooKeeper: with 100,000 ledgers
+    in the cluster, three idle bookies doing it every second used more than a core. Compaction is not
+    counted: it is paced by its own intervals, and its work is what brings disk space back."""
+    return max(gc_wait_s, last_listing_s * (1 - GC_SHARE) / GC_SHARE)
 
 
 @dataclasses.dataclass
@@ -72,6 +73,7 @@ class GarbageCollector:
         self._last_minor = now
         self._last_major = now
         self.rounds = 0
+        self.last_listing_s = 0.0          # how long the last round's ledger GC (the metadata listing) took
         self.minor_compactions = 0          # compaction passes (metrics)
         self.major_compactions = 0
         self.total = GcRound()
@@ -194,7 +196,9 @@ class GarbageCollector:
         return out
 
     def run_once(self, force_major: bool = False) -> GcRound:
+        started = time.monotonic()
         deleted = self.collect_ledgers()
+        self.last_listing_s = time.monotonic() - started
         deleted += self.collect_overreplicated()
         result = self.collect_entry_logs(force_major)
         result.ledgers_deleted = deleted
@@ -210,12 +214,11 @@ class GarbageCollector:
     def _loop(self) -> None:
         interval = self.config.gcWaitTime / 1000.0
         while not self._stop.wait(interval):
-            started = time.monotonic()
             try:
                 self.run_once()
             except Exception:  # noqa: BLE001 - GC must never take the bookie down; say what happened
                 log.exception("garbage collection round failed")
-            interval = next_round_wait(self.config.gcWaitTime / 1000.0, time.monotonic() - started)
+            interval = next_round_wait(self.config.gcWaitTime / 1000.0, self.last_listing_s)
 
     def start(self) -> GarbageCollector:
         if self.config.gcWaitTime > 0 and self._thread is None:

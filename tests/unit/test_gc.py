@@ -104,7 +104,7 @@ def test_scan_and_compare_rechecks_before_deleting(tmp_path: Path) -> None:
 
 
 def test_gc_rounds_take_at_most_their_share_of_time() -> None:
-    """A slow round (a listing of very many ledgers) spaces the next one out; a quick one keeps gcWaitTime."""
+    """A slow ledger listing (very many ledgers) spaces the next round out; a quick one keeps gcWaitTime."""
     assert next_round_wait(1.0, 0.01) == 1.0
     assert next_round_wait(1.0, 0.5) == pytest.approx(0.5 * 19)
     for last in (0.0, 0.2, 3.0):
