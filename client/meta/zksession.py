@@ -43,6 +43,7 @@ from client.meta.errors import (
 )
 from client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
 from client.meta.zkauth import ZkAuth
+from client.meta.zkpoll import PollingHandler
 
 T = TypeVar("T")
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
@@ -92,7 +93,7 @@ class ZkSession:
         self.connect_timeout = float(connect_timeout)
         self.auth = auth
         self._zk = KazooClient(
-            hosts=self.uri.hosts, timeout=self.session_timeout,
+            hosts=self.uri.hosts, timeout=self.session_timeout, handler=PollingHandler(),
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             auth_data=auth.auth_data if auth else None,
             default_acl=auth.owner_acl if auth and auth.enable_acl else None,
