@@ -49,6 +49,9 @@ class LedgerIndex:
     meta_dirty: bool = False
     file_pages: int = 0  # pages of the index file that may hold slots; later pages are all absent
     usage: dict[int, list[int]] = field(default_factory=dict)  # entry log id -> [slots, bytes] naming it
+    # its directory's live bytes per entry log, shared by its ledgers and kept with `usage`, so the GC's
+    # per-log totals take no walk over every ledger (which held the storage lock 10 ms per 20,000)
+    totals: dict[int, int] | None = field(default=None, repr=False, compare=False)
 
     def count(self, slots: Slots, sign: int) -> None:
         """Add (sign 1) or remove (sign -1) the held slots among `slots` from the per-log usage."""
@@ -71,6 +74,21 @@ class LedgerIndex:
         use[1] += size
         if use[0] <= 0:
             del self.usage[log_id]
+        if self.totals is not None:
+            add_live(self.totals, log_id, size)
+
+    def attach(self, totals: dict[int, int]) -> None:
+        """Count this ledger's usage in its directory's `totals` from now on (it is added now)."""
+        self.totals = totals
+        for log_id, (_, size) in self.usage.items():
+            add_live(totals, log_id, size)
+
+    def detach(self) -> None:
+        """Take this ledger's usage out of its directory's totals (the ledger is being deleted)."""
+        if self.totals is not None:
+            for log_id, (_, size) in self.usage.items():
+                add_live(self.totals, log_id, -size)
+            self.totals = None
 
     def encode_meta(self) -> bytes:
         parts = [_META.pack(_META_MAGIC, _META_VERSION, int(self.fenced), self.max_lac)]
@@ -106,6 +124,14 @@ def index_path(index_dir: Path, ledger_id: int) -> Path:
 
 def meta_path(index_dir: Path, ledger_id: int) -> Path:
     return index_dir / f"{ledger_id:x}.meta"
+
+
+def add_live(totals: dict[int, int], log_id: int, size: int) -> None:
+    left = totals.get(log_id, 0) + size
+    if left > 0:
+        totals[log_id] = left
+    else:
+        totals.pop(log_id, None)
 
 
 def load_index_dir(index_dir: Path, dir_index: int, geometry: PageGeometry) -> dict[int, LedgerIndex]:

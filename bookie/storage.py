@@ -133,8 +133,11 @@ class LedgerStorage:
         self._geometry = PageGeometry(page_size)
         self._pages = PageCache(page_limit)
         self._ledgers: dict[int, LedgerIndex] = {}
+        self._live: list[dict[int, int]] = [{} for _ in self._index_dirs]   # per dir: entry log -> live bytes
         for i, index_dir in enumerate(self._index_dirs):
             self._ledgers.update(load_index_dir(index_dir, i, self._geometry))
+        for led in self._ledgers.values():
+            led.attach(self._live[led.dir_index])
         self._lock = threading.Lock()  # in-memory state (short holds; readers take it too)
         self._write_lock = threading.RLock()  # adds, delete, a flush's snapshot: one at a time
         self._flush_lock = threading.Lock()   # one flush at a time (taken with the write lock held)
@@ -147,6 +150,7 @@ class LedgerStorage:
         led = self._ledgers.get(ledger_id)
         if led is None:
             led = LedgerIndex(ledger_id, ledger_id % len(self._logs))
+            led.attach(self._live[led.dir_index])
             led.meta_dirty = True
             self._ledgers[ledger_id] = led
         return led
@@ -340,6 +344,8 @@ class LedgerStorage:
             with self._lock:
                 led = self._ledgers.pop(ledger_id, None)
                 self._pages.drop_ledger(ledger_id)
+                if led is not None:
+                    led.detach()
             if led is not None:
                 remove_ledger_files(self._index_dirs[led.dir_index], ledger_id)
 
@@ -548,15 +554,12 @@ class LedgerStorage:
     def entry_log_usage(self) -> list[tuple[int, int, int, int]]:
         """(dir index, log id, live bytes, total bytes) of every entry log except the active ones.
 
-        Live bytes come from the per-ledger usage kept with the index (no index scan); they only steer
-        compaction: what is removed is decided on the index itself (`remove_dead_entry_logs`).
+        Live bytes come from the per-log totals kept with the per-ledger usage of the index (no index
+        scan, no walk over the ledgers); they only steer compaction: what is removed is decided on the
+        index itself (`remove_dead_entry_logs`).
         """
-        live: dict[tuple[int, int], int] = {}
         with self._lock:
-            for led in self._ledgers.values():
-                for log_id, (_, size) in led.usage.items():
-                    key = (led.dir_index, log_id)
-                    live[key] = live.get(key, 0) + size
+            live = {(d, log_id): size for d, totals in enumerate(self._live) for log_id, size in totals.items()}
         out = []
         for d, logger in enumerate(self._logs):
             active = logger.active_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 
@@ -110,3 +111,44 @@ def test_gc_rounds_take_at_most_their_share_of_time() -> None:
     for last in (0.0, 0.2, 3.0):
         wait = next_round_wait(1.0, last)
         assert wait >= 1.0 and last / (last + wait) <= GC_SHARE + 1e-12
+
+
+def _walked_live(st: LedgerStorage) -> dict[tuple[int, int], int]:
+    """Live bytes per (dir, entry log) the slow way: every ledger's usage added up."""
+    live: dict[tuple[int, int], int] = {}
+    for led in st._ledgers.values():
+        for log_id, (_, size) in led.usage.items():
+            live[(led.dir_index, log_id)] = live.get((led.dir_index, log_id), 0) + size
+    return live
+
+
+def test_per_log_totals_follow_adds_overwrites_deletes_compaction_and_restart(tmp_path: Path) -> None:
+    """entry_log_usage keeps per-log totals instead of walking every ledger under the storage lock; after
+    every kind of change (and a reopen, which rebuilds them from the index) they equal the walk's."""
+    dirs = [tmp_path / "l0", tmp_path / "l1"]
+    st = LedgerStorage(dirs, entry_log_size_limit=16 * 1024)
+    rng = random.Random(7)
+
+    def check(storage: LedgerStorage) -> None:
+        walked = _walked_live(storage)
+        usage = storage.entry_log_usage()
+        assert usage, "the test must span several entry logs"
+        for d, log_id, live, _total in usage:
+            assert live == walked.get((d, log_id), 0)
+
+    for step in range(400):
+        ledger_id = rng.randint(1, 12)
+        first = rng.randint(0, 30)
+        add(st, ledger_id, list(range(first, first + rng.randint(1, 5))))   # overlapping ids: overwrites
+        if step % 50 == 49:
+            st.delete_ledger(rng.randint(1, 12))
+            check(st)
+    st.flush()
+    for d, log_id, live, total in st.entry_log_usage():
+        if total and live / total < 0.5:
+            st.compact_entry_log(d, log_id)
+    check(st)
+    st.close()
+    reopened = LedgerStorage(dirs, entry_log_size_limit=16 * 1024)
+    check(reopened)
+    reopened.close()
