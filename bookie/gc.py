@@ -40,7 +40,7 @@ from client.meta.underreplication import UnderReplicationManager
 log = logging.getLogger("bkledger.gc")
 
 
-GC_SHARE = 0.05        # at most this share of its thread's time goes to GC rounds, however long they take
+GC_SHARE = 0.05        # at most this share of the GC thread's time goes to listing the cluster's ledgers
 
 
 def next_round_wait(gc_wait_s: float, last_listing_s: float) -> float:
