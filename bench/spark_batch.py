@@ -10,7 +10,10 @@ written. Throughput is value bytes per second. Limits, all measured in this run:
 the same operation, and for the append also the raw append + fdatasync rate of 256 KiB groups on the
 data dir's disk divided by the write quorum (every byte is journaled Qw times on that one disk). Two rows
 say what that disk wrote during the append: bytes per value byte (keys, headers, index and the entry logs
-included; at least 2 x Qw) and that rate against the raw limit.
+included; at least 2 x Qw) and that rate against the raw limit. Five more rows put both against
+`spark_floor`: the same steps through a data source that does nothing, in a fresh session of its own
+(what Spark's Python data source API itself leaves of each limit on this machine, and how much of that
+bkledger reaches).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from bench.core import MB, Context, Row
 from bench.disk import DiskMeter, disk_rows, measure_fsync_limit
+from bench.spark_floor import measure_in_fresh_process
 from bookie.local.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,9 +91,11 @@ def run(ctx: Context) -> list[Row]:
     pq_again = timed(lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save())
     bk_again = timed(lambda: reader.load().write.format("noop").mode("overwrite").save())
     limit_mb, _ = ctx.fsync_limit(GROUP, measure_fsync_limit)
+    floor = measure_in_fresh_process(rows, REPO)
     ctx.facts[NAME] = {"rows": rows, "value_bytes": nbytes, "seconds": {
         "parquet_write": pq_write, "parquet_read": pq_read, "bkledger_write": bk_write, "bkledger_read": bk_read,
-        "parquet_read_again": pq_again, "bkledger_read_again": bk_again}}
+        "parquet_read_again": pq_again, "bkledger_read_again": bk_again},
+        "no-op data source, fresh session (bench.spark_floor)": floor}
 
     def mb_s(seconds: float) -> float:
         return nbytes / seconds / MB
@@ -106,4 +112,24 @@ def run(ctx: Context) -> list[Row]:
         Row(NAME, f"bkledger read again ({label})", mb_s(bk_again), "MB/s", mb_s(pq_again),
             "Parquet read again, same data: both second reads, with Spark's Python processes and the JIT warm"),
         *disk_rows(NAME, f"bkledger append ({label})", disk, nbytes, bk_write, limit_mb, WRITE_QUORUM),
+        *floor_rows(label, floor, mb_s, (bk_write, bk_read, bk_again), limit_mb),
+    ]
+
+
+def floor_rows(label: str, floor: dict[str, float], mb_s: Any, ours: tuple[float, float, float],
+               limit_mb: float) -> list[Row]:
+    """The no-op data source's steps against the same limits, and bkledger's against the no-op's."""
+    bk_write, bk_read, bk_again = ours
+    noop = f"no-op Python data source, fresh session ({label})"
+    return [
+        Row(NAME, f"{noop}: append", mb_s(floor["noop_append"]), "MB/s", limit_mb / WRITE_QUORUM,
+            f"append+fdatasync of 256 KiB groups / write quorum {WRITE_QUORUM}: what Spark leaves of that limit"),
+        Row(NAME, f"{noop}: read", mb_s(floor["noop_read"]), "MB/s", mb_s(floor["parquet_read"]),
+            "Parquet read of the same rows in that session"),
+        Row(NAME, f"bkledger append against the no-op append ({label})", mb_s(bk_write), "MB/s",
+            mb_s(floor["noop_append"]), "the no-op data source's append: Spark's own cost, nothing written"),
+        Row(NAME, f"bkledger read against the no-op read ({label})", mb_s(bk_read), "MB/s",
+            mb_s(floor["noop_read"]), "the no-op data source's read: batches built in memory, nothing read"),
+        Row(NAME, f"bkledger read again against the no-op read again ({label})", mb_s(bk_again), "MB/s",
+            mb_s(floor["noop_read_again"]), "both second reads"),
     ]
