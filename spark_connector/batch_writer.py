@@ -293,17 +293,16 @@ def sweep_tagged(bk: BookKeeper, ours: Callable[[bytes], bool], keep: set[int], 
     they were written for (their `bkledger.log` tag) does not list; the ids deleted."""
     listed = ListedLedgers(bk)
     gone = []
-    for ledger_id in bk.list_ledgers(above=above):
-        if ledger_id in keep:
+    for ledger_id, md in bk.store.ledgers_with_metadata(above=above):     # pipelined reads
+        target = md.custom_metadata.get(LOG_KEY)
+        if ledger_id in keep or target is None or not ours(md.custom_metadata.get(JOB_KEY, b"")):
             continue
-        with contextlib.suppress(NoSuchLedgerError):
-            custom = bk.ledger_metadata(ledger_id).custom_metadata
-            target = custom.get(LOG_KEY)
-            if not ours(custom.get(JOB_KEY, b"")) or target is None:
-                continue
-            if not listed.has(target.decode(errors="replace"), ledger_id):
+        if not listed.has(target.decode(errors="replace"), ledger_id):
+            try:
                 bk.delete_ledger(ledger_id)
-                gone.append(ledger_id)
+            except NoSuchLedgerError:       # deleted meanwhile (another sweep)
+                continue
+            gone.append(ledger_id)
     return gone
 
 

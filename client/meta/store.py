@@ -48,6 +48,7 @@ from proto import formats_pb2 as fpb
 _SEQ_LIMIT = 2**31 - 1          # ZooKeeper's sequence counter is a signed 32-bit int
 _HOB_KEEP = 3                   # LongZkLedgerIdGenerator keeps the newest 3 HOB directories
 DEFAULT_UPDATE_ATTEMPTS = 100
+METADATA_BATCH = 1000           # ledgers whose metadata one pipelined read asks ZooKeeper for at once
 
 __all__ = ["DEFAULT_UPDATE_ATTEMPTS", "MetadataStore", "Watch"]
 
@@ -308,14 +309,16 @@ class MetadataStore(ZkSession):
         self._walk(self.uri.root, [], found, above)
         return sorted(i for i in found if i > above)
 
-    def ledgers_with_metadata(self) -> Iterator[tuple[int, LedgerMetadata]]:
-        """(ledger id, metadata) of every ledger; one deleted between the listing and its read is skipped."""
-        for ledger_id in self.list_ledgers():
-            try:
-                md, _ = self.read_ledger(ledger_id)
-            except NoSuchLedgerError:
-                continue
-            yield ledger_id, md
+    def ledgers_with_metadata(self, above: int = -1) -> Iterator[tuple[int, LedgerMetadata]]:
+        """(ledger id, metadata) of every ledger (above `above`), in id order; one deleted between the
+        listing and its read is skipped. Read in pipelined batches of METADATA_BATCH: one at a time, each
+        read waited a ZooKeeper round trip (0.47 ms a ledger here; minutes at a million ledgers)."""
+        ids = self.list_ledgers(above)
+        for start in range(0, len(ids), METADATA_BATCH):
+            batch = ids[start:start + METADATA_BATCH]
+            for ledger_id, md in zip(batch, self.read_ledgers(batch), strict=True):
+                if md is not None:
+                    yield ledger_id, md
 
     def _walk(self, path: str, parts: list[str], found: list[int], above: int) -> None:
         try:

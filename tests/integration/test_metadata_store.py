@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bookie.local.zookeeper import ZooKeeperServer
+from client.meta import store as store_module
 from client.meta.errors import (
     LayoutMismatchError,
     LedgerExistsError,
@@ -125,6 +126,30 @@ def test_create_read_write_delete_list(store: MetadataStore) -> None:
     with pytest.raises(NoSuchLedgerError):
         store.write_ledger(ledger(ids[1]), 0)
     assert store.list_ledgers() == sorted([ids[0], ids[2], big])
+
+
+def test_ledgers_with_metadata_reads_in_batches_in_id_order_and_skips_deleted(
+        store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ledger's metadata, read in pipelined batches (3 here, so 8 ledgers span three), in id order;
+    a ledger deleted between the listing and its batch's read is skipped; `above` bounds the listing."""
+    monkeypatch.setattr(store_module, "METADATA_BATCH", 3)
+    ids = [store.new_ledger_id() for _ in range(8)]
+    for ledger_id in ids:
+        store.create_ledger(ledger(ledger_id, custom_metadata={"n": str(ledger_id).encode()}))
+    listing = store.list_ledgers
+    pending_delete = [ids[4]]
+
+    def list_then_delete(above: int = -1) -> list[int]:
+        listed = listing(above)
+        while pending_delete:
+            store.delete_ledger(pending_delete.pop())      # after the listing, before the reads
+        return listed
+
+    monkeypatch.setattr(store, "list_ledgers", list_then_delete)
+    got = list(store.ledgers_with_metadata())
+    assert [i for i, _ in got] == [i for i in ids if i != ids[4]]
+    assert all(md.ledger_id == i and md.custom_metadata["n"] == str(i).encode() for i, md in got)
+    assert [i for i, _ in store.ledgers_with_metadata(above=ids[5])] == ids[6:]
 
 
 def test_list_ignores_foreign_znodes(store: MetadataStore) -> None:
