@@ -9,8 +9,9 @@ is already recorded, nothing is appended; the replay's freshly written ledgers (
 are deleted. So a batch replayed after a crash, or committed twice, lands in the log exactly once.
 `abort` deletes the batch's ledgers unless they are in the log already (a commit whose CAS landed but
 whose reply was lost must not lose its data). A driver that dies between its tasks and the commit
-calls nothing: its tasks' ledgers are tagged `<sink tag>#<run>`, and the first commit of the next run
-of the same sink deletes the ones the log does not list (`sweep_dead_runs`).
+calls nothing: its tasks' ledgers are tagged `<sink tag>#<run>`, and every commit of the same sink
+deletes the ones the log does not list (`sweep_dead_runs`), reading only the ledgers above the floor
+its commits record in ZooKeeper (`sink_floor`).
 
 Sink identity (Spark gives the Python writer no query id): option `sinkId` if set, else the query id
 Spark keeps in `<checkpointLocation>/metadata` (readable when the checkpoint is on a local or mounted
@@ -52,6 +53,7 @@ from spark_connector.batch_writer import (
 from spark_connector.clients import planning_client
 from spark_connector.log_commit import commit_to_logs
 from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
+from spark_connector.sink_floor import record_sink_floor, sink_floor
 
 log = logging.getLogger("bkledger.spark.stream")
 
@@ -102,15 +104,16 @@ def sink_tag(options: Mapping[str, str]) -> str:
     return f"sink:{sink_id}" if sink_id else _checkpoint_name(opts.get("checkpointlocation", "").strip())
 
 
-def sweep_dead_runs(bk: BookKeeper, tag: str, keep: set[int]) -> list[int]:
-    """Delete ledgers this sink's tasks wrote that their log does not list and `keep` does not name.
+def sweep_dead_runs(bk: BookKeeper, tag: str, keep: set[int], above: int = -1) -> list[int]:
+    """Delete ledgers this sink's tasks wrote that their log does not list and `keep` does not name
+    (ids above `above`: the sink's recorded floor, `sink_floor`).
 
     Called by the driver right after a commit (or abort) has settled its batch: micro-batches run one at
     a time, so no task of this sink is writing a ledger that may still be committed; what remains is
     what a dead run left (its driver died between the tasks and the commit; Spark replays that batch)
     or a failed task attempt. A ledger its log lists is never touched."""
     prefix = f"{tag}#".encode()
-    gone = sweep_tagged(bk, lambda job: job.startswith(prefix), keep)
+    gone = sweep_tagged(bk, lambda job: job.startswith(prefix), keep, above=above)
     if gone:
         log.info("deleted ledgers %s that %s wrote but never committed", gone, tag)
     return gone
@@ -134,7 +137,6 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
         self.tasks = tasks
         self.options = dict(options)
         self._identity: str | None = None
-        self._swept_dead_runs = False
 
     @property
     def where(self) -> str:
@@ -174,24 +176,18 @@ class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
             self._sweep(bk, keep=set())
 
     def _sweep(self, bk: BookKeeper, keep: set[int]) -> None:
-        """Delete ledgers of this run's failed task attempts (tagged with the job id, not in their log),
-        then raise the floor: later batches only create ledgers above what exists now. The first time,
-        also those of earlier runs of this sink (`sweep_dead_runs`)."""
-        if not self._swept_dead_runs:
-            try:
-                sweep_dead_runs(bk, sink_tag(self.options), keep)
-                self._swept_dead_runs = True
-            except Exception as exc:  # cleanup is best effort: the logs are already right
-                log.warning("sweeping what earlier runs of %s left failed: %s", self.identity, exc)
+        """Delete the ledgers this sink's tasks wrote that their log does not list and `keep` does not
+        name (failed task attempts; runs that died before their commit), reading only those above the
+        sink's floor, then record the next floor (`sink_floor`). Spark makes a new writer for every
+        commit, so nothing of an earlier commit is kept in this object."""
+        tag = sink_tag(self.options)
         try:
-            watermark = bk.ledger_id_watermark()     # taken first: ledgers of later batches are above it
-            tag = self.tasks.job_id.encode()
-            gone = sweep_tagged(bk, lambda job: job == tag, keep, above=self.tasks.floor)
-            if gone:
-                log.info("deleted ledgers %s left by failed tasks of %s", gone, self.identity)
-            self.tasks.floor = watermark
+            floor = sink_floor(bk, tag)
+            watermark = bk.ledger_id_watermark()     # before the listing: ledgers created later are above it
+            sweep_dead_runs(bk, tag, keep, above=floor.floor)
+            record_sink_floor(bk, tag, floor.advanced(watermark))
         except Exception as exc:  # cleanup is best effort: the logs are already right
-            log.warning("sweeping the ledgers of %s failed: %s", self.identity, exc)
+            log.warning("sweeping the ledgers %s left failed: %s", self.identity, exc)
 
 
 def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> BkLedgerStreamWriter:

@@ -7,13 +7,14 @@ Mirrors BookKeeper's ledger managers and their path helpers (`StringUtils`, `*Le
 - `hierarchical` (BookKeeper's default): a hybrid, ids below 2^31-1 on the legacy path, larger ids on
   the long path.
 Also the fixed znodes of a cluster (`available`, `available/readonly`, `cookies`, `INSTANCEID`, `LAYOUT`,
-`idgen`, `idgen-long`, `underreplication`) and of this project (`logs`, `logwriters`), and which root children are
-"special" and skipped when listing ledgers (`AbstractZkLedgerManager.isSpecialZnode`). No I/O here.
+`idgen`, `idgen-long`, `underreplication`) and of this project (`logs`, `logwriters`, `sinks`), and which
+root children are "special" and skipped when listing ledgers (`AbstractZkLedgerManager.isSpecialZnode`). No I/O here.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Iterable, Sequence
 
 MAX_LEDGER_ID = 2**63 - 1
@@ -33,9 +34,10 @@ HOB_PREFIX = "HOB-"
 UNDERREPLICATION = "underreplication"
 LOGS = "logs"
 LOG_WRITERS = "logwriters"
+SINKS = "sinks"
 
 SPECIAL_ZNODES = frozenset(
-    {AVAILABLE, COOKIES, INSTANCEID, LAYOUT, IDGEN, IDGEN_LONG, UNDERREPLICATION, LOGS, LOG_WRITERS}
+    {AVAILABLE, COOKIES, INSTANCEID, LAYOUT, IDGEN, IDGEN_LONG, UNDERREPLICATION, LOGS, LOG_WRITERS, SINKS}
 )
 
 _LEGACY_SPLIT = (2, 4, 4)
@@ -271,6 +273,10 @@ class ZkLayout:
         """The ephemeral znode a live log writer holds while `ledger_id` is its open ledger."""
         _check_name(name, "log name")
         return f"{self.log_writers}/{name}/{ledger_id}"
+
+    def sink(self, tag: str) -> str:
+        """A streaming sink's znode (named by a hash of its tag, which may hold any character)."""
+        return f"{self.under_root(SINKS)}/{hashlib.sha256(tag.encode()).hexdigest()[:32]}"
 
     def bookie(self, bookie_id: str, readonly: bool = False) -> str:
         _check_name(bookie_id, "bookie id")

@@ -281,3 +281,54 @@ def test_sink_commit_is_idempotent(cluster, bk) -> None:
     assert bk.ledger_metadata(lh.ledger_id).last_entry_id == 0    # still there
     writer.abort([message], 0)                                     # listed: abort keeps it
     assert bk.ledger_metadata(lh.ledger_id).last_entry_id == 0
+
+
+def test_sink_commits_sweep_above_a_floor_that_lags_one_commit(cluster, bk) -> None:
+    """Every commit (Spark makes a new writer for each) deletes the ledgers this sink's dead runs and failed
+    task attempts left (tagged `<sink tag>#<run>`, not in the log), reading only the ledgers above the
+    floor in ZooKeeper; the floor it records is the watermark the commit before it took."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from spark_connector.batch_writer import JOB_KEY, LOG_KEY, LedgerCommitMessage
+    from spark_connector.sink_floor import SinkFloor, record_sink_floor, sink_floor
+    from spark_connector.stream_sink import stream_writer
+
+    uri, dst, tag = cluster.metadata_service_uri, fresh("floor"), "sink:floor-test"
+    schema = StructType([StructField("value", BinaryType())])
+
+    def ledger(job: str) -> int:
+        lh = bk.create_ledger(3, 2, 2, custom_metadata={JOB_KEY: job.encode(), LOG_KEY: dst.encode()})
+        lh.add_entry(b"x")
+        lh.close()
+        return lh.ledger_id
+
+    def commit(batch_id: int, ledger_id: int) -> SinkFloor:
+        writer = stream_writer({"metadataServiceUri": uri, "log": dst, "sinkId": "floor-test"}, schema, False)
+        writer.commit([LedgerCommitMessage(ledger_id, 0, 1, 1)], batch_id)
+        return sink_floor(bk, tag)
+
+    def alive(ledger_id: int) -> bool:
+        return ledger_id in bk.list_ledgers()
+
+    dead_run, other_sink = ledger(f"{tag}#dead"), ledger("sink:other#run")
+    assert sink_floor(bk, tag) == SinkFloor()
+    floors, kept, failed = [], [], []
+    for batch_id in range(3):
+        kept.append(ledger(f"{tag}#run"))
+        failed.append(ledger(f"{tag}#run"))                 # a failed attempt's: in no commit message
+        floors.append(commit(batch_id, kept[-1]))
+        assert not alive(failed[-1]) and alive(kept[-1])
+        assert floors[-1].next > failed[-1]                  # the watermark is taken before the sweep
+        assert floors[-1].floor == (floors[-2].next if batch_id else -1)
+    assert not alive(dead_run) and alive(other_sink)
+    assert bk.log_metadata(dst).ledger_ids == kept
+
+    hidden = ledger(f"{tag}#dead")
+    record_sink_floor(bk, tag, SinkFloor(hidden, hidden))   # a floor above it: the sweep does not read it
+    kept.append(ledger(f"{tag}#run"))
+    assert commit(3, kept[-1]).floor == hidden and alive(hidden)
+    record_sink_floor(bk, tag, SinkFloor())
+    kept.append(ledger(f"{tag}#run"))
+    commit(4, kept[-1])
+    assert not alive(hidden) and alive(other_sink)
+    assert bk.log_metadata(dst).ledger_ids == kept
