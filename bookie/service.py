@@ -28,13 +28,12 @@ from bookie.gc import GarbageCollector
 from bookie.http_admin import AdminHttpServer, start_bookie_http
 from bookie.memory import pin_malloc_thresholds
 from bookie.registration import Registrar, call_bounded
-from bookie.server import GRPC_OPTIONS, BookieService
+from bookie.server import GRPC_OPTIONS, BookieService, add_to_server
 from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
 from bookie.tls import server_credentials
 from client.errors import InvalidOptionError
 from client.meta.store import MetadataStore
 from client.meta.zkauth import zk_auth
-from proto import bookie_pb2_grpc as pb_grpc
 
 log = logging.getLogger("bkledger.bookie")
 GC_STOP_WAIT_S = 10.0   # shutdown waits this long for a garbage-collection round to end
@@ -159,7 +158,7 @@ class BookieServer:
         self.service = BookieService(self.bookie, cfg.bookie_id, self._loop)
         self.service.read_only = cfg.forceReadOnlyBookie or self.bookie.journal_failed
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
-        pb_grpc.add_BookieServicer_to_server(self.service, self.server)
+        add_to_server(self.service, self.server)
         address = f"{cfg.listenAddress}:{cfg.bookiePort}"
         bound = (self.server.add_secure_port(address, self.credentials) if self.credentials
                  else self.server.add_insecure_port(address))

@@ -54,7 +54,7 @@ _ENTRY_HEADER = struct.Struct(">qq")  # ledger id, entry id at the start of a pa
 _LAC_AT = 16  # piggy-backed LAC: big-endian int64 at bytes 16..24 of a packaged entry
 
 IntVector = Sequence[int] | npt.NDArray[Any]
-Batch = tuple[list[int], list[int], bytes]
+Batch = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bytes]   # entry ids, sizes, the entries
 
 
 def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -509,10 +509,10 @@ class LedgerStorage:
             j = batch_end(sent_bytes, sent_count, i, *limits)
             blob = self._read_checked(ledger_id, logger, ids[i:j], slots[i:j])
             if keep is None:
-                yield ids[i:j].tolist(), sizes[i:j].tolist(), blob
+                yield ids[i:j], sizes[i:j], blob
             elif (kept := keep[i:j]).any():
                 offsets = np.concatenate(([0], np.cumsum(sizes[i:j])))
-                yield ids[i:j][kept].tolist(), sizes[i:j][kept].tolist(), gather_entries(blob, offsets, kept)
+                yield ids[i:j][kept], sizes[i:j][kept], gather_entries(blob, offsets, kept)
             i = j
 
     def _read_checked(self, ledger_id: int, logger: EntryLogger, ids: npt.NDArray[np.int64],

@@ -27,6 +27,7 @@ from typing import Protocol
 import grpc
 
 from client.errors import BookieTlsError, BookieUnavailableError
+from client.protocol import wire
 from client.tls import TlsSettings, rejection
 from proto import bookie_pb2 as pb
 from proto import bookie_pb2_grpc as pb_grpc
@@ -83,33 +84,20 @@ class _Queued:
         return pb.AddRequest.FromString(self.encode())
 
     def encode(self) -> bytes:
-        """The serialized AddRequest. Protobuf would copy each payload twice (into the message, then
-        out of it); here each AddBatch is its small fields serialized by protobuf, followed by the
-        data field written by hand, and every payload is copied once, by the final join."""
-        parts: list[bytes] = []
+        """The serialized AddRequest, every payload copied once, by the final join (`client.protocol.wire`):
+        each AddBatch is its small fields serialized by protobuf followed by the data field."""
+        parts: list[bytes | memoryview] = []
         for (ledger_id, master_key, recovery_add, high_priority, write_flags), batch in self.batches.items():
             head = pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
                                high_priority=high_priority, write_flags=write_flags, entry_ids=batch.entry_ids,
                                sizes=batch.sizes).SerializeToString()
-            size = sum(map(len, batch.chunks))
-            data_len = _varint(size)
-            parts += [_BATCHES_TAG, _varint(len(head) + 1 + len(data_len) + size), head, _DATA_TAG, data_len]
-            parts += batch.chunks
+            body = wire.with_bytes_field(head, ADD_BATCH_DATA, batch.chunks)
+            parts += [wire.field_prefix(ADD_REQUEST_BATCHES, sum(map(len, body))), *body]
         return b"".join(parts)
 
 
-_BATCHES_TAG = b"\x12"      # AddRequest.batches: field 2, length-delimited
-_DATA_TAG = b"\x42"         # AddBatch.data: field 8, length-delimited
-
-
-def _varint(value: int) -> bytes:
-    """A protobuf base-128 varint (value >= 0)."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+ADD_REQUEST_BATCHES = 2     # AddRequest.batches
+ADD_BATCH_DATA = 8          # AddBatch.data
 
 
 class BookieClient:

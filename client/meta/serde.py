@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError
 
 from client.meta.errors import MetadataFormatError
 from client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
+from client.protocol.wire import varint as encode_varint
 from proto import formats_pb2 as fpb
 
 HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
@@ -21,21 +22,6 @@ FORMAT_VERSION = 3
 HEADER = HEADER_PREFIX + str(FORMAT_VERSION).encode("ascii") + b"\n"
 _MAX_VARINT_BYTES = 10
 _PB = fpb.LedgerMetadataFormat
-
-
-def encode_varint(value: int) -> bytes:
-    """Unsigned base-128 varint, as protobuf's writeDelimitedTo writes a length."""
-    if value < 0:
-        raise ValueError(f"varint of a negative number {value}")
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def decode_varint(data: bytes | memoryview, pos: int = 0) -> tuple[int, int]:

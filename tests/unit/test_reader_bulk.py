@@ -136,7 +136,7 @@ def test_a_bookie_sends_only_the_asked_residues_cut_from_one_read(tmp_path: Path
         full, rest = divmod(len(want), 4)
         assert [len(got) for got, _, _ in batches] == [4] * full + ([rest] if rest else [])
         for got, sizes, data in batches:
-            assert sizes == [len(entry(e)) for e in got] and data == b"".join(entry(e) for e in got)
+            assert sizes.tolist() == [len(entry(e)) for e in got] and data == b"".join(entry(e) for e in got)
         sent = [len(data) for _, _, data in storage.read_range(7, 10, 59, 60, 100, (3, mask))]
         assert all(size <= 60 for size in sent) and sum(sent) == sum(len(entry(e)) for e in want)
     storage.close()
