@@ -328,7 +328,14 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
     The ledgers of many pieces are opened together (`BookKeeper.open_ledgers`: pipelined metadata reads,
     no bookie asked for a CLOSED ledger), their first chunks read ahead on the client loop, and the rows
     of tiny pieces are shipped in batches of at least MERGE_ROWS (one Arrow batch per one-entry ledger
-    cost more than its read)."""
+    cost more than its read). Python's cyclic garbage collector is held off meanwhile (the worker runs one
+    task at a time, and a partition is bounded by maxEntriesPerPartition and targetPartitionBytes): its
+    collections, set off by the reads' short-lived objects, took 5-7% of a worker's CPU in a 550 MB read."""
+    with gc_paused():
+        yield from _read_any(opts, partition, schema)
+
+
+def _read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, LedgerPartition):
         yield from read_partition(opts, partition, schema)
     if not isinstance(partition, CoalescedPartition):

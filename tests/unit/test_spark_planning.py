@@ -137,3 +137,24 @@ def test_planning_holds_off_the_garbage_collector_and_restores_it():
     with pytest.raises(ValueError), gc_paused():
         raise ValueError("planning failed")
     assert gc.isenabled()
+
+
+def test_a_task_reads_with_the_garbage_collector_held_off_and_restores_it(monkeypatch):
+    """read_any (a task's read) runs with automatic cyclic collection off while it yields batches, and
+    switches it back on when it ends or when Spark stops taking its batches early (the generator closed)."""
+    import gc
+
+    from spark_connector import batch_reader
+
+    def fake(opts, partition, schema):
+        yield gc.isenabled()
+        yield gc.isenabled()
+
+    monkeypatch.setattr(batch_reader, "_read_any", fake)
+    assert gc.isenabled()
+    assert list(batch_reader.read_any(None, None, None)) == [False, False]
+    assert gc.isenabled()
+    stopped = batch_reader.read_any(None, None, None)
+    assert next(stopped) is False and not gc.isenabled()
+    stopped.close()
+    assert gc.isenabled()
