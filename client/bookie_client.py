@@ -91,8 +91,10 @@ class _Queued:
             head = pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
                                high_priority=high_priority, write_flags=write_flags, entry_ids=batch.entry_ids,
                                sizes=batch.sizes).SerializeToString()
-            body = wire.with_bytes_field(head, ADD_BATCH_DATA, batch.chunks)
-            parts += [wire.field_prefix(ADD_REQUEST_BATCHES, sum(map(len, body))), *body]
+            size = sum(map(len, batch.chunks))
+            data_prefix = wire.field_prefix(ADD_BATCH_DATA, size)
+            parts += [wire.field_prefix(ADD_REQUEST_BATCHES, len(head) + len(data_prefix) + size), head, data_prefix]
+            parts += batch.chunks
         return b"".join(parts)
 
 
