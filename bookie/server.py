@@ -380,12 +380,12 @@ GRPC_OPTIONS = [
 
 def range_batch_bytes(ledger_id: int, entry_ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
                       data: bytes) -> bytes:
-    """A serialized ReadRangeBatch (EOK) of these entries, written by hand (`client.protocol.wire`), as
-    protobuf writes it: building the message cost two copies of `data` and a Python int per entry id and
-    size, about a quarter of a bookie's CPU in a range read."""
+    """A serialized ReadRangeBatch (EOK) of these entries, written by hand (`client.protocol.wire`) as
+    protobuf writes it, without a Python int per entry id and size or the copies of `data` into and out
+    of a message (15-20% of a bookie's GIL time while serving a range read)."""
     head = b"".join((wire.varint_field(RANGE_LEDGER_ID, ledger_id), wire.packed_field(RANGE_ENTRY_IDS, entry_ids),
                      wire.packed_field(RANGE_SIZES, sizes)))
-    return b"".join(wire.with_bytes_field(head, RANGE_DATA, (data,)) if data else (head,))
+    return b"".join((head, wire.field_prefix(RANGE_DATA, len(data)), data)) if data else head
 
 
 RANGE_LEDGER_ID, RANGE_ENTRY_IDS, RANGE_SIZES, RANGE_DATA = 2, 3, 4, 5    # ReadRangeBatch's field numbers

@@ -25,13 +25,13 @@ def test_varint_of_a_negative_number_is_refused() -> None:
         wire.varint(-1)
 
 
-@given(st.lists(st.binary(max_size=300), max_size=20))
-def test_a_bytes_field_written_by_hand_is_protobufs_own(chunks: list[bytes]) -> None:
+@given(st.binary(max_size=3000))
+def test_a_bytes_field_written_by_hand_is_protobufs_own(data: bytes) -> None:
     head = pb.ReadRangeBatch(ledger_id=7, entry_ids=[1, 2]).SerializeToString()
-    message = b"".join(wire.with_bytes_field(head, 5, chunks))
-    expected = pb.ReadRangeBatch(ledger_id=7, entry_ids=[1, 2], data=b"".join(chunks))
+    message = head + wire.field_prefix(5, len(data)) + data
+    expected = pb.ReadRangeBatch(ledger_id=7, entry_ids=[1, 2], data=data)
     assert pb.ReadRangeBatch.FromString(message) == expected
-    if chunks and any(chunks):       # protobuf leaves an empty field out; the rest is byte for byte its own
+    if data:                      # protobuf leaves an empty field out; the rest is byte for byte its own
         assert message == expected.SerializeToString()
 
 
