@@ -53,7 +53,7 @@ from spark_connector.batch_writer import (
 from spark_connector.clients import planning_client
 from spark_connector.log_commit import commit_to_logs
 from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
-from spark_connector.sink_floor import record_sink_floor, sink_floor
+from spark_connector.sink_floor import NONE, record_sink_floor, sink_floor
 
 log = logging.getLogger("bkledger.spark.stream")
 
@@ -196,9 +196,9 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     opts = parse_write_options(options, extra_known=STREAM_WRITE)
     sink_identity_check(options)
     layout = plan_layout(schema, opts.envelope, opts.source.log)
-    with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
-        floor = bk.ledger_id_watermark()
-    tasks = BkLedgerBatchWriter(opts, layout, f"{sink_tag(options)}#{uuid.uuid4().hex}", floor)
+    # no ledger id floor of its own: Spark makes a writer per commit, and the sink sweeps above the floor
+    # its commits record (`sink_floor`); a watermark read here was a ZooKeeper round trip per batch
+    tasks = BkLedgerBatchWriter(opts, layout, f"{sink_tag(options)}#{uuid.uuid4().hex}", NONE)
     return BkLedgerStreamWriter(opts, tasks, options)
 
 
