@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from google.protobuf.message import Message
 
+from bookie.add_request import AddBatchView, parse_add_request
 from bookie.bookie import Bookie
 from bookie.core import decisions
 from bookie.metrics import NO_STATS, NoServerStats
@@ -69,8 +70,8 @@ class BookieService(pb_grpc.BookieServicer):
                 return
 
     # ---- adds -----------------------------------------------------------------------------
-    async def AddStream(
-        self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
+    async def AddStream(  # requests parsed by bookie.add_request
+        self, request_iterator: AsyncIterator[list[AddBatchView]], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AddResponse]:
         out: asyncio.Queue[object] = asyncio.Queue()
         pump = asyncio.create_task(self._pump_adds(request_iterator, out))
@@ -90,7 +91,7 @@ class BookieService(pb_grpc.BookieServicer):
         finally:
             pump.cancel()
 
-    async def _pump_adds(self, requests: AsyncIterator[pb.AddRequest], out: asyncio.Queue[object]) -> None:
+    async def _pump_adds(self, requests: AsyncIterator[list[AddBatchView]], out: asyncio.Queue[object]) -> None:
         outstanding = [0]
         drained = asyncio.Event()
         drained.set()
@@ -103,7 +104,7 @@ class BookieService(pb_grpc.BookieServicer):
 
         try:
             async for request in requests:
-                for batch in request.batches:
+                for batch in request:
                     outstanding[0] += 1
                     drained.clear()
                     self._submit_batch(batch, reply)
@@ -113,18 +114,15 @@ class BookieService(pb_grpc.BookieServicer):
         finally:
             out.put_nowait(_STREAM_END)
 
-    def _submit_batch(self, batch: pb.AddBatch, reply: Callable[[pb.AddAck], None]) -> None:
-        ledger_id = batch.ledger_id
-        entry_ids = list(batch.entry_ids)
-        sizes = list(batch.sizes)
-        data = batch.data
+    def _submit_batch(self, batch: AddBatchView, reply: Callable[[pb.AddAck], None]) -> None:
+        ledger_id, entry_ids, sizes, data = batch.ledger_id, batch.entry_ids, batch.sizes, batch.data
         started = self.stats.add_started()
 
         def answer(status: int, why: str = "") -> None:
             self.stats.add_done(started, status == pb.EOK, len(entry_ids), len(data))
             if status != pb.EOK:
                 log.debug("add to ledger %d refused with %s: %s", ledger_id, pb.StatusCode.Name(status), why)
-            reply(pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=batch.entry_ids))  # type: ignore[arg-type]
+            reply(pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=entry_ids.tolist()))  # type: ignore[arg-type]
 
         why = decisions.check_batch_shape(ledger_id, entry_ids, sizes, len(data), self.max_entry_size)
         if not why:
@@ -396,8 +394,8 @@ def _serialize(message: Message | bytes) -> bytes:
 
 
 def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
-    """Register the service as the generated code does, except that ReadRange's responses may be bytes
-    already serialized (`range_batch_bytes`)."""
+    """Register the service as the generated code does, except that AddStream's requests are parsed by
+    `bookie.add_request` and ReadRange's responses may be bytes already serialized (`range_batch_bytes`)."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     class Capture:
@@ -409,6 +407,7 @@ def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
 
     pb_grpc.add_BookieServicer_to_server(service, Capture())
     handlers["ReadRange"] = handlers["ReadRange"]._replace(response_serializer=_serialize)
+    handlers["AddStream"] = handlers["AddStream"]._replace(request_deserializer=parse_add_request)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 

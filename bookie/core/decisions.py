@@ -13,6 +13,7 @@ import struct
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from proto import bookie_pb2 as pb
 
@@ -21,6 +22,7 @@ HEADER_SIZE = HEADER.size                # 32 bytes; the digest and payload foll
 MASTER_KEY_SIZE = 20
 
 Status = int
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,29 +49,41 @@ def _bad(reason: str) -> AddCheck:
 
 
 def check_batch_shape(
-    ledger_id: int, entry_ids: Sequence[int], sizes: Sequence[int], data_len: int, max_entry_size: int
+    ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data_len: int,
+    max_entry_size: int,
 ) -> str:
     """'' if the batch is well formed, else why not (R26: answered with EBADREQ)."""
     if ledger_id < 0:
         return f"negative ledger id {ledger_id}"
     if len(entry_ids) != len(sizes):
         return f"{len(entry_ids)} entry ids but {len(sizes)} sizes"
-    if not entry_ids:
+    if not len(entry_ids):
         return "empty batch"
-    if sum(sizes) != data_len:
-        return f"sizes add up to {sum(sizes)} but the data has {data_len} bytes"
-    if min(entry_ids) < 0:
+    _, lowest_id, _ = _sum_min_max(entry_ids)
+    total, smallest, largest = _sum_min_max(sizes)
+    if total != data_len:
+        return f"sizes add up to {total} but the data has {data_len} bytes"
+    if lowest_id < 0:
         return "negative entry id"
-    if min(sizes) < HEADER_SIZE:
+    if smallest < HEADER_SIZE:
         return f"an entry is shorter than the {HEADER_SIZE}-byte header"
-    largest = max(sizes)
     if largest > max_entry_size:
         return f"entry of {largest} bytes exceeds the limit of {max_entry_size} bytes"
     return ""
 
 
+def _sum_min_max(values: Sequence[int] | IntArray) -> tuple[int, int, int]:
+    """Of a non-empty vector: numpy for a long one, Python ints for a short one (cheaper there)."""
+    if isinstance(values, np.ndarray):
+        if len(values) >= _VECTOR_MIN:
+            vector = values.astype(np.int64, copy=False)
+            return int(vector.sum()), int(vector.min()), int(vector.max())
+        values = values.tolist()
+    return sum(values), min(values), max(values)
+
+
 def check_headers(
-    ledger_id: int, entry_ids: Sequence[int], sizes: Sequence[int], data: bytes | memoryview
+    ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes | memoryview
 ) -> tuple[str, int]:
     """Each packaged entry must name the ledger and entry id it is sent as. Returns (why not, max LAC).
     Call after check_batch_shape (sizes cover the data, each at least a header)."""
@@ -78,6 +92,10 @@ def check_headers(
     offset = 0
     max_lac = -1
     unpack = HEADER.unpack_from
+    if isinstance(entry_ids, np.ndarray):
+        entry_ids = entry_ids.tolist()
+    if isinstance(sizes, np.ndarray):
+        sizes = sizes.tolist()
     for entry_id, size in zip(entry_ids, sizes, strict=True):
         lid, eid, lac, _length = unpack(data, offset)
         if lid != ledger_id or eid != entry_id:
@@ -93,7 +111,7 @@ _HEAD_BYTES = np.arange(24)               # ledgerId | entryId | lastAddConfirme
 
 
 def _check_headers_vector(
-    ledger_id: int, entry_ids: Sequence[int], sizes: Sequence[int], data: bytes | memoryview
+    ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes | memoryview
 ) -> tuple[str, int]:
     """check_headers for a large batch: gathers the headers' first three fields in one go."""
     starts = np.zeros(len(sizes), dtype=np.int64)
@@ -103,7 +121,7 @@ def _check_headers_vector(
     bad = (heads[:, 0] != ledger_id) | (heads[:, 1] != np.asarray(entry_ids, dtype=np.int64))
     if bad.any():
         i = int(np.argmax(bad))
-        return _header_mismatch(int(heads[i, 0]), int(heads[i, 1]), ledger_id, entry_ids[i]), -1
+        return _header_mismatch(int(heads[i, 0]), int(heads[i, 1]), ledger_id, int(entry_ids[i])), -1
     return "", max(-1, int(heads[:, 2].max()))
 
 

@@ -4,12 +4,14 @@ Python protobuf (upb) copies a `bytes` field into the message and again out of i
 serialized, and takes a Python int per element of a repeated field. So the big messages (an AddRequest's
 batches, a ReadRangeBatch) are written as their small fields (serialized by protobuf, or here with numpy
 for packed integers) followed by the bytes field's tag and length and the bytes, joined once. The result
-is protobuf's own encoding of the message (the bytes field last, as protobuf writes it); readers parse it
-with the generated classes. numpy is imported when first used: the client imports this module.
+is protobuf's own encoding of the message (the bytes field last, as protobuf writes it). The reading
+half does the inverse for the bookie's AddRequests: fields as views of the received buffer, packed
+integers decoded by numpy. numpy is imported when first used: the client imports this module.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -65,3 +67,74 @@ def packed_field(field_number: int, values: npt.NDArray[np.int64]) -> bytes:
     """A packed repeated integer field; nothing when empty, as protobuf writes it."""
     body = packed_varints(values)
     return field_prefix(field_number, len(body)) + body if body else b""
+
+
+# ---- reading ----------------------------------------------------------------------------------
+FIXED64 = 1                   # wire types that are skipped when a field is not known
+FIXED32 = 5
+MAX_VARINT_BYTES = 10
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The unsigned varint at `pos` and the position after it; ValueError when it is cut off or too long."""
+    value = shift = 0
+    end = min(len(buf), pos + MAX_VARINT_BYTES)
+    while pos < end:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value & UINT64, pos
+        shift += 7
+    raise ValueError("varint cut off or longer than ten bytes")
+
+
+def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """Each field of a message in order: (field number, wire type, value). A varint's value is an int, a
+    length-delimited field's a view of `buf` (no copy); fixed-size fields are passed over. ValueError
+    for what protobuf's parser refuses too (a field cut off, field number 0, groups, wire types 6-7)."""
+    view = memoryview(buf)
+    pos, size = 0, len(view)
+    while pos < size:
+        key, pos = read_varint(view, pos)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if wire_type == VARINT:
+            value, pos = read_varint(view, pos)
+            yield number, wire_type, value
+        elif wire_type == LENGTH_DELIMITED:
+            length, pos = read_varint(view, pos)
+            if pos + length > size:
+                raise ValueError(f"field {number} of {length} bytes cut off at {size - pos}")
+            yield number, wire_type, view[pos : pos + length]
+            pos += length
+        elif wire_type in (FIXED64, FIXED32):
+            pos += 8 if wire_type == FIXED64 else 4
+            if pos > size:
+                raise ValueError(f"fixed-size field {number} cut off")
+        else:
+            raise ValueError(f"wire type {wire_type} of field {number} is not read here")
+
+
+def unpack_varints(body: bytes | memoryview) -> npt.NDArray[np.uint64]:
+    """The values of a packed repeated integer field, numpy-decoded (no Python object per value); the
+    inverse of `packed_varints`. ValueError when the last varint is cut off or one is too long."""
+    import numpy as np
+
+    raw = np.frombuffer(body, dtype=np.uint8)
+    if not len(raw):
+        return np.zeros(0, dtype=np.uint64)
+    if raw[-1] >= 0x80:
+        raise ValueError("packed varints end inside a varint")
+    ends = np.flatnonzero(raw < 0x80)
+    if len(ends) == len(raw):               # every value below 128: one byte each
+        return raw.astype(np.uint64)
+    starts = np.zeros(len(ends), dtype=np.int64)
+    starts[1:] = ends[:-1] + 1
+    widths = ends - starts + 1
+    if int(widths.max()) > MAX_VARINT_BYTES:
+        raise ValueError("a packed varint is longer than ten bytes")
+    place = np.arange(len(raw), dtype=np.int64) - np.repeat(starts, widths)
+    groups = (raw & 0x7F).astype(np.uint64) << (np.uint64(7) * place.astype(np.uint64))
+    return np.add.reduceat(groups, starts)  # the groups' bits never overlap: the sum is their union

@@ -51,3 +51,19 @@ def test_a_range_batch_serialized_by_the_bookie_is_protobufs_own(ledger_id: int,
     got = range_batch_bytes(ledger_id, np.array(ids, dtype=np.int64), np.array(sizes, dtype=np.int64), data)
     expected = pb.ReadRangeBatch(status=pb.EOK, ledger_id=ledger_id, entry_ids=ids, sizes=sizes, data=data)
     assert got == expected.SerializeToString()
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=60))
+def test_unpacked_varints_are_the_values_packed(values: list[int]) -> None:
+    packed = wire.packed_varints(np.array(values, dtype=np.uint64).view(np.int64))
+    assert wire.unpack_varints(packed).tolist() == values
+    body = b"".join(wire.varint(v) for v in values)
+    assert wire.read_varint(body + b"\x01", len(body)) == (1, len(body) + 1)
+
+
+@pytest.mark.parametrize("body", [b"\x80", b"\x01\xff", b"\xff" * 10 + b"\x01"])
+def test_a_cut_off_or_overlong_varint_is_refused(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        wire.unpack_varints(body)
+    with pytest.raises(ValueError):
+        wire.read_varint(body, len(body) - 1 if len(body) < 3 else 0)

@@ -1,0 +1,80 @@
+"""R26's input, read by hand: `bookie.add_request` gives what protobuf's own parser gives for any
+AddRequest, whichever way its repeated integers are written, and refuses what protobuf refuses."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bookie.add_request import parse_add_request
+from client.protocol import wire
+from proto import bookie_pb2 as pb
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+BATCHES = st.builds(
+    pb.AddBatch, ledger_id=INT64, master_key=st.binary(max_size=24), recovery_add=st.booleans(),
+    write_flags=st.integers(min_value=-(2**31), max_value=2**31 - 1), high_priority=st.booleans(),
+    entry_ids=st.lists(INT64, max_size=20), sizes=st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=20),
+    data=st.binary(max_size=200))
+
+
+def as_parsed(batch: pb.AddBatch) -> tuple[object, ...]:
+    return (batch.ledger_id, batch.master_key, batch.recovery_add, batch.write_flags, batch.high_priority,
+            list(batch.entry_ids), list(batch.sizes), bytes(batch.data))
+
+
+def parsed(raw: bytes) -> list[tuple[object, ...]]:
+    return [(b.ledger_id, b.master_key, b.recovery_add, b.write_flags, b.high_priority, b.entry_ids.tolist(),
+             b.sizes.tolist(), bytes(b.data)) for b in parse_add_request(raw)]
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1), st.lists(BATCHES, max_size=4))
+def test_an_add_request_parses_as_protobuf_parses_it(txn_id: int, batches: list[pb.AddBatch]) -> None:
+    raw = pb.AddRequest(txn_id=txn_id, batches=batches).SerializeToString()
+    assert parsed(raw) == [as_parsed(b) for b in pb.AddRequest.FromString(raw).batches]
+
+
+def unpacked(batch: pb.AddBatch) -> bytes:
+    """The batch with entry ids and sizes written one field per value (legal protobuf), an unknown field
+    of each wire type, and a ledger id written twice (the later one counts)."""
+    head = pb.AddBatch(ledger_id=batch.ledger_id + 1 if batch.ledger_id < 2**63 - 1 else 0).SerializeToString()
+    rest = pb.AddBatch(master_key=batch.master_key, recovery_add=batch.recovery_add, write_flags=batch.write_flags,
+                       high_priority=batch.high_priority, data=batch.data)
+    ids = b"".join(wire.varint(6 << 3) + wire.varint(v & wire.UINT64) for v in batch.entry_ids)
+    sizes = b"".join(wire.varint(7 << 3) + wire.varint(v) for v in batch.sizes)
+    unknown = wire.varint(99 << 3) + b"\x05" + wire.varint(98 << 3 | 1) + bytes(8) + wire.varint(97 << 3 | 5) + bytes(4)
+    unknown += wire.field_prefix(96, 3) + b"abc"
+    ledger = wire.varint(1 << 3) + wire.varint(batch.ledger_id & wire.UINT64)     # even when 0
+    return head + ids + unknown + rest.SerializeToString() + ledger + sizes
+
+
+@given(BATCHES)
+def test_unpacked_repeated_integers_and_unknown_fields_parse_as_protobuf_parses_them(batch: pb.AddBatch) -> None:
+    body = unpacked(batch)
+    raw = wire.field_prefix(2, len(body)) + body
+    expected = pb.AddRequest.FromString(raw)
+    assert parsed(raw) == [as_parsed(b) for b in expected.batches] == [as_parsed(batch)]
+
+
+def test_a_batch_data_is_a_view_of_the_request_not_a_copy() -> None:
+    raw = pb.AddRequest(batches=[pb.AddBatch(ledger_id=3, data=b"x" * 64)]).SerializeToString()
+    data = parse_add_request(raw)[0].data
+    assert isinstance(data, memoryview) and data.obj is raw
+
+
+@given(st.binary(max_size=80))
+def test_garbage_is_refused_where_protobuf_refuses_it_and_read_alike_where_it_is_not(raw: bytes) -> None:
+    try:
+        expected = [as_parsed(b) for b in pb.AddRequest.FromString(raw).batches]
+    except DecodeError:
+        with pytest.raises(ValueError):
+            parse_add_request(raw)
+        return
+    try:
+        got = parsed(raw)
+    except ValueError:                # groups (wire types 3, 4): protobuf passes over them, we refuse them
+        assert any(b & 7 in (3, 4) for b in raw)
+        return
+    assert got == expected
