@@ -201,14 +201,14 @@ class Bookie:
         def store_then_journal() -> None:
             payloads = [rec.encode_ledger_key(ledger_id, master_key)] if record_key else []
             try:
-                record = rec.encode_add_batch(ledger_id, entry_ids, sizes, data)
+                record = rec.add_batch_parts(ledger_id, entry_ids, sizes, data)
                 if record_key:
                     storage.set_master_key(ledger_id, master_key)
                 storage.add_batch(ledger_id, entry_ids, sizes, data, record=record)
             except (OSError, StorageError, ValueError) as exc:
                 done(exc)       # not journaled, so never acknowledged: the writer sees EIO
                 return
-            journal.append([*payloads, record], done, sync=sync)
+            journal.append([*payloads, *record], done, sync=sync)
 
         self._in_order(store_then_journal)
 

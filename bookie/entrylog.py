@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from bookie.direct_append import ALIGN, DirectAppender, open_direct
@@ -90,25 +91,27 @@ class EntryLogger:
         self._next_id += 1
         self._active_id, self._active_fd, self._active_size = log_id, fd, HEADER_SIZE
 
-    def append(self, record: bytes) -> tuple[int, int]:
-        """Write one record to the active log; return (log id, offset of the record)."""
+    def append(self, record: Sequence[bytes | memoryview]) -> tuple[int, int]:
+        """Write one record, given as its pieces, to the active log; return (log id, offset of the record)."""
+        size = sum(len(part) for part in record)
         with self._lock:
-            full = self._active_size > HEADER_SIZE and self._active_size + len(record) > self.size_limit
+            full = self._active_size > HEADER_SIZE and self._active_size + size > self.size_limit
             if self._active_fd < 0 or full:
                 self._roll()
             offset = self._active_size
             try:
                 if self._direct is None:
-                    write_all(self._active_fd, record)
+                    write_all(self._active_fd, b"".join(record))
                 else:
-                    self._pending += record
+                    for part in record:
+                        self._pending += part
                     if len(self._pending) >= WRITE_BYTES:
                         self._write_pending(pad=False)
             except OSError:
                 self._abandon_active()
                 raise
-            self._active_size += len(record)
-            self.bytes_written += len(record)
+            self._active_size += size
+            self.bytes_written += size
             return self._active_id, offset
 
     def _write_pending(self, pad: bool) -> None:

@@ -16,7 +16,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +52,7 @@ class JournalStats:
 
 @dataclass
 class _Item:
-    payloads: list[bytes]
+    payloads: Sequence[bytes | memoryview]
     callback: Callback
     sync: bool
 
@@ -261,7 +261,7 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()
 
-    def append(self, payloads: list[bytes], callback: Callback, *, sync: bool = True) -> None:
+    def append(self, payloads: Sequence[bytes | memoryview], callback: Callback, *, sync: bool = True) -> None:
         """Queue records; `callback(None)` runs on the journal thread once they are durable
         (or written, for sync=False), `callback(error)` if they never will be."""
         with self._cond:
@@ -356,7 +356,7 @@ class Journal:
                 return group
             self._cond.wait(remaining)
 
-    def _write_group(self, parts: list[bytes], nbytes: int, need_sync: bool) -> None:
+    def _write_group(self, parts: list[bytes | memoryview], nbytes: int, need_sync: bool) -> None:
         if self._offset >= self.max_size:
             with self._cond:
                 self._roll()

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bookie.core.index_pages import Page, PageCache, PageGeometry, PageKey, Slots
-from bookie.core.records import add_batch_data_offset, encode_add_batch
+from bookie.core.records import add_batch_data_offset, add_batch_parts
 from bookie.entrylog import EntryLogger, StorageError
 from bookie.files import fsync_dir
 from bookie.index import (
@@ -310,19 +310,19 @@ class LedgerStorage:
 
     def add_batch(
         self, ledger_id: int, entry_ids: IntVector, sizes: IntVector, data: bytes | memoryview,
-        record: bytes | None = None,
+        record: Sequence[bytes | memoryview] | None = None,
     ) -> None:
         """Append a batch of packaged entries to the ledger's entry log and index them.
 
         Idempotent: re-adding an entry (journal replay) points its slot at the new copy. `record`: the
-        batch's ADD_BATCH record when the caller has encoded it already (for the journal).
+        batch's ADD_BATCH record (`add_batch_parts`) when the caller has encoded it already (for the journal).
         """
         ids = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
         szs = np.asarray(sizes, dtype=np.int64).reshape(-1)
         if len(ids) and int(ids.min()) < 0:
             raise ValueError(f"ledger {ledger_id}: negative entry id")
         if record is None:
-            record = encode_add_batch(ledger_id, ids, szs, data)  # also checks sizes against data
+            record = add_batch_parts(ledger_id, ids, szs, data)  # also checks sizes against data
         lac = _max_piggyback_lac(data, szs)
         offsets = _starts(szs) + add_batch_data_offset(len(ids))
         with self._write_lock:
@@ -602,7 +602,7 @@ class LedgerStorage:
             sizes = part_slots[:, 2]
             blob = self._read_runs(logger, part_slots)
             _check_headers(led.ledger_id, part_ids, sizes, blob)
-            record = encode_add_batch(led.ledger_id, part_ids, sizes, blob)
+            record = add_batch_parts(led.ledger_id, part_ids, sizes, blob)
             offsets = _starts(sizes) + add_batch_data_offset(len(part_ids))
             with self._write_lock:
                 self._check_open()

@@ -93,12 +93,17 @@ def crc32c(buf: bytes | bytearray | memoryview, crc: int = 0) -> int:
 
 def _frame(parts: Sequence[bytes | memoryview]) -> bytes:
     """Frame payload parts (already in order) into one record: header + parts."""
+    return b"".join(_framed(parts))
+
+
+def _framed(parts: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """The record `_frame` makes, as its pieces: the frame header, then the parts themselves."""
     crc = 0
     length = 0
     for part in parts:
         crc = crc32c(part, crc)
         length += len(part)
-    return b"".join([FRAME.pack(length, crc), *parts])
+    return [FRAME.pack(length, crc), *parts]
 
 
 def add_batch_data_offset(n: int) -> int:
@@ -110,6 +115,14 @@ def encode_add_batch(
     ledger_id: int, entry_ids: IntVector, sizes: IntVector, data: bytes | memoryview
 ) -> bytes:
     """One ADD_BATCH record: the wire's AddBatch (entry_ids, sizes, data) framed as is."""
+    return b"".join(add_batch_parts(ledger_id, entry_ids, sizes, data))
+
+
+def add_batch_parts(
+    ledger_id: int, entry_ids: IntVector, sizes: IntVector, data: bytes | memoryview
+) -> list[bytes | memoryview]:
+    """`encode_add_batch`'s record in pieces, the data not copied: the bookie writes the same pieces to
+    the entry log and the journal, each of which copies them into its own buffer anyway."""
     ids = np.asarray(entry_ids, dtype="<i8")
     szs = np.asarray(sizes, dtype="<u4")
     if ids.ndim != 1 or ids.shape != szs.shape:
@@ -117,7 +130,7 @@ def encode_add_batch(
     if int(szs.sum(dtype=np.int64)) != len(data):
         raise ValueError(f"sizes add up to {int(szs.sum(dtype=np.int64))}, data has {len(data)} bytes")
     head = _BATCH.pack(ADD_BATCH, ledger_id, len(ids))
-    return _frame([head, ids.tobytes(), szs.tobytes(), data])
+    return _framed([head, ids.tobytes(), szs.tobytes(), data])
 
 
 def encode_ledger_key(ledger_id: int, master_key: bytes) -> bytes:
