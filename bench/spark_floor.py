@@ -1,14 +1,15 @@
 """spark_floor: what Spark's Python data source API costs on this machine with nothing behind it.
 
 `spark_batch` compares the "bkledger" source with the fsync limit and with Parquet. Part of any Python
-data source's time is Spark's own: the planner and worker processes it starts in a fresh session, the JVM
-turning rows into Arrow batches (and back), the Arrow IPC to the Python workers. This module measures that
-part alone, with a data source that does nothing: its writer drops every batch it is given, its reader
-yields batches built in memory with bkledger's read columns (log, ledger_id, entry_id, value; values of
-the same 100-1000 byte sizes, 4,096 rows a batch, two partitions). It runs as its own process with a
-fresh local SparkSession and the same DataFrame, in `spark_batch`'s order (Parquet write and read, the
-no-op append, the no-op read, both reads again), so each no-op figure is as cold or warm as the bkledger
-figure it stands beside. Prints one JSON line of seconds: `python -m bench.spark_floor ROWS`.
+data source's time is Spark's own: the planner and worker processes it starts in a fresh session, the
+JVM turning rows into Arrow batches (and back), the Arrow IPC to the Python workers. This module
+measures that part alone, with a data source that does nothing: its writer drops every batch it is
+given, its reader yields batches built in memory with bkledger's read columns (log, ledger_id, entry_id,
+value; values of the same 100-1000 byte sizes, 4,096 rows a batch, two partitions). It runs as its own
+process with a fresh local SparkSession and the same DataFrame, in `spark_batch`'s order (Parquet write
+and read, the no-op append, the no-op read, both reads again, the no-op append again), so each no-op
+figure is as cold or warm as the bkledger figure it stands beside. Prints one JSON line of seconds:
+`python -m bench.spark_floor ROWS`.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def measure(rows: int) -> dict[str, float]:
                    "noop_read": timed(noop_read)}
             out["parquet_read_again"] = timed(pq_read)
             out["noop_read_again"] = timed(noop_read)
+            out["noop_append_again"] = timed(lambda: df.write.format(NAME).mode("append").save())
             return out
     finally:
         spark.stop()
