@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkledger.client.writer")
 _LENGTH = struct.Struct(">q")
 TICK = 0.1
-BULK_CHUNK_BYTES = 1024 * 1024   # a bulk is packaged, sent and acknowledged in pieces of at most this size
+BULK_CHUNK_BYTES = 4 * 1024 * 1024   # a bulk is packaged, sent and acknowledged in pieces of at most this size
 
 
 class LedgerWriter:
