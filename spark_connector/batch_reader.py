@@ -44,11 +44,18 @@ from client.reader import ReadChunk
 from spark_connector import envelope as env
 from spark_connector.arrow_io import chunk_to_batch, rows_to_batch
 from spark_connector.clients import planning_client, shared_client
-from spark_connector.coalesce import CoalescedPartition, coalesce, entry_bytes
+from spark_connector.coalesce import CoalescedPartition, coalesce
 from spark_connector.kafka_options import TimeBound, check_named_logs, for_log
 from spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids, spans_of
 from spark_connector.options import BkLedgerOptionError, ReadOptions, SourceOptions
-from spark_connector.planning import Bounds, LedgerPartition, LedgerView, plan_partitions, resolve_bounds
+from spark_connector.planning import (
+    Bounds,
+    LedgerPartition,
+    LedgerView,
+    plan_partitions,
+    recorded_entry_bytes,
+    resolve_bounds,
+)
 from spark_connector.pushdown import Pushed, absorb, empty
 from spark_connector.time_seek import TimeProbe
 
@@ -185,8 +192,8 @@ def discover_schema(opts: ReadOptions) -> StructType:
 def coalesced(opts: ReadOptions, views: Sequence[LedgerView], pieces: Sequence[LedgerPartition]
               ) -> list[CoalescedPartition]:
     """Pieces packed into partitions of up to maxEntriesPerPartition / targetPartitionBytes (log order)."""
-    sizes = {v.ledger_id: (v.last_entry_id + 1, v.size) for v in views if v.size is not None and v.closed}
-    return coalesce(pieces, entry_bytes(sizes), opts.max_entries_per_partition, opts.target_partition_bytes)
+    return coalesce(pieces, recorded_entry_bytes(views), opts.max_entries_per_partition,
+                    opts.target_partition_bytes)
 
 
 def plan(opts: ReadOptions, pushed: Pushed | None = None) -> list[CoalescedPartition]:
@@ -221,12 +228,14 @@ def _plan(opts: ReadOptions, pushed: Pushed | None) -> list[CoalescedPartition]:
         if opts.logs is None:
             views = discover(bk, opts)
             bounds = resolve_bounds(None, views, opts.starting, opts.ending, opts.fail_on_data_loss)
-            pieces = plan_partitions(None, views, narrow_ids(bounds, pushed), opts.max_entries_per_partition)
+            pieces = plan_partitions(None, views, narrow_ids(bounds, pushed), opts.max_entries_per_partition,
+                                     opts.target_partition_bytes)
         for name in read_logs(bk, opts, pushed):
             one = for_log(opts, name)
             log_views = discover(bk, one)
             bounds = log_bounds(bk, one, log_views, pushed)
-            pieces += plan_partitions(name, log_views, bounds, opts.max_entries_per_partition)
+            pieces += plan_partitions(name, log_views, bounds, opts.max_entries_per_partition,
+                                      opts.target_partition_bytes)
             views += log_views
     parts = coalesced(opts, views, pieces)
     return at_least(parts, opts.min_partitions) if opts.min_partitions else parts

@@ -1,7 +1,7 @@
 """Bin-packing of planned entry ranges into Spark partitions: many small ledgers in one task. Pure.
 
 `planning.plan_partitions` cuts a read into pieces (a fragment of a ledger, split by
-`maxEntriesPerPartition`); a log made by Spark appends and streaming micro-batches holds thousands of tiny
+`maxEntriesPerPartition` and `targetPartitionBytes`); a log made by Spark appends and streaming micro-batches holds thousands of tiny
 ledgers, and one task per tiny ledger costs far more than reading it (the "small files" problem Delta
 Lake and Spark's file sources answer by packing files into `spark.sql.files.maxPartitionBytes`). Here,
 consecutive pieces, in log order, go into one `CoalescedPartition` while it stays within
@@ -18,9 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
-from spark_connector.planning import LedgerPartition
-
-UNKNOWN_ENTRY_BYTES = 1024.0     # when no ledger of the read has a recorded size
+from spark_connector.planning import UNKNOWN_ENTRY_BYTES, LedgerPartition
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +30,6 @@ class CoalescedPartition(InputPartition):
     @property
     def entries(self) -> int:
         return sum(p.entries for p in self.pieces)
-
-
-def entry_bytes(sizes: Mapping[int, tuple[int, int]]) -> dict[int, float]:
-    """Average entry size per ledger from (entries, bytes) recorded for it; ledgers with no entries are
-    left out."""
-    return {lid: size / entries for lid, (entries, size) in sizes.items() if entries > 0}
 
 
 def coalesce(pieces: Sequence[LedgerPartition], avg_entry_bytes: Mapping[int, float], max_entries: int,

@@ -41,7 +41,7 @@ READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPer
         "endingPositionsByTimestamp", "minPartitions")       # the last six: spark_connector.kafka_options
 WRITE = ("ensembleSize", "writeQuorum", "ackQuorum", "compression", "envelope", "maxInFlight")
 WRITE_COMMIT = ("fenceLiveWriter",)     # how a commit treats a live LogWriter of the log
-DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
+DEFAULT_MAX_ENTRIES_PER_PARTITION = 1_000_000
 DEFAULT_TARGET_PARTITION_BYTES = 128 * 1024 * 1024     # as Spark's spark.sql.files.maxPartitionBytes
 DEFAULT_MAX_IN_FLIGHT = 10_000
 

@@ -54,6 +54,7 @@ class LedgerPartition(InputPartition):
 
 
 Bounds = dict[int, tuple[int, int]]     # ledger id -> (first entry, end entry exclusive)
+UNKNOWN_ENTRY_BYTES = 1024.0     # an entry's size estimate when no ledger of the read has a recorded size
 
 
 def _data_loss(what: str, fail_on_data_loss: bool) -> None:
@@ -136,22 +137,46 @@ def split_range(lo: int, hi: int, max_entries: int) -> list[tuple[int, int]]:
 
 
 def plan_partitions(log: str | None, ledgers: Sequence[LedgerView], bounds: Mapping[int, tuple[int, int]],
-                    max_entries: int) -> list[LedgerPartition]:
-    """One partition per fragment of each ledger within its bounds, long fragments split by max_entries;
-    in log order (ledger id, then entry id)."""
+                    max_entries: int, target_bytes: int = 0) -> list[LedgerPartition]:
+    """One partition per fragment of each ledger within its bounds, long fragments split by max_entries
+    and, with `target_bytes`, by that many bytes (`piece_entries`); in log order (ledger id, then entry id)."""
     if max_entries < 1:
         raise BkLedgerOptionError("maxEntriesPerPartition", f"must be >= 1, got {max_entries}")
+    caps, other_cap = piece_entries(ledgers, max_entries, target_bytes)
     out: list[LedgerPartition] = []
     for view in ledgers:
         if view.ledger_id not in bounds:
             continue
         first, end = bounds[view.ledger_id]
-        if len(view.fragment_starts) <= 1 and end - first <= max_entries:     # the common small ledger
+        cap = caps.get(view.ledger_id, other_cap)
+        if len(view.fragment_starts) <= 1 and end - first <= cap:     # the common small ledger
             if end > first:
                 out.append(LedgerPartition(log, view.ledger_id, first, end - 1, view.envelope, view.physical,
                                            view.base))
             continue
         for lo, hi in fragment_ranges(view, first, end):
             out += [LedgerPartition(log, view.ledger_id, a, b, view.envelope, view.physical, view.base)
-                    for a, b in split_range(lo, hi, max_entries)]
+                    for a, b in split_range(lo, hi, cap)]
     return out
+
+
+def recorded_entry_bytes(ledgers: Sequence[LedgerView]) -> dict[int, float]:
+    """Average entry size of each closed ledger whose size the log records (and that has entries)."""
+    return {v.ledger_id: v.size / (v.last_entry_id + 1) for v in ledgers
+            if v.closed and v.size is not None and v.last_entry_id >= 0}
+
+
+def piece_entries(ledgers: Sequence[LedgerView], max_entries: int, target_bytes: int) -> tuple[dict[int, int], int]:
+    """The most entries a piece of each ledger holds: max_entries, and with target_bytes also no more than
+    that many bytes at the ledger's average entry size (as Spark cuts files at maxPartitionBytes). Returns
+    the caps of the ledgers with a recorded size, and the cap of the others (the mean of those averages,
+    or UNKNOWN_ENTRY_BYTES when the read has none)."""
+    if target_bytes <= 0:
+        return {}, max_entries
+    known = recorded_entry_bytes(ledgers)
+    fallback = sum(known.values()) / len(known) if known else UNKNOWN_ENTRY_BYTES
+
+    def cap(avg: float) -> int:
+        return max(1, min(max_entries, int(target_bytes // max(avg, 1.0))))
+
+    return {lid: cap(avg) for lid, avg in known.items()}, cap(fallback)

@@ -147,4 +147,5 @@ class LogCursor:
                 raise AssertionError(f"ledger {seg.ledger_id} of log {self.name!r} is still OPEN but a "
                                      f"batch ends after it ({stop}): offsets not made by this source?")
         bounds = ranges(segments, begin, stop)
-        return views, plan_partitions(self.name, views, bounds, self.opts.max_entries_per_partition)
+        return views, plan_partitions(self.name, views, bounds, self.opts.max_entries_per_partition,
+                                      self.opts.target_partition_bytes)
