@@ -1,14 +1,15 @@
 """Bin-packing of planned entry ranges into Spark partitions: many small ledgers in one task. Pure.
 
 `planning.plan_partitions` cuts a read into pieces (a fragment of a ledger, split by
-`maxEntriesPerPartition` and `targetPartitionBytes`); a log made by Spark appends and streaming micro-batches holds thousands of tiny
-ledgers, and one task per tiny ledger costs far more than reading it (the "small files" problem Delta
-Lake and Spark's file sources answer by packing files into `spark.sql.files.maxPartitionBytes`). Here,
-consecutive pieces, in log order, go into one `CoalescedPartition` while it stays within
-`maxEntriesPerPartition` entries and `targetPartitionBytes` estimated bytes; a piece is never split and
-never moved out of order, so a task reads its pieces one after the other and returns them in log order.
-Byte estimates come from the sizes the log records for its closed ledgers (average entry size times the
-piece's entries); a ledger of unknown size (open) takes the average of the known ones.
+`maxEntriesPerPartition` and `targetPartitionBytes`); a log made by Spark appends and streaming
+micro-batches holds thousands of tiny ledgers, and one task per tiny ledger costs far more than reading it
+(the "small files" problem Delta Lake and Spark's file sources answer by packing files into
+`spark.sql.files.maxPartitionBytes`). Here, consecutive pieces, in log order, go into one
+`CoalescedPartition` while it stays within `maxEntriesPerPartition` entries and `targetPartitionBytes`
+estimated bytes; a piece is never split and never moved out of order, so a task reads its pieces one after
+the other and returns them in log order. Byte estimates come from the sizes the log records for its closed
+ledgers (average entry size times the piece's entries); a ledger of unknown size (open) takes the average
+of the known ones.
 """
 
 from __future__ import annotations
