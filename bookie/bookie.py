@@ -191,6 +191,7 @@ class Bookie:
         *,
         sync: bool,
         done: Done,
+        max_lac: int | None = None,
     ) -> None:
         assert self.journal is not None and self.storage is not None
         if record_key:
@@ -204,7 +205,7 @@ class Bookie:
                 record = rec.add_batch_parts(ledger_id, entry_ids, sizes, data)
                 if record_key:
                     storage.set_master_key(ledger_id, master_key)
-                storage.add_batch(ledger_id, entry_ids, sizes, data, record=record)
+                storage.add_batch(ledger_id, entry_ids, sizes, data, record=record, max_lac=max_lac)
             except (OSError, StorageError, ValueError) as exc:
                 done(exc)       # not journaled, so never acknowledged: the writer sees EIO
                 return

@@ -60,15 +60,16 @@ class LedgerIndex:
             return
         logs = held[:, 0]
         if (logs == logs[0]).all():
-            self._count_log(int(logs[0]), sign * len(held), sign * int(held[:, 2].sum()))
+            self.count_log(int(logs[0]), sign * len(held), sign * int(held[:, 2].sum()))
             return
         log_ids, inverse = np.unique(logs, return_inverse=True)
         counts = np.bincount(inverse)
         sizes = np.bincount(inverse, weights=held[:, 2].astype(np.float64))
         for log_id, n, b in zip(log_ids.tolist(), counts.tolist(), sizes.tolist(), strict=True):
-            self._count_log(int(log_id), sign * int(n), sign * int(b))
+            self.count_log(int(log_id), sign * int(n), sign * int(b))
 
-    def _count_log(self, log_id: int, slots: int, size: int) -> None:
+    def count_log(self, log_id: int, slots: int, size: int) -> None:
+        """Add `slots` slots of `size` bytes in all to entry log `log_id`'s usage (negative: remove)."""
         use = self.usage.setdefault(log_id, [0, 0])
         use[0] += slots
         use[1] += size

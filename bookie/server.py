@@ -163,6 +163,7 @@ class BookieService(pb_grpc.BookieServicer):
             data,
             sync=not (batch.write_flags & pb.DEFERRED_SYNC),
             done=journaled,
+            max_lac=max_lac,
         )
 
     def _added(

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bookie.core.index_pages import Page, PageCache, PageGeometry, PageKey, Slots
-from bookie.core.records import add_batch_data_offset, add_batch_parts
+from bookie.core.records import add_batch_data_offset, add_batch_parts, be64_at
 from bookie.entrylog import EntryLogger, StorageError
 from bookie.files import fsync_dir
 from bookie.index import (
@@ -64,6 +64,12 @@ def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return starts
 
 
+def is_run(ids: npt.NDArray[np.int64]) -> bool:
+    """Whether `ids` are consecutive and ascending (first, first + 1, ...), at least one."""
+    n = len(ids)
+    return n > 0 and int(ids[-1]) - int(ids[0]) == n - 1 and (n == 1 or bool((np.diff(ids) == 1).all()))
+
+
 def residue_keep(ids: npt.NDArray[np.int64], residues: tuple[int, int]) -> npt.NDArray[np.bool_] | None:
     """Which of `ids` a striped reader asked for: those whose id % modulus is a bit of mask, for
     `residues` = (modulus, mask); None when it asked for all (modulus 0)."""
@@ -86,12 +92,11 @@ def batch_end(sent_bytes: npt.NDArray[np.int64], sent_count: npt.NDArray[np.int6
 
 def _header_fields(blob: bytes | memoryview, starts: npt.NDArray[np.int64], at: int, count: int = 1
                    ) -> npt.NDArray[np.int64]:
-    """The `count` big-endian int64s at `start + at` of each entry (one vectorised gather), shaped
-    (entries,) for one field and (entries, count) for more."""
-    u8 = np.frombuffer(blob, dtype=np.uint8)
-    gathered = u8[starts[:, None] + np.arange(at, at + 8 * count)]
-    fields = gathered.view(">i8").astype(np.int64)
-    return fields.reshape(-1) if count == 1 else fields
+    """The `count` big-endian int64s at `start + at` of each entry, shaped (entries,) for one field and
+    (entries, count) for more."""
+    if count == 1:
+        return be64_at(blob, starts + at)
+    return np.stack([be64_at(blob, starts + at + 8 * i) for i in range(count)], axis=1)
 
 
 def _max_piggyback_lac(data: bytes | memoryview, sizes: npt.NDArray[np.int64]) -> int:
@@ -250,6 +255,9 @@ class LedgerStorage:
         self, led: LedgerIndex, ids: Slots, log_id: int, offsets: Slots, sizes: Slots
     ) -> None:
         """Point the slots of `ids` at (log_id, offsets, sizes), keeping the per-log usage right."""
+        if is_run(ids):
+            self._put_run_locked(led, int(ids[0]), log_id, offsets, sizes)
+            return
         for page_no, sel in self._geometry.split(ids):
             page = self._page_locked(led, page_no)
             rows = ids[sel] - self._geometry.first_entry(page_no)
@@ -261,6 +269,26 @@ class LedgerStorage:
             led.count(page.slots[distinct], 1)
             self._pages.changed((led.ledger_id, page_no), page)
         led.last_entry = max(led.last_entry, int(ids.max()))
+
+    def _put_run_locked(self, led: LedgerIndex, first: int, log_id: int, offsets: Slots, sizes: Slots) -> None:
+        """_put_locked for the ids first, first + 1, ... (a writer's batch nearly always): each page's part
+        is a slice of it, written in place, where arbitrary ids need a gather, a sort and a scatter."""
+        geo, n, done = self._geometry, len(sizes), 0
+        while done < n:
+            page_no = geo.page_of(first + done)
+            lo = first + done - geo.first_entry(page_no)
+            k = min(n - done, geo.entries - lo)
+            page = self._page_locked(led, page_no)
+            part = page.slots[lo : lo + k]
+            if part[:, 0].any():
+                led.count(part, -1)        # entries stored before (a replay, a recovery's write-back)
+            part[:, 0] = log_id
+            part[:, 1] = offsets[done : done + k]
+            part[:, 2] = sizes[done : done + k]
+            self._pages.changed((led.ledger_id, page_no), page)
+            done += k
+        led.count_log(log_id, n, int(sizes.sum()))
+        led.last_entry = max(led.last_entry, first + n - 1)
 
     def _held_locked(self, led: LedgerIndex, first: int, last: int) -> tuple[Slots, Slots]:
         """(entry ids, their slots) of the held entries in [first, last] (a bounded window), a copy."""
@@ -310,12 +338,13 @@ class LedgerStorage:
 
     def add_batch(
         self, ledger_id: int, entry_ids: IntVector, sizes: IntVector, data: bytes | memoryview,
-        record: Sequence[bytes | memoryview] | None = None,
+        record: Sequence[bytes | memoryview] | None = None, max_lac: int | None = None,
     ) -> None:
         """Append a batch of packaged entries to the ledger's entry log and index them.
 
         Idempotent: re-adding an entry (journal replay) points its slot at the new copy. `record`: the
         batch's ADD_BATCH record (`add_batch_parts`) when the caller has encoded it already (for the journal).
+        `max_lac`: the largest piggy-backed LAC of the entries when the caller has read it already.
         """
         ids = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
         szs = np.asarray(sizes, dtype=np.int64).reshape(-1)
@@ -323,7 +352,7 @@ class LedgerStorage:
             raise ValueError(f"ledger {ledger_id}: negative entry id")
         if record is None:
             record = add_batch_parts(ledger_id, ids, szs, data)  # also checks sizes against data
-        lac = _max_piggyback_lac(data, szs)
+        lac = _max_piggyback_lac(data, szs) if max_lac is None else max_lac
         offsets = _starts(szs) + add_batch_data_offset(len(ids))
         with self._write_lock:
             self._check_open()

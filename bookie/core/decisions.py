@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from bookie.core.records import be64_at
 from proto import bookie_pb2 as pb
 
 HEADER = struct.Struct(">qqqq")          # ledgerId | entryId | lastAddConfirmed | length
@@ -107,7 +108,6 @@ def check_headers(
 
 
 _VECTOR_MIN = 16                          # from this many entries, check the headers with numpy
-_HEAD_BYTES = np.arange(24)               # ledgerId | entryId | lastAddConfirmed
 
 
 def _check_headers_vector(
@@ -116,13 +116,12 @@ def _check_headers_vector(
     """check_headers for a large batch: gathers the headers' first three fields in one go."""
     starts = np.zeros(len(sizes), dtype=np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
-    raw = np.frombuffer(data, dtype=np.uint8)
-    heads = raw[starts[:, None] + _HEAD_BYTES].view(">i8")      # rows of (ledger id, entry id, LAC)
-    bad = (heads[:, 0] != ledger_id) | (heads[:, 1] != np.asarray(entry_ids, dtype=np.int64))
+    lids, eids = be64_at(data, starts), be64_at(data, starts + 8)     # ledgerId | entryId | lastAddConfirmed
+    bad = (lids != ledger_id) | (eids != np.asarray(entry_ids, dtype=np.int64))
     if bad.any():
         i = int(np.argmax(bad))
-        return _header_mismatch(int(heads[i, 0]), int(heads[i, 1]), ledger_id, int(entry_ids[i])), -1
-    return "", max(-1, int(heads[:, 2].max()))
+        return _header_mismatch(int(lids[i]), int(eids[i]), ledger_id, int(entry_ids[i])), -1
+    return "", max(-1, int(be64_at(data, starts + 16).max()))
 
 
 def _header_mismatch(lid: int, eid: int, ledger_id: int, entry_id: int) -> str:

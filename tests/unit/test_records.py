@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -113,3 +116,17 @@ def test_log_mark_codec() -> None:
     assert rec.decode_log_mark(raw) == mark
     assert rec.decode_log_mark(raw[:-1]) is None
     assert rec.LogMark(1, 5) < rec.LogMark(1, 6) < rec.LogMark(2, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(blob=st.binary(min_size=0, max_size=200), data=st.data())
+def test_be64_at_reads_what_struct_reads(blob: bytes, data: st.DataObject) -> None:
+    """be64_at (one strided gather) gives struct's big-endian int64 at every position that fits, and
+    refuses a position whose 8 bytes run past the end."""
+    fits = list(range(len(blob) - 7))
+    positions = data.draw(st.lists(st.sampled_from(fits), max_size=20)) if fits else []
+    got = rec.be64_at(memoryview(blob), np.asarray(positions, dtype=np.int64))
+    assert got.dtype == np.int64
+    assert got.tolist() == [struct.unpack_from(">q", blob, p)[0] for p in positions]
+    with pytest.raises(IndexError):
+        rec.be64_at(blob, np.asarray([max(len(blob) - 7, 0)], dtype=np.int64))

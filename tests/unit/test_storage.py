@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bookie import index as idx
-from bookie.storage import LedgerStorage, StorageError
+from bookie.storage import LedgerStorage, StorageError, is_run
 
 
 def entry(ledger_id: int, entry_id: int, lac: int = -1, payload: bytes | None = None) -> bytes:
@@ -267,3 +267,33 @@ def test_concurrent_reads_while_adding(dirs: list[Path]) -> None:
         t.join()
     assert errors == []
     st.close()
+
+
+def _state(st: LedgerStorage, ledger_ids: list[int]) -> tuple[object, ...]:
+    return (tuple((lid, e, st.read_entry(lid, e)) for lid in ledger_ids for e in st.entry_ids(lid)),
+            tuple((lid, st.last_entry_id(lid), st.max_lac(lid)) for lid in ledger_ids),
+            tuple(sorted(t.items()) for t in st._live))   # live bytes per entry log, kept with the index
+
+
+@pytest.mark.parametrize("page_size", [48, 8192])
+def test_consecutive_batch_indexes_as_scattered_ids_do(tmp_path: Path, page_size: int) -> None:
+    """A batch of consecutive ids takes the slice path of the index (across page boundaries too); the
+    same entries added as every other id (the gather path, as the write sets of Qw < E make) must give
+    the same slots, reads, LAC and entry-log usage, including when an entry is added again (replay)."""
+    run = LedgerStorage([tmp_path / "run"], page_size=page_size)
+    gaps = LedgerStorage([tmp_path / "gaps"], page_size=page_size)
+    spans = [range(0, 40), range(35, 60)]
+    for st, batches in ((run, [list(r) for r in spans]),
+                        (gaps, [list(r)[parity::2] for r in spans for parity in (0, 1)])):
+        for ids in batches:
+            add(st, 7, ids, lac=3)
+    assert _state(run, [7]) == _state(gaps, [7])
+    assert run.entry_ids(7) == list(range(60))
+    run.close()
+    gaps.close()
+
+
+@pytest.mark.parametrize(("ids", "expected"), [([5], True), ([5, 6, 7], True), ([5, 7], False), ([7, 6], False),
+                                               ([5, 5, 7], False), ([], False), ([0, 2, 2, 3], False)])
+def test_is_run(ids: list[int], expected: bool) -> None:
+    assert is_run(np.asarray(ids, dtype=np.int64)) is expected
