@@ -124,3 +124,30 @@ def test_buffered_entry_log_when_direct_io_is_off(tmp_path: Path) -> None:
     assert logger.size(log_id) == sum(len(r) for _, r in placed)
     assert placed[0][0][1] == HEADER_SIZE
     logger.close()
+
+
+def test_records_larger_than_a_write_are_readable_and_written_in_whole_blocks_once(
+    tmp_path: Path, writes: list
+) -> None:
+    """A record that fills WRITE_BYTES goes to disk from its own pieces: its head with what was held, its
+    tail held for later. Every byte still reads back, before and after the flush and after a reopen."""
+    rng = random.Random(4)
+    sizes = [100, 5000, 3 << 20, 10, (2 << 20) + 123, 700_000, WRITE_BYTES, 3, WRITE_BYTES - 17, 1]
+    logger = EntryLogger(tmp_path / "current", 1 << 30)
+    placed = []
+    for size in sizes * 2:
+        record = rng.randbytes(size)
+        placed.append((logger.append(pieces(record)), record))
+        _check(logger, placed[-3:])
+    _check(logger, placed)
+    logger.flush()
+    _check(logger, placed)
+    logger.close()
+    blocks: list[int] = []
+    for offset, length in writes:
+        assert offset % ALIGN == 0 and length % ALIGN == 0
+        blocks.extend(range(offset // ALIGN, (offset + length) // ALIGN))
+    assert len(blocks) == len(set(blocks))
+    reopened = EntryLogger(tmp_path / "current", 1 << 30)
+    _check(reopened, placed)
+    reopened.close()
