@@ -102,21 +102,23 @@ class LedgerHandle:
         self._writer.submit(data, future)
         return future
 
-    def add_entries(self, data: Buffer | npt.NDArray[np.uint8],
-                    offsets: Sequence[int] | npt.NDArray[np.integer]) -> concurrent.futures.Future[int]:
+    def add_entries(self, data: Buffer | npt.NDArray[np.uint8], offsets: Sequence[int] | npt.NDArray[np.integer],
+                    *, copy: bool = True) -> concurrent.futures.Future[int]:
         """Add n entries at once: entry i is data[offsets[i]:offsets[i + 1]] (`offsets` holds the start of
         each entry and then the end of the last: n + 1 non-decreasing integers, a list or a numpy array).
         The future gives the entry id of the LAST entry once every entry is acknowledged; the ids are
         consecutive, so the first is that id - n + 1. Same ordering, durability and failure semantics as n
         calls of add_entry_async (a failure fails that entry and every later one, so the future fails),
         with no Python object per entry. Bad offsets raise InvalidBulkError and an entry over maxEntrySize
-        raises EntryTooLargeError, before anything is queued. `data` is copied once unless it is bytes.
-        Blocks while the window is full (maxOutstandingAdds; a bulk takes one slot per entry)."""
+        raises EntryTooLargeError, before anything is queued. `data` is copied once unless it is bytes or
+        `copy=False` is given: then it is read in place, and the caller must not change it until the future
+        is done (an Arrow buffer, say, which nobody changes). Blocks while the window is full
+        (maxOutstandingAdds; a bulk takes one slot per entry)."""
         if self._writer is None:
             raise LedgerClosedError(f"ledger {self.ledger_id} was opened for reading; create a ledger to write")
         from client.protocol.bulk import check_bulk  # numpy: imported on first use, not with the client
 
-        bulk = check_bulk(data, offsets, self._ctx.config.maxEntrySize)
+        bulk = check_bulk(data, offsets, self._ctx.config.maxEntrySize, copy=copy)
         if self.metadata.compression == "lz4":
             bulk = _compress_bulk(bulk)
         future = AddFuture()

@@ -214,7 +214,8 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         """One bulk add per Arrow batch (no Python object per row); waits for the oldest bulks while more
         than maxInFlight rows are in flight (always keeping this one going)."""
         buffer = np.ascontiguousarray(data) if len(data) else b""
-        pending.append((lh.add_entries(buffer, offsets), len(offsets) - 1))
+        # read in place, not copied: the Arrow batch is not changed and is held until this bulk is done
+        pending.append((lh.add_entries(buffer, offsets, copy=False), len(offsets) - 1))
         in_flight = sum(count for _, count in pending)
         while len(pending) > 1 and in_flight > self.opts.max_in_flight:
             future, count = pending.popleft()

@@ -182,9 +182,10 @@ class LogWriter:
         return outer
 
     def append_many(self, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8],
-                    offsets: Sequence[int] | npt.NDArray[np.integer]) -> concurrent.futures.Future[Position]:
+                    offsets: Sequence[int] | npt.NDArray[np.integer], *,
+                    copy: bool = True) -> concurrent.futures.Future[Position]:
         """Queue n records at once, record i being data[offsets[i]:offsets[i + 1]] (LedgerHandle.add_entries:
-        same offsets, errors and failure semantics); the future gives the Position of the last record. The
+        same offsets, `copy`, errors and failure semantics); the future gives the Position of the last record. The
         records go to one ledger, consecutive: a roll due happens before them, never among them."""
         with self._lock:
             self._check_usable()
@@ -193,7 +194,7 @@ class LogWriter:
                 self._roll_locked()
             lh = self._lh
             assert lh is not None
-            inner = lh.add_entries(data, offsets)
+            inner = lh.add_entries(data, offsets, copy=copy)
             self._entries += len(offsets) - 1
             self._bytes += nbytes
         outer: concurrent.futures.Future[Position] = concurrent.futures.Future()

@@ -28,9 +28,10 @@ Offsets = npt.NDArray[np.int64]
 @dataclasses.dataclass(frozen=True)
 class Bulk:
     """n entries: `data[offsets[i]:offsets[i + 1]]` for i < n. `data` is the caller's bytes (a copy when
-    the caller passed a mutable buffer, so changing it after the call cannot change what is written)."""
+    the caller passed another buffer, so changing it after the call cannot change what is written), or a
+    byte view of the caller's buffer when the caller asked for no copy."""
 
-    data: bytes
+    data: bytes | memoryview
     offsets: Offsets
 
     @property
@@ -44,10 +45,11 @@ class Bulk:
 
 
 def check_bulk(data: Buffer | npt.NDArray[np.uint8], offsets: Sequence[int] | npt.NDArray[np.integer],
-               max_entry_size: int) -> Bulk:
+               max_entry_size: int, *, copy: bool = True) -> Bulk:
     """The Bulk for (data, offsets), or InvalidBulkError / EntryTooLargeError saying what is wrong.
 
-    Checks everything before anything is queued: a bulk is refused whole, never in part."""
+    Checks everything before anything is queued: a bulk is refused whole, never in part. `copy=False`:
+    a buffer other than bytes is used in place (the caller keeps it unchanged until the bulk is done)."""
     try:
         view = memoryview(data)  # type: ignore[arg-type]
     except TypeError:
@@ -70,7 +72,7 @@ def check_bulk(data: Buffer | npt.NDArray[np.uint8], offsets: Sequence[int] | np
         i = int(np.argmax(sizes > max_entry_size))
         raise EntryTooLargeError(f"entry {i} of the bulk has {int(sizes[i])} bytes, over maxEntrySize="
                                  f"{max_entry_size}; split it; nothing of this bulk was added")
-    payload = data if isinstance(data, bytes) else raw.tobytes()
+    payload = data if isinstance(data, bytes) else raw.tobytes() if copy else raw
     return Bulk(payload, arr)
 
 
@@ -115,7 +117,7 @@ def chunk_bounds(offsets: Offsets, overhead: int, max_bytes: int) -> list[int]:
 
 
 def package_bulk(digest: DigestManager, ledger_id: int, first_entry_id: int, lac: int, start_length: int,
-                 data: bytes, offsets: Offsets) -> tuple[bytes, Offsets]:
+                 data: bytes | memoryview, offsets: Offsets) -> tuple[bytes, Offsets]:
     """Package entries data[offsets[i]:offsets[i+1]] as ids first_entry_id + i, back to back, exactly as
     package_batch would: (one blob, n + 1 offsets of the packaged entries within the blob). CRC32C, the
     default digest, is packaged by one native call where the module was built (client.protocol.native)."""
@@ -124,7 +126,7 @@ def package_bulk(digest: DigestManager, ledger_id: int, first_entry_id: int, lac
     if digest.digest_type is DigestType.CRC32C and NATIVE is not None:
         bounds = np.ascontiguousarray(offsets, dtype=np.int64)
         return NATIVE.package_crc32c(data, bounds, ledger_id, first_entry_id, lac, start_length), packaged
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     pack = HEADER.pack
     compute = digest.compute
     length = start_length

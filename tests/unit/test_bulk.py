@@ -27,6 +27,15 @@ def test_a_mutable_buffer_is_copied_at_the_call() -> None:
     assert check_bulk(np.frombuffer(b"abcd", dtype=np.uint8), [0, 4], 100).data == b"abcd"
 
 
+def test_copy_false_reads_the_buffer_in_place() -> None:
+    """What the Spark append asks for its Arrow buffers: no copy at the call (a byte view of the buffer)."""
+    buf = np.frombuffer(bytearray(b"abcd"), dtype=np.uint8)
+    bulk = check_bulk(buf, [0, 2, 4], 100, copy=False)
+    assert isinstance(bulk.data, memoryview) and bulk.data == b"abcd"
+    buf[:2] = [ord("z")] * 2
+    assert bulk.data == b"zzcd"
+
+
 @pytest.mark.parametrize(("data", "offsets", "match"), [
     ("text", [0, 1], "bytes-like"),
     (b"abc", [0], "at least one entry"),
@@ -70,6 +79,7 @@ def test_package_bulk_is_package_batch_byte_for_byte(payloads: list[bytes], dige
     blob, packaged = package_bulk(digest, 9, 100, 95, 1000, data, offsets)
     expected, sizes = package_batch(digest, 9, 100, 95, 1000, payloads)
     assert blob == expected
+    assert package_bulk(digest, 9, 100, 95, 1000, memoryview(bytearray(data)), offsets)[0] == expected  # copy=False
     assert packaged.tolist() == [0, *np.cumsum(sizes).tolist()]
     assert int(packaged[1] - packaged[0]) == HEADER_LENGTH + digest.mac_length + len(payloads[0])
 
