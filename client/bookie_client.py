@@ -22,7 +22,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
@@ -31,6 +31,12 @@ from client.protocol import wire
 from client.tls import TlsSettings, rejection
 from proto import bookie_pb2 as pb
 from proto import bookie_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    IntArray = npt.NDArray[np.int64]
 
 log = logging.getLogger("bkledger.client.bookie")
 
@@ -57,14 +63,39 @@ _BatchKey = tuple[int, bytes, bool, bool, int]   # ledger id, master key, recove
 
 
 class _Batch:
-    """One ledger's adds queued for the next AddRequest: merged until the request is written."""
+    """One ledger's adds queued for the next AddRequest: merged until the request is written. A request of
+    its own (a bulk's chunk) keeps the ids and sizes it was given, numpy arrays then, which are encoded
+    without a Python int per entry."""
 
     __slots__ = ("entry_ids", "sizes", "chunks")
 
     def __init__(self) -> None:
-        self.entry_ids: list[int] = []
-        self.sizes: list[int] = []
+        self.entry_ids: list[int] | IntArray = []
+        self.sizes: list[int] | IntArray = []
         self.chunks: list[bytes] = []
+
+    def add(self, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes) -> None:
+        if not self.chunks and not isinstance(entry_ids, range | list | tuple):   # arrays, kept as they are
+            self.entry_ids, self.sizes = entry_ids, sizes          # type: ignore[assignment]
+        else:
+            ids = self.entry_ids if isinstance(self.entry_ids, list) else self.entry_ids.tolist()
+            szs = self.sizes if isinstance(self.sizes, list) else self.sizes.tolist()
+            ids.extend(entry_ids)
+            szs.extend(sizes)
+            self.entry_ids, self.sizes = ids, szs
+        self.chunks.append(data)
+
+    def head(self, key: _BatchKey) -> bytes:
+        """The AddBatch's fields but its data, serialized as protobuf would (in field order)."""
+        ledger_id, master_key, recovery_add, high_priority, write_flags = key
+        if isinstance(self.entry_ids, list):
+            return pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
+                               high_priority=high_priority, write_flags=write_flags, entry_ids=self.entry_ids,
+                               sizes=self.sizes).SerializeToString()
+        flags = pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
+                            high_priority=high_priority, write_flags=write_flags).SerializeToString()
+        return flags + wire.packed_field(ADD_BATCH_ENTRY_IDS, self.entry_ids) + wire.packed_field(
+            ADD_BATCH_SIZES, self.sizes)  # type: ignore[arg-type]
 
     def data(self) -> bytes:
         return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
@@ -87,10 +118,8 @@ class _Queued:
         """The serialized AddRequest, every payload copied once, by the final join (`client.protocol.wire`):
         each AddBatch is its small fields serialized by protobuf followed by the data field."""
         parts: list[bytes | memoryview] = []
-        for (ledger_id, master_key, recovery_add, high_priority, write_flags), batch in self.batches.items():
-            head = pb.AddBatch(ledger_id=ledger_id, master_key=master_key, recovery_add=recovery_add,
-                               high_priority=high_priority, write_flags=write_flags, entry_ids=batch.entry_ids,
-                               sizes=batch.sizes).SerializeToString()
+        for key, batch in self.batches.items():
+            head = batch.head(key)
             size = sum(map(len, batch.chunks))
             data_prefix = wire.field_prefix(ADD_BATCH_DATA, size)
             parts += [wire.field_prefix(ADD_REQUEST_BATCHES, len(head) + len(data_prefix) + size), head, data_prefix]
@@ -99,6 +128,8 @@ class _Queued:
 
 
 ADD_REQUEST_BATCHES = 2     # AddRequest.batches
+ADD_BATCH_ENTRY_IDS = 6     # AddBatch.entry_ids (packed)
+ADD_BATCH_SIZES = 7         # AddBatch.sizes (packed)
 ADD_BATCH_DATA = 8          # AddBatch.data
 
 
@@ -144,8 +175,8 @@ class BookieClient:
         self,
         ledger_id: int,
         master_key: bytes,
-        entry_ids: Sequence[int],
-        sizes: Sequence[int],
+        entry_ids: Sequence[int] | IntArray,
+        sizes: Sequence[int] | IntArray,
         data: bytes,
         *,
         recovery_add: bool = False,
@@ -168,9 +199,7 @@ class BookieClient:
         batch = queued.batches.get(key)
         if batch is None:
             batch = queued.batches[key] = _Batch()
-        batch.entry_ids.extend(entry_ids)
-        batch.sizes.extend(sizes)
-        batch.chunks.append(data)
+        batch.add(entry_ids, sizes, data)
         queued.nbytes += len(data)
         if self._stream_task is None:
             self._stream_task = asyncio.get_running_loop().create_task(self._run_stream())

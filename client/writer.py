@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from client.bookkeeper import ClientContext
     from client.protocol.bulk import Bulk, Offsets
 
+    IntArray = Offsets
+
 log = logging.getLogger("bkledger.client.writer")
 _LENGTH = struct.Struct(">q")
 TICK = 0.1
@@ -256,8 +258,8 @@ class LedgerWriter:
         sizes = np.diff(offsets)
         ensemble = self.pending.ensemble
         for index, keep in striped_targets(batch.first, offsets, self.md.ensemble_size, self.md.write_quorum):
-            self._send(ensemble[index], ids[keep].tolist(), sizes[keep].tolist(),
-                       gather_entries(batch.data, offsets, keep), own_request=True)
+            self._send(ensemble[index], ids[keep], sizes[keep], gather_entries(batch.data, offsets, keep),
+                       own_request=True)
 
     def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
         from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: only once bulks are used
@@ -299,7 +301,7 @@ class LedgerWriter:
             views = [self._entry(e) for e in entry_ids]
             self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views), own_request)
 
-    def _send(self, bookie_id: str, entry_ids: Sequence[int], sizes: list[int], data: bytes,
+    def _send(self, bookie_id: str, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes,
               own_request: bool = False) -> None:
         client = self.ctx.pool.cached(bookie_id)
         if client is None:

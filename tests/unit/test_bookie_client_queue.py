@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -163,9 +164,7 @@ def test_hand_serialized_request_parses_as_the_protobuf_one(batches) -> None:
     for ledger_id, key, recovery, priority, flags, chunks in batches:
         batch = queued.batches.setdefault((ledger_id, key, recovery, priority, flags), _Batch())
         for chunk in chunks:
-            batch.entry_ids.append(len(batch.entry_ids) * 2**33)
-            batch.sizes.append(len(chunk))
-            batch.chunks.append(chunk)
+            batch.add([len(batch.entry_ids) * 2**33], [len(chunk)], chunk)
     parsed = pb.AddRequest.FromString(queued.encode())
     assert len(parsed.batches) == len(queued.batches)
     for got, ((ledger_id, key, recovery, priority, flags), batch) in zip(parsed.batches, queued.batches.items(),
@@ -174,6 +173,26 @@ def test_hand_serialized_request_parses_as_the_protobuf_one(batches) -> None:
             ledger_id, key, recovery, priority, flags)
         assert list(got.entry_ids) == batch.entry_ids and list(got.sizes) == batch.sizes
         assert got.data == b"".join(batch.chunks)
+
+
+@given(st.lists(st.integers(0, 2**62), min_size=1, max_size=50), st.integers(0, 2**40), st.booleans(),
+       st.integers(0, 7), st.data())
+def test_a_batch_given_as_arrays_encodes_as_protobuf_does(ids: list[int], ledger_id: int, recovery: bool,
+                                                          flags: int, data: st.DataObject) -> None:
+    """A bulk's chunk hands its ids and sizes over as numpy arrays, encoded without protobuf (packed by
+    numpy): the request must be byte for byte what protobuf writes for the same batch, and a batch merged
+    into it afterwards (lists) must still be encoded whole."""
+    sizes = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(ids), max_size=len(ids)))
+    key = (ledger_id, KEY, recovery, False, flags)
+    queued = _Queued()
+    batch = queued.batches[key] = _Batch()
+    batch.add(np.asarray(ids, dtype=np.int64), np.asarray(sizes, dtype=np.int64), b"xyz")
+    expected = pb.AddRequest(batches=[pb.AddBatch(ledger_id=ledger_id, master_key=KEY, recovery_add=recovery,
+                                                  write_flags=flags, entry_ids=ids, sizes=sizes, data=b"xyz")])
+    assert queued.encode() == expected.SerializeToString()
+    batch.add([7], [1], b"!")
+    merged = pb.AddRequest.FromString(queued.encode()).batches[0]
+    assert list(merged.entry_ids) == [*ids, 7] and list(merged.sizes) == [*sizes, 1] and merged.data == b"xyz!"
 
 
 def test_a_batch_sent_as_its_own_request_is_merged_with_nothing() -> None:
