@@ -6,7 +6,8 @@ process opened, like a Kafka consumer pool on executors. The driver-side plannin
 (`planning_client`) runs in Python workers too and uses the same shared client. Clients are never
 pickled: readers and writers carry only options and call `shared_client` where they run. Security
 settings (TLS, ZooKeeper credentials) given as options travel with them and key the cache with the URI;
-settings in the file named by BKLEDGER_CLIENT_CONF apply underneath (client.config).
+settings in the file named by BKLEDGER_CLIENT_CONF apply underneath (client.config). The first client of a
+process also sets glibc's heap to keep freed large buffers for reuse (`client.heap`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from client import BookKeeper
+from client import BookKeeper, heap
 from client.config import ClientConfig
 from client.errors import ClientClosedError
 from client.meta.errors import MetadataStoreError
@@ -36,6 +37,7 @@ def shared_client(uri: str, settings: Settings = ()) -> BookKeeper:
     with _lock:
         bk = _clients.get((uri, settings))
         if bk is None:
+            heap.keep_large_buffers()    # Spark's Python workers: freed chunk buffers are reused, not unmapped
             bk = open_client(uri, settings)
             _clients[(uri, settings)] = bk
         return bk
