@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from client.protocol.native import NATIVE
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -47,20 +49,32 @@ def varint_field(field_number: int, value: int) -> bytes:
 
 
 def packed_varints(values: npt.NDArray[np.int64]) -> bytes:
-    """The varints of a packed repeated integer field, numpy-built (no Python object per value): a
-    negative int64 takes ten bytes, as protobuf writes it."""
+    """The varints of a packed repeated integer field, with no Python object per value: a negative int64
+    takes ten bytes, as protobuf writes it. One native call where client.protocol._native was built."""
     import numpy as np  # not at import: the client imports this module, and numpy starts threads
 
-    v = np.ascontiguousarray(values).astype(np.uint64)
+    v = np.ascontiguousarray(values).astype(np.uint64, copy=False)
+    if NATIVE is not None:
+        return bytes(NATIVE.pack_varints(v))
+    return numpy_packed_varints(v)
+
+
+def numpy_packed_varints(v: npt.NDArray[np.uint64]) -> bytes:
+    """packed_varints with numpy alone (where the native module was not built)."""
+    import numpy as np
+
     if not len(v):
         return b""
-    widths = np.ones(len(v), dtype=np.int64)
-    for k in range(1, 10):
+    most = max(1, (int(v.max()).bit_length() + 6) // 7)       # bytes of the longest varint
+    if most == 1:
+        return v.astype(np.uint8).tobytes()
+    widths = np.ones(len(v), dtype=np.uint64)
+    for k in range(1, most):
         widths += v >= np.uint64(1 << (7 * k))
-    shifts = np.arange(int(widths.max()), dtype=np.uint64)
+    shifts = np.arange(most, dtype=np.uint64)
     groups = ((v[:, None] >> (np.uint64(7) * shifts)) & np.uint64(0x7F)).astype(np.uint8)
-    groups[shifts[None, :] + np.uint64(1) < widths[:, None].astype(np.uint64)] |= 0x80    # more bytes follow
-    return groups[shifts[None, :] < widths[:, None].astype(np.uint64)].tobytes()
+    groups[shifts[None, :] + np.uint64(1) < widths[:, None]] |= 0x80    # more bytes follow
+    return groups[shifts[None, :] < widths[:, None]].tobytes()
 
 
 def packed_field(field_number: int, values: npt.NDArray[np.int64]) -> bytes:

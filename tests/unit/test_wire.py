@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from bookie.server import range_batch_bytes
 from client.protocol import wire
+from client.protocol.native import NATIVE
 from proto import bookie_pb2 as pb
 
 
@@ -39,6 +40,15 @@ def test_a_bytes_field_written_by_hand_is_protobufs_own(data: bytes) -> None:
 def test_packed_varints_are_protobufs_own(values: list[int]) -> None:
     expected = pb.GetListOfEntriesResponse(entry_ids=values).SerializeToString()
     assert wire.packed_field(3, np.array(values, dtype=np.int64)) == expected
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=60))
+def test_native_and_numpy_packed_varints_agree(values: list[int]) -> None:
+    """The native packing (used where built) and numpy's (the fallback) write the same bytes."""
+    if NATIVE is None:
+        pytest.skip("client.protocol._native was not built")
+    v = np.array(values, dtype=np.uint64)
+    assert bytes(NATIVE.pack_varints(v)) == wire.numpy_packed_varints(v) == b"".join(wire.varint(x) for x in values)
 
 
 @given(st.integers(min_value=-(2**63), max_value=2**63 - 1),
