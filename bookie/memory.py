@@ -12,19 +12,15 @@ request, range-read and group buffers), keeps 16 MiB of free heap before trimmin
 4 MiB at a time. Measured cost: a bookie's RSS after 1 GiB of adds is about 155-170 MiB instead of
 about 100 MiB, and stays flat. Each setting is skipped when the operator chose it through glibc's
 environment variable (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_); a no-op without
-glibc's `mallopt`.
+glibc's `mallopt` (`client.heap`, which the Spark connector's Python workers use too).
 """
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import os
+from client import heap
+from client.heap import M_MMAP_THRESHOLD, M_TOP_PAD, M_TRIM_THRESHOLD
 
-log = logging.getLogger("bkledger.bookie")
-
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc <malloc.h>
-BOOKIE_THRESHOLDS = {
+BOOKIE_THRESHOLDS: heap.Thresholds = {
     M_MMAP_THRESHOLD: ("MALLOC_MMAP_THRESHOLD_", 16 << 20),
     M_TRIM_THRESHOLD: ("MALLOC_TRIM_THRESHOLD_", 16 << 20),
     M_TOP_PAD: ("MALLOC_TOP_PAD_", 4 << 20),
@@ -33,18 +29,4 @@ BOOKIE_THRESHOLDS = {
 
 def pin_malloc_thresholds() -> list[str]:
     """Set the bookie's malloc thresholds for this process; the names of those set here."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return []
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    done = []
-    for param, (env, value) in BOOKIE_THRESHOLDS.items():
-        if env in os.environ:
-            continue
-        if mallopt(param, value):
-            done.append(env)
-        else:
-            log.warning("mallopt refused %s=%d; malloc keeps its default", env, value)
-    return done
+    return heap.pin_malloc_thresholds(BOOKIE_THRESHOLDS)
