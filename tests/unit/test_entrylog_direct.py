@@ -41,6 +41,15 @@ def _records(count: int, seed: int = 1) -> list[bytes]:
     return [rng.randbytes(rng.randrange(1, 9000)) for _ in range(count)]
 
 
+def _check_whole_blocks_once(writes: list[tuple[int, int]]) -> None:
+    """Every direct write covers whole blocks, and no block is written twice."""
+    blocks: list[int] = []
+    for offset, length in writes:
+        assert offset % ALIGN == 0 and length % ALIGN == 0
+        blocks.extend(range(offset // ALIGN, (offset + length) // ALIGN))
+    assert len(blocks) == len(set(blocks))
+
+
 def _check(logger: EntryLogger, placed: list[tuple[tuple[int, int], bytes]]) -> None:
     for (log_id, offset), record in placed:
         assert logger.read(log_id, offset, len(record)) == record
@@ -83,11 +92,7 @@ def test_no_block_is_written_twice_and_writes_are_whole_blocks(tmp_path: Path, w
         if i % 150 == 149:
             logger.flush()
     logger.close()
-    blocks: list[int] = []
-    for offset, length in writes:
-        assert offset % ALIGN == 0 and length % ALIGN == 0
-        blocks.extend(range(offset // ALIGN, (offset + length) // ALIGN))
-    assert len(blocks) == len(set(blocks))
+    _check_whole_blocks_once(writes)
     assert max(length for _, length in writes) <= WRITE_BYTES + 9000 + ALIGN
 
 
@@ -143,11 +148,7 @@ def test_records_larger_than_a_write_are_readable_and_written_in_whole_blocks_on
     logger.flush()
     _check(logger, placed)
     logger.close()
-    blocks: list[int] = []
-    for offset, length in writes:
-        assert offset % ALIGN == 0 and length % ALIGN == 0
-        blocks.extend(range(offset // ALIGN, (offset + length) // ALIGN))
-    assert len(blocks) == len(set(blocks))
+    _check_whole_blocks_once(writes)
     reopened = EntryLogger(tmp_path / "current", 1 << 30)
     _check(reopened, placed)
     reopened.close()
