@@ -64,12 +64,6 @@ def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return starts
 
 
-def is_run(ids: npt.NDArray[np.int64]) -> bool:
-    """Whether `ids` are consecutive and ascending (first, first + 1, ...), at least one."""
-    n = len(ids)
-    return n > 0 and int(ids[-1]) - int(ids[0]) == n - 1 and (n == 1 or bool((np.diff(ids) == 1).all()))
-
-
 def residue_keep(ids: npt.NDArray[np.int64], residues: tuple[int, int]) -> npt.NDArray[np.bool_] | None:
     """Which of `ids` a striped reader asked for: those whose id % modulus is a bit of mask, for
     `residues` = (modulus, mask); None when it asked for all (modulus 0)."""
@@ -255,10 +249,7 @@ class LedgerStorage:
         self, led: LedgerIndex, ids: Slots, log_id: int, offsets: Slots, sizes: Slots
     ) -> None:
         """Point the slots of `ids` at (log_id, offsets, sizes), keeping the per-log usage right."""
-        if is_run(ids):
-            self._put_run_locked(led, int(ids[0]), log_id, offsets, sizes)
-            return
-        if len(ids) > 1 and bool((ids[1:] > ids[:-1]).all()):
+        if len(ids) and bool((ids[1:] > ids[:-1]).all()):
             self._put_ascending_locked(led, ids, log_id, offsets, sizes)
             return
         for page_no, sel in self._geometry.split(ids):
@@ -273,36 +264,19 @@ class LedgerStorage:
             self._pages.changed((led.ledger_id, page_no), page)
         led.last_entry = max(led.last_entry, int(ids.max()))
 
-    def _put_run_locked(self, led: LedgerIndex, first: int, log_id: int, offsets: Slots, sizes: Slots) -> None:
-        """_put_locked for the ids first, first + 1, ... (a writer's batch nearly always): each page's part
-        is a slice of it, written in place, where arbitrary ids need a gather, a sort and a scatter."""
-        geo, n, done = self._geometry, len(sizes), 0
-        while done < n:
-            page_no = geo.page_of(first + done)
-            lo = first + done - geo.first_entry(page_no)
-            k = min(n - done, geo.entries - lo)
-            page = self._page_locked(led, page_no)
-            part = page.slots[lo : lo + k]
-            if part[:, 0].any():
-                led.count(part, -1)        # entries stored before (a replay, a recovery's write-back)
-            part[:, 0] = log_id
-            part[:, 1] = offsets[done : done + k]
-            part[:, 2] = sizes[done : done + k]
-            self._pages.changed((led.ledger_id, page_no), page)
-            done += k
-        led.count_log(log_id, n, int(sizes.sum()))
-        led.last_entry = max(led.last_entry, first + n - 1)
-
     def _put_ascending_locked(self, led: LedgerIndex, ids: Slots, log_id: int, offsets: Slots, sizes: Slots) -> None:
-        """_put_locked for strictly ascending ids (a bookie's share of a striped batch, Qw < E): each page's
-        ids are a slice of them and distinct, so no sort and no unique per page."""
+        """_put_locked for strictly ascending ids (a writer's batch, or a bookie's share of a striped one when
+        Qw < E): each page's ids are a slice of them and distinct, so no sort and no unique per page, and
+        where they are consecutive the page is written through a slice, not a scatter."""
         geo = self._geometry
         pages = ids // geo.entries
         cuts = (np.flatnonzero(pages[1:] != pages[:-1]) + 1).tolist()
         for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
             page_no = int(pages[lo])
             page = self._page_locked(led, page_no)
-            rows = ids[lo:hi] - geo.first_entry(page_no)
+            base = geo.first_entry(page_no)
+            a, b = int(ids[lo]) - base, int(ids[hi - 1]) - base
+            rows = slice(a, b + 1) if b - a == hi - lo - 1 else ids[lo:hi] - base
             slots = page.slots
             if slots[rows, 0].any():
                 led.count(slots[rows], -1)     # entries stored before (a replay, a recovery's write-back)

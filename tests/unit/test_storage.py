@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bookie import index as idx
-from bookie.storage import LedgerStorage, StorageError, is_run
+from bookie.storage import LedgerStorage, StorageError
 
 
 def entry(ledger_id: int, entry_id: int, lac: int = -1, payload: bytes | None = None) -> bytes:
@@ -277,9 +277,9 @@ def _state(st: LedgerStorage, ledger_ids: list[int]) -> tuple[object, ...]:
 
 @pytest.mark.parametrize("page_size", [48, 8192])
 def test_consecutive_and_ascending_batches_index_as_any_order_does(tmp_path: Path, page_size: int) -> None:
-    """A batch of consecutive ids takes the slice path of the index, one of ascending ids (every other
-    id, as a bookie's share of a striped write set, Qw < E) the per-page slice path, across page
-    boundaries too; the same entries in batches of descending ids take the general path. All three must
+    """A batch of consecutive ids is written through slices of the index pages, one of ascending ids
+    (every other id, as a bookie's share of a striped write set, Qw < E) through per-page scatters,
+    across page boundaries too; the same entries in batches of descending ids take the general path. All three must
     give the same slots, reads, LAC and entry-log usage, also when entries are added again (replay)."""
     spans = [range(0, 40), range(35, 60)]
     ways = {"run": [list(r) for r in spans],
@@ -294,9 +294,3 @@ def test_consecutive_and_ascending_batches_index_as_any_order_does(tmp_path: Pat
     assert stores["run"].entry_ids(7) == list(range(60))
     for st in stores.values():
         st.close()
-
-
-@pytest.mark.parametrize(("ids", "expected"), [([5], True), ([5, 6, 7], True), ([5, 7], False), ([7, 6], False),
-                                               ([5, 5, 7], False), ([], False), ([0, 2, 2, 3], False)])
-def test_is_run(ids: list[int], expected: bool) -> None:
-    assert is_run(np.asarray(ids, dtype=np.int64)) is expected
