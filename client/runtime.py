@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+DRAIN_WAIT_S = 2.0      # how long stop() waits for the tasks it cancelled to end
 
 
 class EventLoopThread:
@@ -61,10 +64,24 @@ class EventLoopThread:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
+        """Stop the loop after its remaining tasks end: a gRPC call's status task left pending when the loop
+        closes is logged as 'Task was destroyed but it is pending!' at exit."""
         if self.loop.is_closed():
             return
+        if self.loop.is_running() and not self.in_loop_thread():
+            with contextlib.suppress(Exception):
+                self.submit(self._drain()).result(DRAIN_WAIT_S + 1)
         self.loop.call_soon_threadsafe(self.loop.stop)
         if not self.in_loop_thread():
             self._thread.join(10)
             if not self.loop.is_running():
                 self.loop.close()
+
+    async def _drain(self) -> None:
+        """Cancel the loop's other tasks, as asyncio.run does before it closes a loop, and wait for them."""
+        await asyncio.sleep(0)                 # tasks whose result has arrived finish on their own
+        pending = asyncio.all_tasks(self.loop) - {asyncio.current_task()}
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=DRAIN_WAIT_S)
