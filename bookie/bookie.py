@@ -46,6 +46,7 @@ class Bookie:
         self.storage: LedgerStorage | None = None
         self.journal: Journal | None = None
         self._checkpoint_stop = threading.Event()
+        self._checkpoint_wake = threading.Event()    # set by storage when its index cache is half dirty, and by close
         self._checkpoint_thread: threading.Thread | None = None
         self._ordered: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()  # see _in_order
         self._storage_thread: threading.Thread | None = None
@@ -57,7 +58,7 @@ class Bookie:
             (d / "current").mkdir(parents=True, exist_ok=True)
         self.storage = LedgerStorage(cfg.ledger_dirs, entry_log_size_limit=cfg.logSizeLimit,
                                      page_size=cfg.pageSize, page_limit=cfg.pageLimit,
-                                     direct_io=cfg.entryLogDirectIO)
+                                     direct_io=cfg.entryLogDirectIO, checkpoint_wanted=self._checkpoint_wake.set)
         self.journal = Journal(
             cfg.journal_dir,
             max_group_wait_ms=cfg.journalMaxGroupWaitMSec,
@@ -109,6 +110,7 @@ class Bookie:
 
     def close(self) -> None:
         self._checkpoint_stop.set()
+        self._checkpoint_wake.set()
         if self._storage_thread is not None:     # what was queued reaches the journal (or fails) first
             self._ordered.put(None)
             self._storage_thread.join()
@@ -127,19 +129,27 @@ class Bookie:
         ledger storage), then flush storage and record the mark HERE, on the checkpoint thread, as
         BookKeeper's SyncThread does. Run on the journal thread, the flush's fsyncs stalled every add of
         this bookie for their whole length (30-100 ms measured at 6k adds/s), and the bookies of a local
-        cluster, started together, stalled together, so that no add could reach its ack quorum."""
+        cluster, started together, stalled together, so that no add could reach its ack quorum.
+        Storage wakes it early when half its index page cache is dirty (see LedgerStorage._make_room)."""
         interval = max(self.config.flushInterval, 10) / 1000.0
-        while not self._checkpoint_stop.wait(interval):
-            if self.journal is None or self.journal.failed:
-                continue
-            marks: queue.SimpleQueue[LogMark] = queue.SimpleQueue()
-            self.journal.request_checkpoint(marks.put)
-            mark = None
-            while mark is None and not self._checkpoint_stop.is_set():
-                with contextlib.suppress(queue.Empty):
-                    mark = marks.get(timeout=0.5)
-            if mark is not None and not self.journal.failed:
-                self._checkpoint(mark)
+        while not self._checkpoint_stop.is_set():
+            self._checkpoint_wake.wait(interval)
+            if self._checkpoint_stop.is_set():
+                break
+            self._checkpoint_once()
+            self._checkpoint_wake.clear()    # asks made during it are repeated by the adds that still see it due
+
+    def _checkpoint_once(self) -> None:
+        if self.journal is None or self.journal.failed:
+            return
+        marks: queue.SimpleQueue[LogMark] = queue.SimpleQueue()
+        self.journal.request_checkpoint(marks.put)
+        mark = None
+        while mark is None and not self._checkpoint_stop.is_set():
+            with contextlib.suppress(queue.Empty):
+                mark = marks.get(timeout=0.5)
+        if mark is not None and not self.journal.failed:
+            self._checkpoint(mark)
 
     def _checkpoint(self, mark: LogMark) -> None:
         """Flush ledger storage, then record that the journal before `mark` is no longer needed."""

@@ -20,7 +20,7 @@ import contextlib
 import os
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,10 @@ class LedgerStorage:
     def __init__(
         self, ledger_dirs: Sequence[Path], *, entry_log_size_limit: int = 1 << 30,
         page_size: int = DEFAULT_PAGE_SIZE, page_limit: int = DEFAULT_PAGE_LIMIT, direct_io: bool = True,
+        checkpoint_wanted: Callable[[], None] | None = None,
     ) -> None:
+        """`checkpoint_wanted`: called (from an add, with no lock held) while half the page limit or more is
+        dirty, so the owner checkpoints before the cache is full and an add has to flush it synchronously."""
         if not ledger_dirs:
             raise ValueError("at least one ledger directory is needed")
         self._currents = [Path(d) / "current" for d in ledger_dirs]
@@ -131,6 +134,7 @@ class LedgerStorage:
         self._logs = [EntryLogger(c, entry_log_size_limit, direct_io) for c in self._currents]
         self._geometry = PageGeometry(page_size)
         self._pages = PageCache(page_limit)
+        self._checkpoint_wanted = checkpoint_wanted
         self._ledgers: dict[int, LedgerIndex] = {}
         self._live: list[dict[int, int]] = [{} for _ in self._index_dirs]   # per dir: entry log -> live bytes
         for i, index_dir in enumerate(self._index_dirs):
@@ -322,11 +326,16 @@ class LedgerStorage:
             start += count
 
     def _make_room(self) -> None:
-        """Called with the write lock: when the cache is over its limit with every page dirty, flush."""
+        """Called with the write lock: when the cache is over its limit with every page dirty, flush. That
+        flush holds up every add for its fsyncs, so from half the limit dirty on, a checkpoint is asked for."""
         with self._lock:
             self._pages.evict()
-            if not self._pages.over_limit:
-                return
+            over = self._pages.over_limit
+            wanted = self._pages.dirty_count * 2 >= self._pages.limit
+        if wanted and self._checkpoint_wanted is not None:
+            self._checkpoint_wanted()
+        if not over:
+            return
         self.flush()
         with self._lock:
             self._pages.evict()
