@@ -160,6 +160,7 @@ class BookieClient:
         self._answered = 0                   # acks received but not yet matched to a whole request
         self._wakeup = asyncio.Event()
         self._stream_task: asyncio.Task[None] | None = None
+        self._on_free: dict[Callable[[], None], None] = {}   # called once when a request slot frees (or it fails)
         self._closed = False
         self.failed = False
 
@@ -171,6 +172,21 @@ class BookieClient:
         self._handlers.pop(ledger_id, None)
 
     # ---- adds -----------------------------------------------------------------------------
+    @property
+    def saturated(self) -> bool:
+        """Would a single add queued now wait for an answer (maxAddRequestsInFlight unanswered)?"""
+        return not self.failed and bool(self._limit) and len(self._in_flight) >= self._limit
+
+    def when_free(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, on the loop, when a request slot frees or the connection fails (registering
+        the same callback again before then changes nothing)."""
+        self._on_free[callback] = None
+
+    def _freed(self) -> None:
+        callbacks, self._on_free = self._on_free, {}
+        for callback in callbacks:
+            callback()
+
     def send_add(
         self,
         ledger_id: int,
@@ -265,6 +281,8 @@ class BookieClient:
             self._in_flight_bytes -= nbytes
         if self._queued and self._may_write():
             self._wakeup.set()
+        if self._on_free and not self.saturated:
+            self._freed()
 
     def _fail(self) -> None:
         """The stream is gone: nothing in flight on it will be acknowledged."""
@@ -272,6 +290,7 @@ class BookieClient:
         self._queued.clear()
         for handler in list(self._handlers.values()):
             handler.on_bookie_failed(self.bookie_id)
+        self._freed()
 
     # ---- unary calls ------------------------------------------------------------------------
     def _broken(self, exc: grpc.aio.AioRpcError) -> None:

@@ -65,8 +65,9 @@ class LedgerWriter:
         self.pending = PendingAdds(md.last_fragment.ensemble, md.write_quorum, md.ack_quorum)
         self._incoming: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]] = []
         self._bulk_queued = False                # some item of _incoming is a Bulk
-        self._lock = threading.Lock()            # guards _incoming, _scheduled and the window
+        self._lock = threading.Lock()            # guards _incoming, _scheduled, _parked and the window
         self._scheduled = False
+        self._parked = False                     # every bookie is saturated: adds wait without waking the loop
         self._window_limit = ctx.config.maxOutstandingAdds
         self._in_window = 0                      # adds queued or in flight (bounded memory)
         self._window_waiters = 0
@@ -118,8 +119,8 @@ class LedgerWriter:
                 self._wait_for_window()
             self._in_window += 1
             self._incoming.append((payload, future))
-            wake = not self._scheduled
-            self._scheduled = True
+            wake = not self._scheduled and not self._parked
+            self._scheduled = self._scheduled or wake
         if wake:
             self.ctx.runtime.call_soon(self._drain)
         return True
@@ -142,8 +143,8 @@ class LedgerWriter:
             self._in_window += slots
             self._incoming.append((bulk, future))
             self._bulk_queued = True
-            wake = not self._scheduled
-            self._scheduled = True
+            wake = not self._scheduled and not self._parked
+            self._scheduled = self._scheduled or wake
         if wake:
             self.ctx.runtime.call_soon(self._drain)
 
@@ -170,9 +171,41 @@ class LedgerWriter:
         with self._lock:
             items, self._incoming = self._incoming, []
             bulk, self._bulk_queued = self._bulk_queued, False
-            self._scheduled = False
+            self._scheduled = self._parked = False
         if not items:
             return
+        try:
+            self._drain_items(items, bulk)
+        finally:
+            self._park_if_saturated()
+
+    def _park_if_saturated(self) -> None:
+        """Nagle's rule without a wake-up per add: while every bookie of the ensemble has
+        maxAddRequestsInFlight requests unanswered, an add could only join the next request, so adds queue
+        here without waking the loop (a cross-thread wake-up and a drain per add cost more CPU than the add
+        itself when adds trickle in one at a time). The first freed slot, or a failure, drains them."""
+        if self.error is not None or self.closing:
+            return
+        clients = [self.ctx.pool.cached(bookie_id) for bookie_id in self.pending.ensemble]
+        if not all(client is not None and client.saturated for client in clients):
+            return
+        with self._lock:
+            self._parked = True
+        for client in clients:
+            assert client is not None
+            client.when_free(self._unpark)
+
+    def _unpark(self) -> None:
+        with self._lock:
+            if not self._parked:
+                return
+            self._parked = False
+            wake = bool(self._incoming) and not self._scheduled
+            self._scheduled = self._scheduled or wake
+        if wake:
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
         if self.error is not None or self.closing:
             error = self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
             self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
@@ -467,6 +500,7 @@ class LedgerWriter:
         timeout = self.ctx.config.addEntryTimeoutSec
         while True:
             await asyncio.sleep(TICK)
+            self._unpark()              # a safety net: a freed slot or a failure unparks sooner
             if self.error is not None:
                 continue
             now = loop.time()

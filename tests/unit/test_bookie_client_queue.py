@@ -133,6 +133,51 @@ def test_close_flushes_adds_still_queued() -> None:
     asyncio.run(scenario())
 
 
+def test_saturated_until_an_answer_frees_a_slot_which_calls_when_free_once() -> None:
+    """The writer parks its adds while every bookie is saturated; when_free is what unparks it."""
+    async def scenario() -> None:
+        client, call, acks = _client(limit=2)
+        freed: list[str] = []
+        _add(client, 1, 0)
+        await _settle()
+        assert not client.saturated
+        _add(client, 1, 1)
+        await _settle()
+        assert client.saturated and len(call.written) == 2
+        client.when_free(lambda: freed.append("a"))
+        client.when_free(lambda: freed.append("b"))
+        _add(client, 1, 2)                                   # waits in the queue: no slot frees
+        await _settle()
+        assert freed == []
+        call.answer(call.written[0])                         # a slot frees; the queued request takes it
+        await _settle()
+        assert freed == ["a", "b"] and len(call.written) == 3 and client.saturated
+        call.answer(call.written[1])
+        await _settle()
+        assert freed == ["a", "b"]                           # once each
+        client.when_free(lambda: freed.append("c"))
+        await client.close()
+        assert not client.saturated
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_stream_calls_when_free() -> None:
+    async def scenario() -> None:
+        client, call, acks = _client(limit=1)
+        freed: list[str] = []
+        _add(client, 1, 0)
+        await _settle()
+        assert client.saturated
+        client.when_free(lambda: freed.append("x"))
+        await call.responses.put(None)                       # the bookie ends the stream: it failed
+        await _settle()
+        assert acks.failed and freed == ["x"] and not client.saturated
+        await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_answers_out_of_order_still_free_the_slots() -> None:
     async def scenario() -> None:
         client, call, acks = _client(limit=2)

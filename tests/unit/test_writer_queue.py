@@ -21,9 +21,20 @@ from proto import bookie_pb2 as pb
 
 class FakeBookie:
     failed = False
+    saturated = False            # maxAddRequestsInFlight reached (set by a test)
 
     def __init__(self) -> None:
         self.sent: list[tuple[list[int], list[int], bytes]] = []
+        self.on_free: list[Any] = []
+
+    def when_free(self, callback: Any) -> None:
+        self.on_free.append(callback)
+
+    def free(self) -> None:
+        self.saturated = False
+        callbacks, self.on_free = self.on_free, []
+        for callback in callbacks:
+            callback()
 
     def register(self, ledger_id: int, handler: object) -> None:
         pass
@@ -39,8 +50,10 @@ class FakeBookie:
 class Runtime:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self.wakeups = 0
 
     def call_soon(self, fn: Any, *args: Any) -> None:
+        self.wakeups += 1
         self.loop.call_soon_threadsafe(fn, *args)
 
 
@@ -81,6 +94,53 @@ def test_entries_go_to_their_write_sets_and_complete_in_order() -> None:
         assert [f.result(0) for f in futures[:2] if f] == [0, 1]
         assert writer.pending.last_add_confirmed == 1 and writer.lac_length == 4
         assert _submit(writer, b"now") is not None               # two slots came free
+
+    asyncio.run(scenario())
+
+
+def test_adds_wait_without_waking_the_loop_while_every_bookie_is_saturated() -> None:
+    """Parked: with every bookie at maxAddRequestsInFlight an add could only join the next request, so a
+    submit does not wake the loop; the first freed slot drains them all, in order, as one batch."""
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 3, 2, window=100)
+        runtime: Runtime = writer.ctx.runtime  # type: ignore[assignment]
+        for bookie in bookies.values():
+            bookie.saturated = True
+        first = _submit(writer, b"a")
+        await asyncio.sleep(0)
+        assert runtime.wakeups == 1 and bookies["b0"].sent[-1][0] == [0]       # sent; now parked
+        later = [_submit(writer, b"b"), _submit(writer, b"c"), _submit(writer, b"d")]
+        await asyncio.sleep(0)
+        assert runtime.wakeups == 1 and len(bookies["b0"].sent) == 1           # queued, no wake-up
+        bookies["b1"].free()                                                   # one slot of one bookie,
+        bookies["b1"].saturated = True                                         # taken by the drain's request
+        await asyncio.sleep(0)
+        assert [sent[0] for sent in bookies["b0"].sent] == [[0], [1, 2, 3]]
+        assert bookies["b0"].sent == bookies["b1"].sent == bookies["b2"].sent
+        for entry in range(4):
+            _ack(writer, "b0", entry)
+            _ack(writer, "b2", entry)
+        assert first is not None and [f.result(0) for f in [first, *later] if f] == [0, 1, 2, 3]
+        assert _submit(writer, b"e") is not None and runtime.wakeups == 1     # parked again after that drain
+        await asyncio.sleep(0)
+        bookies["b2"].failed = True
+        bookies["b2"].free()                                                   # a failure unparks too
+        await asyncio.sleep(0)
+        assert bookies["b0"].sent[-1][0] == [4]
+
+    asyncio.run(scenario())
+
+
+def test_a_saturated_bookie_beside_a_free_one_does_not_park() -> None:
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 3, 2, window=100)
+        runtime: Runtime = writer.ctx.runtime  # type: ignore[assignment]
+        bookies["b0"].saturated = bookies["b1"].saturated = True
+        _submit(writer, b"a")
+        await asyncio.sleep(0)
+        _submit(writer, b"b")
+        await asyncio.sleep(0)
+        assert runtime.wakeups == 2 and [sent[0] for sent in bookies["b2"].sent] == [[0], [1]]
 
     asyncio.run(scenario())
 
