@@ -1,7 +1,8 @@
 """The writer side of a ledger handle: pipelined, batched adds; acks in order; ensemble change; close.
 
 Mirrors BookKeeper's LedgerHandle write path. Adds come from any thread into a queue; the client loop
-drains it once per wake-up, gives each add the next entry id through the pure PendingAdds machine,
+drains it once per wake-up (no wake-up while every bookie is saturated: the first freed request slot
+drains what queued meanwhile), gives each add the next entry id through the pure PendingAdds machine,
 packages the whole drain as one blob (R7) and sends each bookie one batch. Acks go back into
 PendingAdds, whose actions complete futures in entry order (R6), ask for an ensemble change (R9) or
 fail the adds (R21: EFENCED fails them, never changes the ensemble). As BookKeeper's per-request add
