@@ -220,8 +220,10 @@ class LatencyResult:
 
 def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: float,
               done: list[float], errors: list[BaseException]) -> None:
-    """The timer thread: entry i is due at start + i / rate. It wakes every TICK (or every 1 / rate
-    if longer) and submits every add due by then, whatever the acknowledgements are doing. Every
+    """The timer thread: entry i is due at start + i / rate. It sleeps until the next add is due (at most
+    max(TICK, 1 / rate)) and submits every add due by then, whatever the acknowledgements are doing: at
+    rates above 1 / TICK it wakes about once per due add (every 50 us at 20,000 adds/s), as a producer
+    thread adding one entry at a time would, and competes for the GIL with the client's loop. Every
     SAMPLE_EVERY-th add and the last record their acknowledgement time in `done`; a failed add fails
     every later one (a ledger's failure is sticky), so the last one reports it if no sample did."""
 
