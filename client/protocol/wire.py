@@ -87,6 +87,8 @@ def packed_field(field_number: int, values: npt.NDArray[np.int64]) -> bytes:
 FIXED64 = 1                   # wire types that are skipped when a field is not known
 FIXED32 = 5
 MAX_VARINT_BYTES = 10
+MAX_TAG_BYTES = 5            # a field's tag is a uint32: protobuf refuses a longer varint for it,
+MAX_TAG = (1 << 32) - 1      # or a larger value (a field number past 2**29 - 1)
 
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -106,11 +108,15 @@ def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
     """Each field of a message in order: (field number, wire type, value). A varint's value is an int, a
     length-delimited field's a view of `buf` (no copy); fixed-size fields are passed over. ValueError
-    for what protobuf's parser refuses too (a field cut off, field number 0, groups, wire types 6-7)."""
+    for what protobuf's parser refuses too (a field cut off, field number 0 or past 2**29 - 1, a tag longer
+    than five bytes, groups, wire types 6-7)."""
     view = memoryview(buf)
     pos, size = 0, len(view)
     while pos < size:
-        key, pos = read_varint(view, pos)
+        key, end = read_varint(view, pos)
+        if end - pos > MAX_TAG_BYTES or key > MAX_TAG:
+            raise ValueError("field tag longer than five bytes or beyond 32 bits (field number over 2**29 - 1)")
+        pos = end
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise ValueError("field number 0")

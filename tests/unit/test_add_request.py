@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf.message import DecodeError
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bookie.add_request import parse_add_request
@@ -65,6 +65,10 @@ def test_a_batch_data_is_a_view_of_the_request_not_a_copy() -> None:
 
 
 @given(st.binary(max_size=80))
+@example(b"\x80\x80\x80\x80\x10\x00")             # tag 2**32: field number 2**29, one past the last (CI)
+@example(bytes([0xF8, 0xFF, 0xFF, 0xFF, 0x0F, 0x00]))    # field number 2**29 - 1: the last one, passed over
+@example(b"\x98\x80\x80\x80\x00\x00")              # field 3's tag in five bytes: accepted
+@example(b"\x98\x80\x80\x80\x80\x00\x00")          # ... in six: refused
 def test_garbage_is_refused_where_protobuf_refuses_it_and_read_alike_where_it_is_not(raw: bytes) -> None:
     try:
         expected = [as_parsed(b) for b in pb.AddRequest.FromString(raw).batches]
