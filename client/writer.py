@@ -120,8 +120,7 @@ class LedgerWriter:
                 self._wait_for_window()
             self._in_window += 1
             self._incoming.append((payload, future))
-            wake = not self._scheduled and not self._parked
-            self._scheduled = self._scheduled or wake
+            wake = self._claim_drain_locked()
         if wake:
             self.ctx.runtime.call_soon(self._drain)
         return True
@@ -144,8 +143,7 @@ class LedgerWriter:
             self._in_window += slots
             self._incoming.append((bulk, future))
             self._bulk_queued = True
-            wake = not self._scheduled and not self._parked
-            self._scheduled = self._scheduled or wake
+            wake = self._claim_drain_locked()
         if wake:
             self.ctx.runtime.call_soon(self._drain)
 
@@ -201,10 +199,16 @@ class LedgerWriter:
             if not self._parked:
                 return
             self._parked = False
-            wake = bool(self._incoming) and not self._scheduled
-            self._scheduled = self._scheduled or wake
+            wake = bool(self._incoming) and self._claim_drain_locked()
         if wake:
             asyncio.get_running_loop().call_soon(self._drain)
+
+    def _claim_drain_locked(self) -> bool:
+        """With the lock held, something queued: should the caller schedule a drain? (Not when one is
+        scheduled already, nor while parked.) A True answer marks the drain scheduled."""
+        wake = not self._scheduled and not self._parked
+        self._scheduled = self._scheduled or wake
+        return wake
 
     def _drain_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
         if self.error is not None or self.closing:
