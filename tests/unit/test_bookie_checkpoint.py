@@ -45,7 +45,7 @@ def test_storage_asks_for_a_checkpoint_from_half_its_page_limit_dirty(tmp_path: 
 
 def test_a_half_dirty_page_cache_checkpoints_before_flush_interval(tmp_path: Path) -> None:
     """flushInterval is an hour; adds that dirty 5 of 8 pages (the cache never full) still move lastMark
-    and leave the pages clean, within seconds."""
+    (R22: the LastLogMark that replay starts from) within seconds."""
     config = BookieConfig(journalDirectories=(str(tmp_path / "journal"),),
                           ledgerDirectories=(str(tmp_path / "ledgers"),), flushInterval=3_600_000,
                           pageSize=PAGE_SIZE, pageLimit=PAGE_LIMIT)

@@ -100,7 +100,8 @@ def test_entries_go_to_their_write_sets_and_complete_in_order() -> None:
 
 def test_adds_wait_without_waking_the_loop_while_every_bookie_is_saturated() -> None:
     """Parked: with every bookie at maxAddRequestsInFlight an add could only join the next request, so a
-    submit does not wake the loop; the first freed slot drains them all, in order, as one batch."""
+    submit does not wake the loop; the first freed slot drains them all, in order, as one batch, and they
+    complete in entry order (R6)."""
     async def scenario() -> None:
         writer, bookies = _writer(3, 3, 2, window=100)
         runtime: Runtime = writer.ctx.runtime  # type: ignore[assignment]
