@@ -7,6 +7,10 @@ With `max_requests_in_flight` set, at most that many AddRequests are unanswered 
 queued meanwhile wait and leave together once an answer frees a slot (Nagle's rule, like a Netty
 channel's write-buffer watermarks). A bookie busy with an fsync would group them anyway; this way
 they cost one message instead of one each, which is what keeps latency low when adds trickle in.
+With `pipeline_min_bytes` set, a second request (up to that bound) leaves only while the unanswered
+ones carry at least that many bytes: under light load one request at a time, each carrying everything
+that came during the last round trip (fewer requests, less CPU on two small cores, half the p99 at 20%
+of peak), and under heavy load a pipeline, so that a bookie never idles between two requests.
 A chunk of a bulk is a request of its own that nothing joins, so waiting gains it nothing: chunks leave
 while fewer than `max_bulk_bytes_in_flight` bytes are unanswered (with two requests of 0.5 MiB in
 flight, each bookie's journal committed one request per fsync and the bulk loop idled between them).
@@ -136,8 +140,10 @@ ADD_BATCH_DATA = 8          # AddBatch.data
 class BookieClient:
     def __init__(self, bookie_id: str, address: str, max_requests_in_flight: int = 0,
                  credentials: grpc.ChannelCredentials | None = None, tls: TlsSettings | None = None,
-                 max_bulk_bytes_in_flight: int = 0):
+                 max_bulk_bytes_in_flight: int = 0, pipeline_min_bytes: int = 0):
         """`max_requests_in_flight`: AddRequests unanswered on the stream before adds wait (0: no bound).
+        `pipeline_min_bytes`: unanswered bytes below which one unanswered request is already the bound (0:
+        never; the client setting addPipelineMinBytes).
         `credentials`: TLS channel credentials (client.tls; None: plaintext); `tls` explains rejections.
         `max_bulk_bytes_in_flight`: unanswered bytes up to which a bulk's chunk leaves past that bound (0: it
         obeys the bound; the client setting maxAddBulkBytesInFlight)."""
@@ -155,6 +161,7 @@ class BookieClient:
         self._queued: collections.deque[_Queued] = collections.deque()
         self._limit = max_requests_in_flight
         self._bulk_limit = max_bulk_bytes_in_flight
+        self._pipeline_min_bytes = pipeline_min_bytes
         self._in_flight: collections.deque[tuple[int, int]] = collections.deque()   # (batches, bytes) of each
         self._in_flight_bytes = 0                                                    # unanswered request
         self._answered = 0                   # acks received but not yet matched to a whole request
@@ -174,8 +181,16 @@ class BookieClient:
     # ---- adds -----------------------------------------------------------------------------
     @property
     def saturated(self) -> bool:
-        """Would a single add queued now wait for an answer (maxAddRequestsInFlight unanswered)?"""
-        return not self.failed and bool(self._limit) and len(self._in_flight) >= self._limit
+        """Would a single add queued now wait for an answer?"""
+        return not self.failed and self._at_bound()
+
+    def _at_bound(self) -> bool:
+        """Are as many requests unanswered as single adds may have: maxAddRequestsInFlight, or one while
+        the unanswered bytes are below addPipelineMinBytes."""
+        unanswered = len(self._in_flight)
+        if not self._limit or not unanswered:
+            return False
+        return unanswered >= self._limit or self._in_flight_bytes < self._pipeline_min_bytes
 
     def when_free(self, callback: Callable[[], None]) -> None:
         """Call `callback` once, on the loop, when a request slot frees or the connection fails (registering
@@ -224,7 +239,7 @@ class BookieClient:
 
     def _may_write(self) -> bool:
         """May the oldest queued request leave now? (Call with something queued.)"""
-        if not self._limit or len(self._in_flight) < self._limit:
+        if not self._at_bound():
             return True
         head = self._queued[0]
         return head.sealed and self._in_flight_bytes + head.nbytes <= self._bulk_limit

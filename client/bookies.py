@@ -29,12 +29,13 @@ _NO_BOOKIES = (NotEnoughBookiesError, BookieUnavailableError, LedgerRecoveryErro
 
 class BookiePool:
     def __init__(self, store: MetadataStore, max_add_requests_in_flight: int = 0, tls: TlsSettings | None = None,
-                 max_add_bulk_bytes_in_flight: int = 0):
+                 max_add_bulk_bytes_in_flight: int = 0, add_pipeline_min_bytes: int = 0):
         """`tls`: the client's TLS keys; credentials are loaded once, here (InvalidOptionError if unusable).
         The bounds on adds in flight per connection: see client.bookie_client."""
         self.store = store
         self.max_add_requests_in_flight = max_add_requests_in_flight
         self.max_add_bulk_bytes_in_flight = max_add_bulk_bytes_in_flight
+        self.add_pipeline_min_bytes = add_pipeline_min_bytes
         self.tls = tls or TlsSettings()
         self.credentials = channel_credentials(self.tls)
         self._clients: dict[str, BookieClient] = {}
@@ -66,7 +67,8 @@ class BookiePool:
         if client is not None:
             self._retire(client)
         client = BookieClient(bookie_id, await self.address(bookie_id), self.max_add_requests_in_flight,
-                              self.credentials, self.tls, self.max_add_bulk_bytes_in_flight)
+                              self.credentials, self.tls, self.max_add_bulk_bytes_in_flight,
+                              self.add_pipeline_min_bytes)
         existing = self._clients.get(bookie_id)
         if existing is not None and not existing.failed:   # another task connected meanwhile
             await client.close()

@@ -69,7 +69,8 @@ class BookKeeper(LogsMixin):
         store = MetadataStore(metadata_service_uri, session_timeout=self.config.zkTimeout,
                               auth=zk_auth(self.config)).start()
         runtime = EventLoopThread()
-        pool = BookiePool(store, self.config.maxAddRequestsInFlight, pool_tls, self.config.maxAddBulkBytesInFlight)
+        pool = BookiePool(store, self.config.maxAddRequestsInFlight, pool_tls, self.config.maxAddBulkBytesInFlight,
+                          self.config.addPipelineMinBytes)
         health = BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
                               self.config.reorderReadSequenceEnabled)
         self._ctx = ClientContext(runtime, store, pool, self.config, placement or RandomPlacementPolicy(),

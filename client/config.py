@@ -37,6 +37,9 @@ class ClientConfig:
     maxAddBulkBytesInFlight: int = 8 * 1024 * 1024   # per bookie connection: a bulk's chunks (add_entries)
                                              # also leave past maxAddRequestsInFlight while fewer bytes than
                                              # this are unanswered (0: chunks obey maxAddRequestsInFlight)
+    addPipelineMinBytes: int = 256 * 1024    # per bookie connection: a second request (up to maxAddRequestsInFlight)
+                                             # leaves only while the unanswered ones carry at least this many
+                                             # bytes; below it, one at a time (0: always up to the bound)
     maxOutstandingAdds: int = 4000           # adds in flight per ledger before add_entry waits (deeper queues
                                              # only delay acks past addEntryTimeoutSec when many ledgers share a bookie)
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure

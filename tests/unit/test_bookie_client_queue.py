@@ -55,8 +55,9 @@ class Acks:
         self.failed = True
 
 
-def _client(limit: int, bulk_bytes: int = 0) -> tuple[BookieClient, FakeCall, Acks]:
-    client = BookieClient("b1", "127.0.0.1:1", max_requests_in_flight=limit, max_bulk_bytes_in_flight=bulk_bytes)
+def _client(limit: int, bulk_bytes: int = 0, pipeline: int = 0) -> tuple[BookieClient, FakeCall, Acks]:
+    client = BookieClient("b1", "127.0.0.1:1", max_requests_in_flight=limit, max_bulk_bytes_in_flight=bulk_bytes,
+                          pipeline_min_bytes=pipeline)
     call = FakeCall()
     client.add_stream = lambda: call
     acks = Acks()
@@ -311,6 +312,41 @@ def test_without_a_byte_bound_bulk_chunks_obey_the_request_bound() -> None:
         call.answer(call.written[1])
         await _settle()
         assert acks.entries == {1: [0, 1, 2, 3]}
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_below_pipeline_min_bytes_one_request_at_a_time_and_a_pipeline_once_requests_are_large() -> None:
+    """addPipelineMinBytes: while the unanswered request is small, the next adds wait for its answer and
+    leave together (and the writer may park them: saturated); once it carries that many bytes, a second
+    request leaves at once, up to maxAddRequestsInFlight."""
+    async def scenario() -> None:
+        client, call, acks = _client(limit=2, pipeline=10)
+        _add(client, 1, 0)                                   # 3 bytes unanswered: below 10
+        await _settle()
+        assert len(call.written) == 1 and client.saturated
+        for entry_id in range(1, 5):
+            _add(client, 1, entry_id)
+        await _settle()
+        assert len(call.written) == 1                        # one at a time while requests are small
+        call.answer(call.written[0])
+        await _settle()
+        assert [list(r.batches[0].entry_ids) for r in call.written] == [[0], [1, 2, 3, 4]]
+        assert not client.saturated                          # 12 bytes unanswered: a pipeline
+        _add(client, 1, 5)
+        await _settle()
+        assert len(call.written) == 3 and client.saturated   # the second request; now at the bound of 2
+        _add(client, 1, 6)
+        await _settle()
+        assert len(call.written) == 3
+        for request in call.written[1:3]:
+            call.answer(request)
+        await _settle()
+        assert [list(r.batches[0].entry_ids) for r in call.written][3:] == [[6]]
+        call.answer(call.written[3])
+        await _settle()
+        assert acks.entries == {1: list(range(7))}
         await client.close()
 
     asyncio.run(scenario())
