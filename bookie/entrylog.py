@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bookie.direct_append import ALIGN, DirectAppender, open_direct
-from bookie.files import fsync_dir, list_hex_ids, write_all
+from bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
 
 MAGIC = b"BKLO"
 VERSION = 1
@@ -46,6 +46,7 @@ class EntryLogger:
         self.current = current
         self.direct_io = direct_io
         self.current.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(self.current)
         self.size_limit = size_limit
         ids = list_log_ids(current)
         self._next_id = (ids[-1] + 1) if ids else 1
@@ -260,7 +261,8 @@ class EntryLogger:
             return 0
 
     def remove(self, log_id: int) -> int:
-        """Delete a log that no index slot points at any more; returns the bytes freed."""
+        """Delete a log that no index slot points at any more (gradually, `files.remove_gradually`: call it
+        without storage's write lock); returns the bytes freed."""
         with self._lock:
             if log_id == self._active_id and self._active_fd >= 0:
                 raise StorageError(f"entry log {log_id:x} is the active log; it cannot be removed")
@@ -268,14 +270,7 @@ class EntryLogger:
             fd = self._read_fds.pop(log_id, None)
             if fd is not None:
                 os.close(fd)
-        path = self.path(log_id)
-        try:
-            freed = os.stat(path).st_size
-            os.unlink(path)
-        except FileNotFoundError:
-            return 0
-        fsync_dir(self.current)
-        return freed
+        return remove_gradually(self.path(log_id))
 
     def close(self) -> None:
         with self._lock:

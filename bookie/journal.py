@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
 from bookie.direct_append import DirectAppender, open_direct
-from bookie.files import fsync_dir, list_hex_ids, write_all
+from bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
 
@@ -240,16 +240,12 @@ class Journal:
             return LogMark(self._file_id, self._offset)
 
     def remove_old_files(self, mark: LogMark) -> None:
-        """Delete journal files wholly before `mark`, keeping the newest `max_backups` of them."""
+        """Delete journal files wholly before `mark`, keeping the newest `max_backups` of them (gradually:
+        see `files.remove_gradually`; this runs on the checkpoint thread, off every add's path)."""
         old = [i for i in list_journal_ids(self.current_dir) if i < mark.file_id and i != self._file_id]
         doomed = old[: max(0, len(old) - self.max_backups)]
         for file_id in doomed:
-            try:
-                os.unlink(self.current_dir / _file_name(file_id))
-            except FileNotFoundError:
-                continue
-        if doomed:
-            fsync_dir(self.current_dir)
+            remove_gradually(self.current_dir / _file_name(file_id))
 
     # ---- producer side ------------------------------------------------------------------------
 
@@ -257,6 +253,7 @@ class Journal:
         """Open a new journal file and start the journal thread."""
         if self._thread is not None or self._closed:
             raise RuntimeError("journal already started or closed")
+        remove_leftovers(self.current_dir)
         self._open_new_file()
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()

@@ -659,19 +659,18 @@ class LedgerStorage:
 
         The index is checkpointed (entry logs fsynced, dirty pages written) first, so the index on disk never
         points into a removed log; then every index file is scanned for the candidates (the usage counts are
-        not trusted with a deletion).
+        not trusted with a deletion). Adds wait for none of the removals.
         """
         if not candidates:
             return 0
-        freed = 0
         with self._write_lock:
             self.flush()
             named = self._named_logs({(d, log_id) for d, log_id in candidates})
-            for dir_index, log_id in candidates:
-                if (dir_index, log_id) in named or log_id == self._logs[dir_index].active_id:
-                    continue
-                freed += self._logs[dir_index].remove(log_id)
-        return freed
+            dead = [(d, log_id) for d, log_id in candidates
+                    if (d, log_id) not in named and log_id != self._logs[d].active_id]
+        # outside the write lock (a removal takes a while, see files.remove_gradually): no slot names a dead
+        # log, and new entries only ever go to the active log, so none can come to name it meanwhile
+        return sum(self._logs[d].remove(log_id) for d, log_id in dead)
 
     def _named_logs(self, wanted: set[tuple[int, int]]) -> set[tuple[int, int]]:
         """Which of `wanted` (dir index, log id) some index slot names (called with the write lock)."""
