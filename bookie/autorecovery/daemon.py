@@ -12,12 +12,13 @@ ephemeral, so they vanish when the daemon dies) and runs two threads:
 Each thread runs a round as soon as a ZooKeeper watch says something it cares about changed
 (registrations, cookies and votes for the election/auditor; marks and registrations for the worker),
 and at least every 0.5 s / 0.25 s anyway (due audits, retry backoffs, marks deeper in the tree).
-SIGTERM / SIGINT stop both, withdraw the vote and close the session.
+SIGTERM / SIGINT stop both and close the session, which removes the vote and the locks (ephemeral) at
+once; with ZooKeeper unreachable they go when the session expires, and a stop takes at most about one
+round's retry deadline (2 x zkTimeout) instead of waiting for ZooKeeper to come back.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -122,10 +123,7 @@ class AutoRecovery:
             wake.set()
         for thread in self._threads:
             thread.join(timeout=30)
-        if self.vote is not None:
-            with contextlib.suppress(Exception):
-                self.admin.underreplication.withdraw(self.vote)
-        self.bk.close()
+        self.bk.close()     # ends the session: ZooKeeper drops its vote and locks (no separate delete to wait on)
 
 
 def client_config(config: BookieConfig) -> ClientConfig:

@@ -113,7 +113,7 @@ class MetadataStore(ZkSession):
         root, layout = self.uri.root, self.layout
         parent = root.rsplit("/", 1)[0]
         if parent:
-            self._call(f"create {parent}", self._zk.ensure_path, parent)
+            self._call(f"create {parent}", self._zk.ensure_path_async, parent)
         if self._get(layout.instance_id) is None:
             self._create_instance(root, layout)
         for path in (layout.available, layout.readonly, layout.cookies, layout.idgen, layout.idgen_long):
@@ -130,16 +130,16 @@ class MetadataStore(ZkSession):
         """BookKeeper's initNewCluster multi-op: root, available, available/readonly, INSTANCEID at once."""
         instance = str(uuid.uuid4()).encode("ascii")
 
-        def multi() -> list[Any]:
+        def multi() -> Any:
             txn = self._zk.transaction()
-            if not self._zk.exists(root):
+            if not self._answer(self._zk.exists_async(root)):
                 txn.create(root, b"", acl=self._acl(root))
                 txn.create(layout.available, b"", acl=self._acl(layout.available))
                 txn.create(layout.readonly, b"", acl=self._acl(layout.readonly))
             txn.create(layout.instance_id, instance, acl=self._acl(layout.instance_id))
-            return list(txn.commit())
+            return txn.commit_async()
 
-        results = self._call("initialize the cluster", multi)
+        results = list(self._call("initialize the cluster", multi))
         if not any(isinstance(r, Exception) for r in results):
             return
         # Someone created part of it meanwhile (or an older run left a root without INSTANCEID).
@@ -197,7 +197,7 @@ class MetadataStore(ZkSession):
 
     def _hob_dirs(self) -> list[int]:
         self._ensure(self.layout.idgen_long)
-        names = self._call("list HOBs", self._zk.get_children, self.layout.idgen_long)
+        names = self._call("list HOBs", self._zk.get_children_async, self.layout.idgen_long)
         return sorted(int(n[len(lay.HOB_PREFIX):]) for n in names
                       if n.startswith(lay.HOB_PREFIX) and n[len(lay.HOB_PREFIX):].isdigit())
 
@@ -322,7 +322,7 @@ class MetadataStore(ZkSession):
 
     def _walk(self, path: str, parts: list[str], found: list[int], above: int) -> None:
         try:
-            names = self._call(f"list {path}", self._zk.get_children, path)
+            names = self._call(f"list {path}", self._zk.get_children_async, path)
         except NoNodeError:
             return
         if not parts:

@@ -15,7 +15,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -45,7 +45,6 @@ from client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
 from client.meta.zkauth import ZkAuth
 from client.meta.zkpoll import PollingHandler
 
-T = TypeVar("T")
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 JUTE_MAXBUFFER = 0xFFFFF        # ZooKeeper's default jute.maxbuffer: the largest request a server reads
 REQUEST_MARGIN = 16 * 1024      # room for the request's header, path and ACL around the data
@@ -143,12 +142,25 @@ class ZkSession:
             return self.uri.root
         return f"{self.uri.root}/{path.strip('/')}"
 
-    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run an idempotent ZooKeeper call, retrying connection loss until the deadline."""
+    def _answer(self, pending: Any) -> Any:
+        """The answer to a kazoo request (`*_async`), waited for at most session_timeout. kazoo's blocking
+        calls wait without a bound, and a request made while the session is reconnecting stays queued until
+        it connects: with ZooKeeper gone, a call (an autorecovery daemon withdrawing its auditor vote on
+        SIGTERM) never returned. No answer in time counts as connection loss: the request may still run
+        once the session reconnects, so writes treat it as "maybe written", as for any connection loss."""
+        try:
+            return pending.get(timeout=self.session_timeout)
+        except KazooTimeoutError:
+            raise ConnectionLoss(f"no answer from ZooKeeper at {self.uri.hosts} within "
+                                 f"{self.session_timeout:g}s") from None
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run an idempotent ZooKeeper request (`fn` returns kazoo's async result), retrying connection
+        loss until the deadline."""
         if not self._started:
             raise MetadataStoreError(f"{what}: the metadata store is not started (call start())")
         try:
-            return self._retry.copy()(fn, *args, **kwargs)
+            return self._retry.copy()(lambda: self._answer(fn(*args, **kwargs)))
         except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
             raise
         except NoAuthError:
@@ -156,12 +168,13 @@ class ZkSession:
         except KazooException as exc:
             raise MetadataStoreError(f"{what}: ZooKeeper at {self.uri.hosts} failed: {exc!r}") from exc
 
-    def _once(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a non-idempotent call once; connection loss propagates for the caller to resolve."""
+    def _once(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a non-idempotent request once (`fn` returns kazoo's async result); connection loss (also no
+        answer within session_timeout) propagates for the caller to resolve."""
         if not self._started:
             raise MetadataStoreError(f"{what}: the metadata store is not started (call start())")
         try:
-            return fn(*args, **kwargs)
+            return self._answer(fn(*args, **kwargs))
         except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, *_LOST):
             raise
         except NoAuthError:
@@ -188,7 +201,7 @@ class ZkSession:
 
     def _get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
         try:
-            data, stat = self._call(f"read {path}", self._zk.get, path)
+            data, stat = self._call(f"read {path}", self._zk.get_async, path)
         except NoNodeError:
             return None
         return bytes(data), stat
@@ -199,7 +212,7 @@ class ZkSession:
         self.check_size(path, data)
         for attempt in self._attempts():
             try:
-                return str(self._once(f"create {path}", self._zk.create, path, data, acl=self._acl(path),
+                return str(self._once(f"create {path}", self._zk.create_async, path, data, acl=self._acl(path),
                                       ephemeral=ephemeral, sequence=sequence, makepath=makepath))
             except _LOST:
                 continue
@@ -219,7 +232,7 @@ class ZkSession:
         self.check_size(path, data)
         for _ in self._attempts():
             try:
-                stat = self._once(f"write {path}", self._zk.set, path, data, version)
+                stat = self._once(f"write {path}", self._zk.set_async, path, data, version)
                 return int(stat.version)
             except BadVersionError:
                 raise MetadataVersionError(
@@ -258,7 +271,7 @@ class ZkSession:
         checks = verify if verify is not None else [op for op in ops if op.kind == "set" and op.version >= 0]
         for _ in self._attempts():
             try:
-                results = self._once("multi", self._commit, ops)
+                results = list(self._once("multi", self._commit, ops))
             except _LOST:
                 stored = [self._get(op.path) for op in checks]
                 if checks and all(g is not None and g[0] == op.data and g[1].version > op.version
@@ -271,7 +284,7 @@ class ZkSession:
             _raise_first(results, ops)
             return
 
-    def _commit(self, ops: list[ZkOp]) -> list[Any]:
+    def _commit(self, ops: list[ZkOp]) -> Any:
         txn = self._zk.transaction()
         for op in ops:
             if op.kind == "create":
@@ -284,7 +297,7 @@ class ZkSession:
                 txn.check(op.path, op.version)
             else:
                 raise ValueError(f"unknown transaction operation {op.kind!r}")
-        return list(txn.commit())
+        return txn.commit_async()
 
     def get_many(self, paths: list[str]) -> list[tuple[bytes, int] | None]:
         """(data, version) of each znode (None if missing), read concurrently (paths as for `get`)."""
@@ -307,7 +320,7 @@ class ZkSession:
     def _delete_maybe(self, path: str, version: int) -> None:
         for attempt in self._attempts():
             try:
-                self._once(f"delete {path}", self._zk.delete, path, version)
+                self._once(f"delete {path}", self._zk.delete_async, path, version)
                 return
             except _LOST:
                 continue
@@ -319,7 +332,7 @@ class ZkSession:
                 raise MetadataVersionError(f"{path} is not at version {version}; re-read and retry") from None
 
     def _ensure(self, path: str) -> None:
-        self._call(f"create {path}", self._zk.ensure_path, path, acl=self._acl(path))
+        self._call(f"create {path}", self._zk.ensure_path_async, path, acl=self._acl(path))
 
     # ---- generic helpers (paths relative to the root; "/..." absolute) ------------------------
     def get(self, path: str) -> tuple[bytes, int] | None:
@@ -372,7 +385,7 @@ class ZkSession:
         """Sorted child names; [] when the znode does not exist."""
         full = self._abs(path)
         try:
-            return sorted(self._call(f"list {full}", self._zk.get_children, full))
+            return sorted(self._call(f"list {full}", self._zk.get_children_async, full))
         except NoNodeError:
             return []
 
@@ -411,7 +424,7 @@ class ZkSession:
 
     def exists(self, path: str) -> bool:
         full = self._abs(path)
-        return self._call(f"stat {full}", self._zk.exists, full) is not None
+        return self._call(f"stat {full}", self._zk.exists_async, full) is not None
 
 
 def _raise_first(results: list[Any], ops: list[ZkOp]) -> None:

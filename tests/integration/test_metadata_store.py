@@ -371,6 +371,43 @@ def test_unreachable_zookeeper_is_a_clear_error() -> None:
         s.start()
 
 
+def test_calls_end_with_a_clear_error_when_zookeeper_is_gone(tmp_path: Path) -> None:
+    """ZooKeeper stops for good after the session started: the session keeps reconnecting, and kazoo's own
+    blocking calls would wait for that forever (an autorecovery daemon told to stop hung in withdrawing its
+    auditor vote). A read (retried) and a delete (maybe written, then re-checked) each end with
+    MetadataStoreError after the session's retry deadline instead."""
+    server = ZooKeeperServer()
+    server.start(tmp_path / "zk")
+    store = MetadataStore(server.metadata_service_uri("/ledgers"), session_timeout=1.0)
+    try:
+        store.start()
+        store.init_cluster()
+        store.create_ledger(ledger(1))
+        server.stop()
+        outcomes: dict[str, BaseException | None] = {}
+
+        def attempt(name: str, call: Callable[[], object]) -> None:
+            try:
+                call()
+                outcomes[name] = None
+            except BaseException as exc:  # noqa: BLE001 (the test checks its type)
+                outcomes[name] = exc
+
+        calls: dict[str, Callable[[], object]] = {
+            "read": lambda: store.read_ledger(1), "delete": lambda: store.delete_ledger(1)}
+        threads = [threading.Thread(target=attempt, args=item, daemon=True) for item in calls.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)      # the deadline is 5 s (at least 2 x session_timeout), plus one session_timeout
+        assert not any(t.is_alive() for t in threads), "a metadata call still waits for a ZooKeeper that is gone"
+        assert {name: type(exc) for name, exc in outcomes.items()} == {
+            "read": MetadataStoreError, "delete": MetadataStoreError}
+    finally:
+        server.stop()
+        store.close()
+
+
 def test_not_started_is_a_clear_error(metadata_uri: str) -> None:
     with pytest.raises(MetadataStoreError, match="not started"):
         MetadataStore(metadata_uri).read_ledger(1)
