@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from bookie.local.cluster import LocalCluster
+from bookie.local.zookeeper import stop_pid
 from client.admin import Admin, fragment_end
 from client.bookie_client import BookieClient
 from client.meta.underreplication import UnderReplicationManager
@@ -310,3 +312,17 @@ def test_gc_drops_ledgers_moved_off_a_live_bookie(cluster_factory, bk_factory):
     reader = bk_factory(uri)
     got = [e.payload for e in reader.open_ledger(moved.ledger_id, recovery=False).read_entries(0, 49)]
     assert got == [b"m%d" % i for i in range(50)]
+
+
+def test_autorecovery_stops_on_sigterm_while_zookeeper_is_gone(tmp_path: Path) -> None:
+    """What a user saw: with the cluster's ZooKeeper stopped, SIGTERM never ended an autorecovery daemon
+    (its stop waited on a ZooKeeper request that kazoo kept queued for a session that could not
+    reconnect). It exits by itself now, within about one round's retry deadline (2 x zkTimeout)."""
+    cluster = LocalCluster(tmp_path / "own-zk")
+    try:
+        cluster.up(1, {"zkTimeout": "2000"}, autorecovery=True)
+        stop_pid(cluster.zk_pid)
+        cluster.zk_pid = 0
+        assert cluster.stop_autorecovery(0, timeout=30) == 0     # SIGKILLed after 30 s: -9
+    finally:
+        cluster.down()
