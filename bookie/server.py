@@ -30,7 +30,6 @@ from proto import bookie_pb2_grpc as pb_grpc
 
 log = logging.getLogger("bkledger.server")
 
-_STREAM_END = object()
 
 
 class BookieService(pb_grpc.BookieServicer):
@@ -72,31 +71,33 @@ class BookieService(pb_grpc.BookieServicer):
     # ---- adds -----------------------------------------------------------------------------
     async def AddStream(  # requests parsed by bookie.add_request
         self, request_iterator: AsyncIterator[list[AddBatchView]], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.AddResponse]:
-        out: asyncio.Queue[object] = asyncio.Queue()
+    ) -> AsyncIterator[bytes]:
+        """Acks go out as serialized AddResponses (`add_response_bytes`), as many as are ready in each."""
+        out: asyncio.Queue[bytes | None] = asyncio.Queue()     # None: the requests ended
         pump = asyncio.create_task(self._pump_adds(request_iterator, out))
         try:
             while True:
                 item = await out.get()
-                if item is _STREAM_END:
+                if item is None:
                     break
                 acks = [item]
                 while not out.empty():
                     nxt = out.get_nowait()
-                    if nxt is _STREAM_END:
-                        out.put_nowait(_STREAM_END)
+                    if nxt is None:
+                        out.put_nowait(None)
                         break
                     acks.append(nxt)
-                yield pb.AddResponse(acks=acks)  # type: ignore[arg-type]
+                yield add_response_bytes(acks)
         finally:
             pump.cancel()
 
-    async def _pump_adds(self, requests: AsyncIterator[list[AddBatchView]], out: asyncio.Queue[object]) -> None:
+    async def _pump_adds(self, requests: AsyncIterator[list[AddBatchView]], out: asyncio.Queue[bytes | None]
+                         ) -> None:
         outstanding = [0]
         drained = asyncio.Event()
         drained.set()
 
-        def reply(ack: pb.AddAck) -> None:
+        def reply(ack: bytes) -> None:
             out.put_nowait(ack)
             outstanding[0] -= 1
             if outstanding[0] == 0:
@@ -112,9 +113,9 @@ class BookieService(pb_grpc.BookieServicer):
         except (asyncio.CancelledError, grpc.aio.AioRpcError):
             pass
         finally:
-            out.put_nowait(_STREAM_END)
+            out.put_nowait(None)
 
-    def _submit_batch(self, batch: AddBatchView, reply: Callable[[pb.AddAck], None]) -> None:
+    def _submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None]) -> None:
         ledger_id, entry_ids, sizes, data = batch.ledger_id, batch.entry_ids, batch.sizes, batch.data
         started = self.stats.add_started()
 
@@ -122,7 +123,7 @@ class BookieService(pb_grpc.BookieServicer):
             self.stats.add_done(started, status == pb.EOK, len(entry_ids), len(data))
             if status != pb.EOK:
                 log.debug("add to ledger %d refused with %s: %s", ledger_id, pb.StatusCode.Name(status), why)
-            reply(pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=entry_ids.tolist()))  # type: ignore[arg-type]
+            reply(add_ack_bytes(ledger_id, status, entry_ids))
 
         why = decisions.check_batch_shape(ledger_id, entry_ids, sizes, len(data), self.max_entry_size)
         if not why:
@@ -390,13 +391,30 @@ def range_batch_bytes(ledger_id: int, entry_ids: npt.NDArray[np.int64], sizes: n
 RANGE_LEDGER_ID, RANGE_ENTRY_IDS, RANGE_SIZES, RANGE_DATA = 2, 3, 4, 5    # ReadRangeBatch's field numbers
 
 
+def add_ack_bytes(ledger_id: int, status: int, entry_ids: npt.NDArray[np.int64]) -> bytes:
+    """A serialized AddAck, written by hand as protobuf writes it: a 4 MiB bulk chunk's thousands of entry
+    ids go out as packed varints in one native call, not as a Python int each in a repeated field (that
+    took 9% of a bookie's event-loop time in a Spark append)."""
+    return b"".join((wire.varint_field(ACK_LEDGER_ID, ledger_id), wire.varint_field(ACK_STATUS, status),
+                     wire.packed_field(ACK_ENTRY_IDS, entry_ids)))
+
+
+def add_response_bytes(acks: list[bytes]) -> bytes:
+    """A serialized AddResponse of serialized AddAcks (its txn_id, unused, left at 0)."""
+    return b"".join(wire.field_prefix(RESPONSE_ACKS, len(ack)) + ack for ack in acks)
+
+
+ACK_LEDGER_ID, ACK_STATUS, ACK_ENTRY_IDS, RESPONSE_ACKS = 1, 2, 3, 2    # AddAck's and AddResponse's field numbers
+
+
 def _serialize(message: Message | bytes) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
     """Register the service as the generated code does, except that AddStream's requests are parsed by
-    `bookie.add_request` and ReadRange's responses may be bytes already serialized (`range_batch_bytes`)."""
+    `bookie.add_request`, its responses are serialized already (`add_response_bytes`), and ReadRange's
+    responses may be (`range_batch_bytes`)."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     class Capture:
@@ -408,7 +426,8 @@ def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
 
     pb_grpc.add_BookieServicer_to_server(service, Capture())
     handlers["ReadRange"] = handlers["ReadRange"]._replace(response_serializer=_serialize)
-    handlers["AddStream"] = handlers["AddStream"]._replace(request_deserializer=parse_add_request)
+    handlers["AddStream"] = handlers["AddStream"]._replace(request_deserializer=parse_add_request,
+                                                           response_serializer=_serialize)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 

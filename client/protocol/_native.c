@@ -269,6 +269,46 @@ done:
     return out;
 }
 
+static PyObject *unpack_varints(PyObject *self, PyObject *args) {
+    Py_buffer body = {0};
+    PyObject *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*", &body))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)body.buf;
+    Py_ssize_t n = body.len, count = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        count += b[i] < 0x80;
+    if (n && b[n - 1] >= 0x80) {
+        PyErr_SetString(PyExc_ValueError, "packed varints end inside a varint");
+        goto done;
+    }
+    out = PyByteArray_FromStringAndSize(NULL, count * 8);
+    if (out == NULL)
+        goto done;
+    uint64_t *w = (uint64_t *)PyByteArray_AS_STRING(out);
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint64_t value = 0;
+        int width = 0;
+        unsigned char byte;
+        do {
+            byte = b[i++];
+            if (width < 10)
+                value |= (uint64_t)(byte & 0x7F) << (7 * width);
+            width++;
+        } while (byte >= 0x80);
+        if (width > 10) {
+            PyErr_SetString(PyExc_ValueError, "a packed varint is longer than ten bytes");
+            Py_CLEAR(out);
+            goto done;
+        }
+        *w++ = value;
+    }
+done:
+    PyBuffer_Release(&body);
+    return out;
+}
+
 static PyObject *implementation(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(extend == extend_table ? "table" : "sse4.2");
 }
@@ -305,6 +345,7 @@ static PyMethodDef methods[] = {
     {"crc32c_entries", crc32c_entries, METH_VARARGS, "CRC32C of header + payload of each packaged entry."},
     {"gather", gather, METH_VARARGS, "The kept entries of back-to-back entries, back to back."},
     {"pack_varints", pack_varints, METH_VARARGS, "Protobuf varints of int64 values, back to back."},
+    {"unpack_varints", unpack_varints, METH_VARARGS, "Back-to-back protobuf varints as uint64 (a bytearray)."},
     {"implementation", implementation, METH_NOARGS, "'sse4.2' or 'table': how the checksum is computed."},
     {"use_implementation", use_implementation, METH_VARARGS, "Compute with 'table' or 'sse4.2' (tests)."},
     {NULL, NULL, 0, NULL},

@@ -1,4 +1,4 @@
-"""Protobuf written by hand (`client.protocol.wire`, `bookie.server.range_batch_bytes`) parses as the
+"""Protobuf written by hand (`client.protocol.wire`, `bookie.server.range_batch_bytes`, `add_ack_bytes`) parses as the
 generated classes' own serialization does."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from google.protobuf.internal.decoder import _DecodeVarint  # type: ignore[attr-
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.server import range_batch_bytes
+from bookie.server import add_ack_bytes, add_response_bytes, range_batch_bytes
 from client.protocol import wire
 from client.protocol.native import NATIVE
 from proto import bookie_pb2 as pb
@@ -77,3 +77,29 @@ def test_a_cut_off_or_overlong_varint_is_refused(body: bytes) -> None:
         wire.unpack_varints(body)
     with pytest.raises(ValueError):
         wire.read_varint(body, len(body) - 1 if len(body) < 3 else 0)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=60))
+def test_native_and_numpy_unpacked_varints_agree(values: list[int]) -> None:
+    """The native unpacking (used where built) and numpy's (the fallback) read the same values."""
+    if NATIVE is None:
+        pytest.skip("client.protocol._native was not built")
+    body = b"".join(wire.varint(x) for x in values)
+    native = np.frombuffer(NATIVE.unpack_varints(body), dtype=np.uint64)
+    assert native.tolist() == wire.numpy_unpack_varints(body).tolist() == values
+
+
+@pytest.mark.parametrize("body", [b"\x80", b"\x01\xff", b"\xff" * 10 + b"\x01"])
+def test_the_numpy_fallback_refuses_a_cut_off_or_overlong_varint_too(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        wire.numpy_unpack_varints(body)
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.sampled_from(sorted(pb.StatusCode.values())),
+       st.lists(st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=30), min_size=1, max_size=4))
+def test_add_acks_serialized_by_the_bookie_are_protobufs_own(ledger_id: int, status: int, ids: list[list[int]]
+                                                             ) -> None:
+    acks = [add_ack_bytes(ledger_id, status, np.array(one, dtype=np.int64)) for one in ids]
+    expected = pb.AddResponse(acks=[pb.AddAck(ledger_id=ledger_id, status=status, entry_ids=one)  # type: ignore[arg-type]
+                                    for one in ids])
+    assert add_response_bytes(acks) == expected.SerializeToString()
