@@ -20,7 +20,6 @@ from client.protocol import wire
 
 ADD_REQUEST_BATCHES = 2
 LEDGER_ID, MASTER_KEY, RECOVERY_ADD, WRITE_FLAGS, HIGH_PRIORITY, ENTRY_IDS, SIZES, DATA = range(1, 9)
-_INT32 = 1 << 32
 
 
 @dataclasses.dataclass
@@ -58,29 +57,21 @@ def parse_add_batch(buf: memoryview) -> AddBatchView:
         elif number == DATA:
             batch.data = value
     if ids:
-        batch.entry_ids = _concat(ids).view(np.int64)          # int64: two's complement of the varint
+        batch.entry_ids = wire.joined(ids).view(np.int64)       # int64: two's complement of the varint
     if sizes:
-        batch.sizes = (_concat(sizes) & np.uint64(_INT32 - 1)).astype(np.int64)   # uint32: its low 32 bits
+        batch.sizes = (wire.joined(sizes) & np.uint64(wire.UINT32)).astype(np.int64)   # uint32: its low 32 bits
     return batch
 
 
 def _scalar(batch: AddBatchView, number: int, value: int, ids: list[npt.NDArray[np.uint64]],
             sizes: list[npt.NDArray[np.uint64]]) -> None:
     if number == LEDGER_ID:
-        batch.ledger_id = _signed(value, 64)
+        batch.ledger_id = wire.signed(value, 64)
     elif number == RECOVERY_ADD:
         batch.recovery_add = value != 0
     elif number == WRITE_FLAGS:
-        batch.write_flags = _signed(value & (_INT32 - 1), 32)
+        batch.write_flags = wire.signed(value & wire.UINT32, 32)
     elif number == HIGH_PRIORITY:
         batch.high_priority = value != 0
     elif number in (ENTRY_IDS, SIZES):                 # one element of a repeated field written unpacked
         (ids if number == ENTRY_IDS else sizes).append(np.array([value], dtype=np.uint64))
-
-
-def _signed(value: int, bits: int) -> int:
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-def _concat(parts: list[npt.NDArray[np.uint64]]) -> npt.NDArray[np.uint64]:
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)

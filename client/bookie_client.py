@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from client.protocol.range_batch import RangeBatchView
+
     IntArray = npt.NDArray[np.int64]
 
 log = logging.getLogger("bkledger.client.bookie")
@@ -157,6 +159,9 @@ class BookieClient:
         self.add_stream = self.channel.stream_stream(   # AddStream taking requests already serialized
             "/bkledger.v1.Bookie/AddStream", request_serializer=None,
             response_deserializer=pb.AddResponse.FromString)
+        self.range_views = self.channel.unary_stream(   # ReadRange whose batches are parsed without copies
+            "/bkledger.v1.Bookie/ReadRange", request_serializer=pb.ReadRangeRequest.SerializeToString,
+            response_deserializer=_parse_range_batch)
         self._handlers: dict[int, AckHandler] = {}
         self._queued: collections.deque[_Queued] = collections.deque()
         self._limit = max_requests_in_flight
@@ -362,12 +367,20 @@ class BookieClient:
     ) -> AsyncIterator[pb.ReadRangeBatch]:
         """The entries held in [first, last]; with `fence`, the bookie fences the ledger first (R18); with
         `residues` (modulus, mask), only those whose id % modulus is a bit of mask (a bookie may send more)."""
-        request = pb.ReadRangeRequest(
-            ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes,
-            fence=fence, master_key=master_key, residue_modulus=residues[0], residue_mask=residues[1],
-        )
+        request = _range_request(ledger_id, first, last, max_batch_bytes, fence, master_key, residues)
         with self._read_failures():
             async for batch in self.stub.ReadRange(request, timeout=timeout):
+                yield batch
+
+    async def read_range_views(
+        self, ledger_id: int, first: int, last: int, timeout: float, max_batch_bytes: int = 1 << 20,
+        residues: tuple[int, int] = (0, 0),
+    ) -> AsyncIterator[RangeBatchView]:
+        """read_range for bulk readers: each batch's data a view of what arrived, its ids and sizes numpy
+        arrays (`client.protocol.range_batch`)."""
+        request = _range_request(ledger_id, first, last, max_batch_bytes, False, b"", residues)
+        with self._read_failures():
+            async for batch in self.range_views(request, timeout=timeout):
                 yield batch
 
     async def read_lac(self, ledger_id: int, timeout: float) -> pb.ReadLacResponse:
@@ -410,3 +423,17 @@ async def _quiet(awaitable: object) -> None:
 
 
 StatusCallback = Callable[[str, pb.AddAck], None]
+
+
+def _parse_range_batch(raw: bytes) -> RangeBatchView:
+    from client.protocol.range_batch import parse_range_batch  # imports numpy: not at the client's import
+
+    return parse_range_batch(raw)
+
+
+def _range_request(ledger_id: int, first: int, last: int, max_batch_bytes: int, fence: bool, master_key: bytes,
+                   residues: tuple[int, int]) -> pb.ReadRangeRequest:
+    return pb.ReadRangeRequest(
+        ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_batch_bytes=max_batch_bytes,
+        fence=fence, master_key=master_key, residue_modulus=residues[0], residue_mask=residues[1],
+    )

@@ -49,7 +49,8 @@ RANGE_BATCH_BYTES = 4 << 20  # most bytes a bookie puts in one message of a rang
 FILL_PARALLELISM = 64       # entry reads in flight when filling what a given-up striped stream did not send
 Found = dict[int, "memoryview | bytes"]
 Spare = dict[int, memoryview]
-Segment = tuple[bytes, "I64", "I64", "I64"]    # a range batch's data, entry ids, packaged entries' (start, end)
+Buffer = bytes | memoryview    # a range batch's data: a view of the received message (range_batch) or bytes
+Segment = tuple[Buffer, "I64", "I64", "I64"]   # a range batch's data, entry ids, packaged entries' (start, end)
 
 
 def _nothing() -> None:
@@ -63,7 +64,7 @@ class Spans:
     reader gathers them in one native pass (the Spark connector: an Arrow binary-view array cast to
     binary); `views` makes the memoryviews for everyone else."""
 
-    buffers: list[bytes]
+    buffers: list[Buffer]
     buffer: I64
     start: I64
     end: I64
@@ -212,7 +213,7 @@ class LedgerReader:
             return [lz4.block.decompress(v) for v in views]
         return list(views)
 
-    def _chunk_of(self, ids: I64, data: bytes, starts: I64, ends: I64) -> ReadChunk:
+    def _chunk_of(self, ids: I64, data: Buffer, starts: I64, ends: I64) -> ReadChunk:
         """Verified packaged entries data[starts[i]:ends[i]] as a chunk: spans of their payloads, or the
         payloads decompressed."""
         import numpy as np  # not at import: see the module docstring
@@ -331,7 +332,6 @@ class LedgerReader:
                            progress: Callable[[], None] = _nothing) -> tuple[ReadChunk, int]:
         """The run of consecutive entries from `lo` that this bookie streams back, verified, and the
         status that stopped it short of `lo` (EOK when it sent anything)."""
-        import numpy as np  # not at import: see the module docstring
         parts: list[ReadChunk] = []
         status: int = pb.ENOENTRY
         size = 0
@@ -339,19 +339,19 @@ class LedgerReader:
         hi = min(hi, lo + max(16, int(max_bytes / self._entry_bytes)) - 1)   # ask only for what fits
         try:
             client = await self.ctx.pool.get(bookie_id)
-            stream = client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4,
-                                       max_batch_bytes=min(max(max_bytes, 1 << 16), RANGE_BATCH_BYTES))
+            stream = client.read_range_views(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4,
+                                             max_batch_bytes=min(max(max_bytes, 1 << 16), RANGE_BATCH_BYTES))
             async for batch in stream:
                 if batch.status != pb.EOK:
                     status = batch.status
                     break
                 progress()
-                ids = np.array(batch.entry_ids, dtype=np.int64)
+                ids = batch.entry_ids
                 contiguous = _contiguous_run(ids, expected)
                 if contiguous == 0:
                     break
                 data = batch.data
-                starts, ends = entry_bounds(np.array(batch.sizes, dtype=np.int64))
+                starts, ends = entry_bounds(batch.sizes)
                 if len(ends) != len(ids) or int(ends[-1]) != len(data):
                     raise DigestMismatchError(f"ledger {self.ledger_id}: malformed range batch from {bookie_id}")
                 verify_entries(self.digest, self.ledger_id, ids[:contiguous], starts[:contiguous], ends[:contiguous],
@@ -500,19 +500,19 @@ class LedgerReader:
         """Fill `into` with (the verified entries this bookie is the first covering holder of, the packaged
         entries it sent that another covering bookie is to deliver, unverified), batch by batch: where
         they sit in the batch's data, no object per entry."""
-        import numpy as np  # not at import: see the module docstring
         out, spare = into
         try:
             client = await self.ctx.pool.get(bookie_id)
-            async for batch in client.read_range(self.ledger_id, lo, hi, timeout=self.ctx.config.readTimeout * 4,
-                                                 max_batch_bytes=RANGE_BATCH_BYTES,
-                                                 residues=owned_residues(owner, position)):
+            async for batch in client.read_range_views(self.ledger_id, lo, hi,
+                                                       timeout=self.ctx.config.readTimeout * 4,
+                                                       max_batch_bytes=RANGE_BATCH_BYTES,
+                                                       residues=owned_residues(owner, position)):
                 if batch.status != pb.EOK:
                     break
                 progress()
-                ids = np.array(batch.entry_ids, dtype=np.int64)
+                ids = batch.entry_ids
                 data = batch.data
-                starts, ends = entry_bounds(np.array(batch.sizes, dtype=np.int64))
+                starts, ends = entry_bounds(batch.sizes)
                 if len(ends) != len(ids) or (len(ends) and int(ends[-1]) != len(data)):
                     break
                 mine = owner[ids % self.md.ensemble_size] == position
@@ -578,7 +578,7 @@ def in_order(segments: list[Segment], lo: int, n: int, overhead: int) -> Spans |
 
 
 def verified_payloads(digest: DigestManager, ledger_id: int, entry_ids: I64, starts: I64, ends: I64,
-                      data: bytes) -> list[memoryview]:
+                      data: Buffer) -> list[memoryview]:
     """The payloads of the packaged entries data[starts[i]:ends[i]], each verified (`verify_entries`)."""
     verify_entries(digest, ledger_id, entry_ids, starts, ends, data)
     view = memoryview(data)
@@ -587,7 +587,7 @@ def verified_payloads(digest: DigestManager, ledger_id: int, entry_ids: I64, sta
 
 
 def verify_entries(digest: DigestManager, ledger_id: int, entry_ids: I64, starts: I64, ends: I64,
-                   data: bytes) -> None:
+                   data: Buffer) -> None:
     """Verify the packaged entries data[starts[i]:ends[i]] as `unpack_entry` does (ledger id, entry id,
     digest); their payloads are data[starts[i] + header + digest length:ends[i]]. For CRC32C the ids are
     checked with numpy and the digests with one native call for all (`_crc32c_entries`); any doubt, and
@@ -610,7 +610,7 @@ def verify_entries(digest: DigestManager, ledger_id: int, entry_ids: I64, starts
         unpack_entry(digest, ledger_id, e, view[a:b])
 
 
-def _crc32c_entries(data: bytes, starts: I64, ends: I64, overhead: int) -> npt.NDArray[np.uint32]:
+def _crc32c_entries(data: Buffer, starts: I64, ends: I64, overhead: int) -> npt.NDArray[np.uint32]:
     """The CRC32C of header + payload of each packaged entry: one native call where the module was
     built, else one google-crc32c call per entry."""
     import numpy as np  # not at import: see the module docstring

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 VARINT = 0                    # protobuf wire type of integers
 UINT64 = (1 << 64) - 1
+UINT32 = (1 << 32) - 1
 LENGTH_DELIMITED = 2          # protobuf wire type of bytes, strings and embedded messages
 
 
@@ -169,3 +170,15 @@ def numpy_unpack_varints(body: bytes | memoryview) -> npt.NDArray[np.uint64]:
     place = np.arange(len(raw), dtype=np.int64) - np.repeat(starts, widths)
     groups = (raw & 0x7F).astype(np.uint64) << (np.uint64(7) * place.astype(np.uint64))
     return np.add.reduceat(groups, starts)  # the groups' bits never overlap: the sum is their union
+
+
+def signed(value: int, bits: int) -> int:
+    """A varint's value as the signed integer of `bits` bits that protobuf reads from it (int64, int32)."""
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def joined(parts: list[npt.NDArray[np.uint64]]) -> npt.NDArray[np.uint64]:
+    """The values of a repeated integer field written in several pieces (packed runs, single values)."""
+    import numpy as np
+
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
