@@ -226,10 +226,6 @@ class UnderReplicationManager:
         made = self.store.create(f"{UR_ELECTION}/{VOTE_PREFIX}", data, ephemeral=True, sequence=True)
         return made.rsplit("/", 1)[1]
 
-    def withdraw(self, vote: str) -> None:
-        with contextlib.suppress(NoSuchNodeError):
-            self.store.delete(f"{UR_ELECTION}/{vote}", -1)
-
     def votes(self) -> list[str]:
         """The votes in election order (lowest sequence number first)."""
         names = [n for n in self.store.children(UR_ELECTION) if n.startswith(VOTE_PREFIX)]
