@@ -18,11 +18,17 @@ must not be credited to (or blamed on) its replacement.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from array import array
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from client.errors import BadPasswordError, BKError, LedgerFencedError
 from client.protocol.status import StatusCode
 from client.protocol.write_set import all_write_sets, write_set
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +100,13 @@ class FailAdds:
 
 AddAction = SendAdd | CompleteAdds | NeedEnsembleChange | Resend | FailAdds
 
+#: A batched ack of at least this many entries, or a drain over at least this many pending adds, is done
+#: with numpy over the masks' buffer (no Python int per entry); fewer are cheaper one by one.
+VECTOR_MIN = 64
+
+#: Masks are kept in an array of unsigned 64-bit ints up to this ensemble size, in a list above it.
+_ARRAY_ENSEMBLE_MAX = 64
+
 #: Statuses that fail the whole pipeline instead of replacing the bookie.
 _FATAL: dict[int, type[BKError]] = {StatusCode.EFENCED: LedgerFencedError, StatusCode.EUA: BadPasswordError}
 
@@ -113,7 +126,9 @@ class PendingAdds:
         self._qa = ack_quorum
         self._lac = last_add_confirmed
         self._next = last_add_confirmed + 1
-        self._pending: dict[int, int] = {}      # entry id -> bit mask of the ensemble indices that acked it
+        # The pending adds are always the entries LAC + 1, LAC + 2, ... (they complete in order; a failure
+        # fails them all): one bit mask each of the ensemble indices that acked it, oldest first.
+        self._masks: array[int] | list[int] = array("Q") if self._e <= _ARRAY_ENSEMBLE_MAX else []
         self._failed: set[int] = set()
         self._changing = False
         self._error: BKError | None = None
@@ -146,10 +161,11 @@ class PendingAdds:
 
     @property
     def pending_entry_ids(self) -> tuple[int, ...]:
-        return tuple(self._pending)
+        first = self._lac + 1
+        return tuple(range(first, first + len(self._masks)))
 
     def acked_indices(self, entry_id: int) -> frozenset[int]:
-        mask = self._pending.get(entry_id, 0)
+        mask = self._mask_of(entry_id) or 0
         return frozenset(i for i in range(self._e) if mask >> i & 1)
 
     def index_of(self, bookie_id: str) -> int | None:
@@ -164,7 +180,7 @@ class PendingAdds:
         entry_id = self._next
         self._next += 1
         members = self._write_sets[entry_id % self._e]
-        self._pending[entry_id] = 0
+        self._masks.append(0)
         failed = self._failed
         indices = tuple(i for i in members if i not in failed) if failed else members
         return SendAdd(entry_id, indices, self._recovery)
@@ -177,17 +193,21 @@ class PendingAdds:
             raise ValueError(f"on_adds needs at least one add, got {count}")
         first = self._next
         self._next = first + count
-        self._pending.update(dict.fromkeys(range(first, first + count), 0))
+        masks = self._masks
+        if isinstance(masks, array):
+            masks.frombytes(bytes(masks.itemsize * count))
+        else:
+            masks.extend(itertools.repeat(0, count))
         return SendAdds(first, count, frozenset(self._failed), self._recovery)
 
     def on_ack(self, entry_id: int, index: int) -> list[AddAction]:
         """Bookie `index` acknowledged entry_id (R6). Late or foreign acks are ignored."""
-        mask = self._pending.get(entry_id)
-        if mask is None or index in self._failed or not self._holds(index, entry_id):
+        position = entry_id - self._lac - 1
+        if not 0 <= position < len(self._masks) or index in self._failed or not self._holds(index, entry_id):
             return []
-        mask |= 1 << index
-        self._pending[entry_id] = mask
-        if self._changing or entry_id != self._lac + 1 or mask.bit_count() < self._qa:
+        mask = self._masks[position] | 1 << index
+        self._masks[position] = mask
+        if self._changing or position != 0 or mask.bit_count() < self._qa:
             return []
         return self._drain()
 
@@ -196,18 +216,22 @@ class PendingAdds:
         index = self._index.get(bookie_id)
         return [] if index is None else self.on_ack(entry_id, index)
 
-    def on_acks_from(self, entry_ids: Sequence[int], bookie_id: str) -> list[AddAction]:
+    def on_acks_from(self, entry_ids: Sequence[int] | np.ndarray, bookie_id: str) -> list[AddAction]:
         """Many acks of one bookie at once (a batched reply): the same outcome as on_ack_from for each
         in turn, with the completions merged into at most one CompleteAdds."""
         index = self._index.get(bookie_id)
         if index is None or index in self._failed:
             return []
-        pending = self._pending
-        bit, e, qw = 1 << index, self._e, self._qw
-        for entry_id in entry_ids:
-            mask = pending.get(entry_id)
-            if mask is not None and (qw == e or (index - entry_id) % e < qw):
-                pending[entry_id] = mask | bit
+        masks = self._masks
+        if len(entry_ids) >= VECTOR_MIN and isinstance(masks, array):
+            _mark_acked(masks, entry_ids, self._lac + 1, index, self._e, self._qw)
+        else:
+            first, count = self._lac + 1, len(masks)
+            bit, e, qw = 1 << index, self._e, self._qw
+            for entry_id in entry_ids:
+                position = entry_id - first
+                if 0 <= position < count and (qw == e or (index - entry_id) % e < qw):
+                    masks[position] |= bit
         if self._changing:
             return []
         return self._drain()
@@ -227,7 +251,7 @@ class PendingAdds:
             return self.fail_all(fatal())
         if not self._holds(index, entry_id):
             return []  # not its write set: a stale answer
-        if entry_id not in self._pending and (entry_id > self._lac or self._recovery):
+        if self._mask_of(entry_id) is None and (entry_id > self._lac or self._recovery):
             return []  # failed already or never sent; or a recovery write-back, done once its Qa acked (R19)
         # pending, or completed through the others' acks (Qa < Qw): as BookKeeper's notifyWriteFailed, a
         # writer replaces a bookie that failed an entry it holds, so later entries are not under-replicated
@@ -258,10 +282,12 @@ class PendingAdds:
         actions: list[AddAction] = []
         if self._error is not None:
             return actions
-        keep = ~sum(1 << i for i in replaced)
-        pending = self._pending
-        for entry_id, mask in pending.items():
-            pending[entry_id] = mask & keep
+        keep = (1 << self._e) - 1 - sum(1 << i for i in replaced)
+        masks = self._masks
+        first = self._lac + 1
+        for position in range(len(masks)):
+            masks[position] &= keep
+            entry_id = first + position
             targets = tuple(i for i in self._write_sets[entry_id % self._e] if i in replaced)
             if targets:
                 actions.append(Resend(entry_id, targets, self._recovery))
@@ -305,8 +331,8 @@ class PendingAdds:
         """Fail every pending add with `error` (fenced, closed, no bookies...) and refuse further adds."""
         if self._error is None:
             self._error = error
-        failed = tuple(self._pending)
-        self._pending.clear()
+        failed = self.pending_entry_ids
+        del self._masks[:]
         return [FailAdds(failed, error)] if failed else []
 
     # ---- internals --------------------------------------------------------------------------
@@ -314,18 +340,57 @@ class PendingAdds:
         """Whether ensemble `index` is in the write set of entry_id (R5)."""
         return (index - entry_id) % self._e < self._qw
 
+    def _mask_of(self, entry_id: int) -> int | None:
+        """The ack mask of a pending add; None if entry_id is not pending."""
+        position = entry_id - self._lac - 1
+        return self._masks[position] if 0 <= position < len(self._masks) else None
+
     def _drain(self) -> list[AddAction]:
-        first = self._lac + 1
-        entry_id = first
-        pending = self._pending
-        qa = self._qa
-        while True:
-            head = pending.get(entry_id)
-            if head is None or head.bit_count() < qa:
-                break
-            del pending[entry_id]
-            entry_id += 1
-        if entry_id == first:
+        """Complete the pending adds from the oldest on while each has Qa acks (R6)."""
+        masks, qa = self._masks, self._qa
+        if not masks or masks[0].bit_count() < qa:
             return []
-        self._lac = entry_id - 1
+        if len(masks) >= VECTOR_MIN and isinstance(masks, array):
+            done = _complete_prefix(masks, qa)
+        else:
+            done = 1
+            for mask in itertools.islice(masks, 1, None):
+                if mask.bit_count() < qa:
+                    break
+                done += 1
+        del masks[:done]
+        first = self._lac + 1
+        self._lac += done
         return [CompleteAdds(first, self._lac)]
+
+
+def _masks_view(masks: array[int]) -> np.ndarray:
+    import numpy as np  # only for batched acks: a writer of single adds never imports it
+
+    return np.frombuffer(masks, dtype=np.uint64)
+
+
+def _mark_acked(masks: array[int], entry_ids: Any, first: int, index: int, e: int, qw: int) -> None:
+    """Set bit `index` in the masks of those entry_ids that are pending (first .. first + len(masks) - 1)
+    and whose write set holds `index` (R5); the rest are late or foreign acks, ignored."""
+    import numpy as np
+
+    if isinstance(entry_ids, np.ndarray):
+        ids = entry_ids.astype(np.int64, copy=False)
+    else:
+        ids = np.fromiter(entry_ids, np.int64, len(entry_ids))
+    positions = ids - first
+    keep = (positions >= 0) & (positions < len(masks))
+    if qw != e:
+        keep &= (index - ids) % e < qw
+    view = _masks_view(masks)
+    view[positions[keep]] |= np.uint64(1 << index)
+
+
+def _complete_prefix(masks: array[int], qa: int) -> int:
+    """How many masks from the oldest on have at least Qa bits set (the view is released on return,
+    so the array may be resized after)."""
+    import numpy as np
+
+    complete = np.bitwise_count(_masks_view(masks)) >= qa
+    return len(complete) if complete.all() else int(complete.argmin())

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.errors import LedgerFencedError, NotEnoughBookiesError
 from client.protocol.pending_adds import (
+    VECTOR_MIN,
     CompleteAdds,
     FailAdds,
     NeedEnsembleChange,
@@ -279,6 +281,56 @@ def test_bulk_acks_complete_like_single_acks(data):
         done_bulk = [i for a in merged if isinstance(a, CompleteAdds) for i in a.entry_ids]
         assert done_single == done_bulk
         assert one.last_add_confirmed == bulk.last_add_confirmed
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_large_batched_acks_complete_like_single_acks(data):
+    """R5/R6: batches of VECTOR_MIN acks and more (marked with numpy over the masks, also when the ids
+    come as a numpy array) complete exactly what the same acks one by one complete, and leave the same
+    acks recorded; ids beyond the pending ones, repeated or outside the write set change nothing."""
+    e = data.draw(st.integers(1, 5))
+    qw = data.draw(st.integers(1, e))
+    qa = data.draw(st.integers(1, qw))
+    ensemble = [f"b{i}" for i in range(e)]
+    one, bulk = PendingAdds(ensemble, qw, qa), PendingAdds(ensemble, qw, qa)
+    n = data.draw(st.integers(VECTOR_MIN, 3 * VECTOR_MIN))
+    one.on_adds(n)
+    bulk.on_adds(n)
+    acked: list[set[int]] = [set() for _ in range(n)]    # the model: who acked each entry, in its write set
+    for _ in range(data.draw(st.integers(1, 8))):
+        bookie = data.draw(st.sampled_from(ensemble))
+        lo = data.draw(st.integers(-3, n))
+        ids = list(range(lo, lo + data.draw(st.integers(VECTOR_MIN, n + 3))))
+        ids = data.draw(st.permutations(ids)) if data.draw(st.booleans()) else ids
+        index = ensemble.index(bookie)
+        for i in ids:
+            if 0 <= i < n and index in write_set(i, len(ensemble), qw):
+                acked[i].add(index)
+        single = [a for i in ids for a in one.on_ack_from(i, bookie)]
+        batch = np.array(ids, dtype=np.int64) if data.draw(st.booleans()) else ids
+        merged = bulk.on_acks_from(batch, bookie)
+        done_single = [i for a in single if isinstance(a, CompleteAdds) for i in a.entry_ids]
+        done_bulk = [i for a in merged if isinstance(a, CompleteAdds) for i in a.entry_ids]
+        assert done_single == done_bulk
+        assert one.last_add_confirmed == bulk.last_add_confirmed
+        assert bulk.last_add_confirmed == next((i for i in range(n) if len(acked[i]) < qa), n) - 1
+        assert one.pending_entry_ids == bulk.pending_entry_ids
+        assert [one.acked_indices(i) for i in one.pending_entry_ids] == \
+            [bulk.acked_indices(i) for i in bulk.pending_entry_ids]
+
+
+def test_ensembles_beyond_64_bookies_keep_their_masks_in_python_ints():
+    """R6/R9 with E=70: more bookies than an unsigned 64-bit mask holds still complete and change."""
+    ensemble = [f"b{i}" for i in range(70)]
+    pa = PendingAdds(ensemble, 3, 2)
+    pa.on_adds(2 * VECTOR_MIN)
+    assert pa.on_acks_from(list(range(68, 70)), "b69") == []
+    assert pa.acked_indices(69) == frozenset({69})
+    assert pa.on_ack_from(0, "b0") == [] and pa.on_ack_from(0, "b1") == [CompleteAdds(0, 0)]
+    assert pa.on_bookie_failed(69) == [NeedEnsembleChange((69,), 1)]
+    actions = pa.on_ensemble_changed([*ensemble[:69], "x"], 1)
+    assert Resend(67, (69,)) in actions and pa.acked_indices(69) == frozenset()
 
 
 @given(st.data())
