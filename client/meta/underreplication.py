@@ -221,10 +221,20 @@ class UnderReplicationManager:
 
     # ---- auditor election ----------------------------------------------------------------
     def vote(self, bookie_id: str) -> str:
-        """Cast an ephemeral sequential vote; returns its node name (V_<seq>)."""
+        """Cast an ephemeral sequential vote; returns its node name (V_<seq>).
+
+        A create whose answer was lost is retried, and may have made a vote already: one of this session
+        but for the returned one. Such a vote is deleted here, or it could sit lower than the returned one,
+        stand in this daemon's way and be taken for another daemon's: no auditor while this session lives."""
         data = text_format.MessageToString(fpb.AuditorVoteFormat(bookie_id=bookie_id)).encode()
         made = self.store.create(f"{UR_ELECTION}/{VOTE_PREFIX}", data, ephemeral=True, sequence=True)
-        return made.rsplit("/", 1)[1]
+        name = made.rsplit("/", 1)[1]
+        for other in self.votes():
+            path = f"{UR_ELECTION}/{other}"
+            if other != name and self.store.owned_by_this_session(path):
+                with contextlib.suppress(NoSuchNodeError):
+                    self.store.delete(path)
+        return name
 
     def votes(self) -> list[str]:
         """The votes in election order (lowest sequence number first)."""

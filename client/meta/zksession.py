@@ -340,6 +340,11 @@ class ZkSession:
         got = self._get(self._abs(path))
         return None if got is None else (got[0], int(got[1].version))
 
+    def owned_by_this_session(self, path: str) -> bool:
+        """Whether the znode exists and is an ephemeral of this session."""
+        got = self._get(self._abs(path))
+        return got is not None and got[1].ephemeralOwner == self.session_id
+
     def cas(self, path: str, data: bytes, version: int) -> int:
         """setData if the znode is at `version` (-1: any); the new version.
 

@@ -28,6 +28,7 @@ from client.meta.errors import (
 )
 from client.meta.layout import LedgerManagerType as M
 from client.meta.store import MetadataStore
+from client.meta.underreplication import UR_ELECTION, VOTE_PREFIX, UnderReplicationManager
 from client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
 
 pytestmark = pytest.mark.integration
@@ -474,3 +475,22 @@ def test_ledger_metadata_above_the_server_limit_is_refused_naming_the_ledger(sto
     with pytest.raises(ZNodeTooLargeError, match="custom metadata"):
         store.write_ledger(dataclasses.replace(small, custom_metadata=big.custom_metadata), 0)
     assert store.read_ledger(small.ledger_id) == (small, 0)
+
+
+def test_a_vote_left_by_a_retried_create_is_deleted(metadata_uri: str) -> None:
+    """R31: a vote create whose answer was lost is retried and may have made a vote already. vote() deletes
+    this session's other votes, so its own leftover below it cannot keep the daemon from being elected
+    (nobody else would be); another session's vote stays."""
+    with MetadataStore(metadata_uri, session_timeout=5.0) as mine, \
+            MetadataStore(metadata_uri, session_timeout=5.0) as theirs:
+        mine.init_cluster()
+        ur, other = UnderReplicationManager(mine), UnderReplicationManager(theirs)
+        ur.init()
+        leftover = mine.create(f"{UR_ELECTION}/{VOTE_PREFIX}", b"", ephemeral=True, sequence=True)
+        assert mine.owned_by_this_session(leftover) and not theirs.owned_by_this_session(leftover)
+        their_vote = other.vote("them:3181")
+        my_vote = ur.vote("me:3181")
+        assert ur.votes() == [their_vote, my_vote]
+        theirs.close()
+        _wait_for(lambda: ur.votes() == [my_vote])
+        assert ur.auditor() == "me:3181"
