@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -289,30 +290,45 @@ def _peak(ctx: Context, session: ClusterSession) -> float:
 
 
 def run_latency(ctx: Context) -> list[Row]:
+    """Each load level runs `latency_rounds` times; each percentile is the median of the rounds' (one
+    round's disk hiccup swung the 80% p99 between 56 and 103 ms from run to run), the worst round's p99
+    is printed beside it."""
     session = cluster_session(ctx)
     peak = _peak(ctx, session)
-    seconds = ClientSizes.of(ctx).latency_seconds
+    sizes = ClientSizes.of(ctx)
     rows: list[Row] = []
     for load in LOADS:
-        res = open_loop(session, peak * load, seconds)
-        if res.group_bytes is None:
+        results = [open_loop(session, peak * load, sizes.latency_seconds) for _ in range(sizes.latency_rounds)]
+        res = results[0]
+        measured = [r.group_bytes for r in results if r.group_bytes is not None]
+        if not measured:
             at = 4 * KiB
             group_note = f"group size unknown ({res.why_not}): one fdatasync of {size_label(at)}"
         else:
-            at = round_group(res.group_bytes)
+            at = round_group(statistics.median(measured))
             group_note = f"one raw append+fdatasync of {size_label(at)} (the bookies' average group at this load)"
         _, fsyncs_s = ctx.fsync_limit(at, measure_fsync_limit)
         fsync_ms = 1000.0 / fsyncs_s
         label = f"{load:.0%} of peak ({res.rate:,.0f} adds/s, open loop, {QUORUM}, {size_label(ENTRY_SIZE)})"
+        rounds = f"median of {len(results)} runs of {sizes.latency_seconds:g} s" if len(results) > 1 else \
+            f"one run of {sizes.latency_seconds:g} s"
         for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
-            value = percentile(res.latencies, fraction) * 1000
+            per_round = [percentile(r.latencies, fraction) * 1000 for r in results]
+            value = statistics.median(per_round)
             rows.append(Row("add_latency", f"{label}: {name}", value, "ms", fsync_ms,
-                            f"{name} / {group_note}; latency = ack - scheduled time"))
+                            f"{name} ({rounds}) / {group_note}; latency = ack - scheduled time"))
             aim_ms = LATENCY_AIMS_MS.get((load, name))
             if aim_ms is not None:
                 rows.append(Row("add_latency", f"{label}: {name} vs aim", value, "ms", aim_ms,
-                                f"issue 15 aim at {load:.0%} of peak: {name} <= {aim_ms:g} ms (ratio <= 1)"))
-        rows.append(Row("add_latency", f"{label}: acknowledged rate", res.achieved, "entries/s", res.rate,
-                        f"the scheduled rate ({res.count} adds, {len(res.latencies)} timed; peak {peak:,.0f}/s from "
-                        "the 1-writer run)"))
+                                f"issue 15 aim at {load:.0%} of peak: {name} <= {aim_ms:g} ms (ratio <= 1; {rounds})"))
+            if name == "p99" and len(results) > 1:
+                runs = ", ".join(f"{v:.1f}" for v in per_round)
+                rows.append(Row("add_latency", f"{label}: p99, the worst run", max(per_round), "ms",
+                                aim_ms if aim_ms is not None else fsync_ms,
+                                f"each run's p99: {runs} ms; against "
+                                + (f"the aim {aim_ms:g} ms" if aim_ms is not None else "one fdatasync")))
+        achieved = min(r.achieved for r in results)
+        rows.append(Row("add_latency", f"{label}: acknowledged rate", achieved, "entries/s", res.rate,
+                        f"the scheduled rate, the slowest run ({res.count} adds, {len(res.latencies)} timed per run; "
+                        f"peak {peak:,.0f}/s from the 1-writer run)"))
     return rows
