@@ -39,6 +39,7 @@ from bench.cluster3 import (
     ClusterSession,
     WrittenLedger,
     cluster_session,
+    fresh_cluster_session,
 )
 from bench.core import MB, Context, KiB, Row, size_label
 from bench.disk import measure_fsync_limit
@@ -290,15 +291,18 @@ def _peak(ctx: Context, session: ClusterSession) -> float:
 
 
 def run_latency(ctx: Context) -> list[Row]:
-    """Each load level runs `latency_rounds` times; each percentile is the median of the rounds' (one
-    round's disk hiccup swung the 80% p99 between 56 and 103 ms from run to run), the worst round's p99
-    is printed beside it."""
+    """Each load level runs `latency_rounds` times, each on a fresh cluster; each percentile is the median
+    of the rounds' (one round's disk hiccup swung the 80% p99 between 56 and 103 ms from run to run), the
+    worst round's p99 is printed beside it."""
     session = cluster_session(ctx)
     peak = _peak(ctx, session)
     sizes = ClientSizes.of(ctx)
     rows: list[Row] = []
     for load in LOADS:
-        results = [open_loop(session, peak * load, sizes.latency_seconds) for _ in range(sizes.latency_rounds)]
+        results = []
+        for i in range(sizes.latency_rounds):
+            with fresh_cluster_session(ctx, f"latency-{load:.0%}-{i}") as fresh:
+                results.append(open_loop(fresh, peak * load, sizes.latency_seconds))
         res = results[0]
         measured = [r.group_bytes for r in results if r.group_bytes is not None]
         if not measured:

@@ -4,14 +4,18 @@ A LocalCluster (real ZooKeeper + three bookie processes, journalSyncData=true li
 started on first use and stopped by the run's cleanup stack. All three bookies journal to the same
 disk, so a replicated add (E=3 Qw=3 Qa=2) costs that disk Qw journal writes: the limit of replicated
 adds is the raw append + fdatasync speed divided by Qw. The benchmarks that share it (replicated_add,
-add_latency, ledger_read, recovery_time) leave ledgers written here in `ClusterSession.ledgers`.
+ledger_read, recovery_time) leave ledgers written here in `ClusterSession.ledgers`. add_latency runs
+each open loop in a cluster of its own (`fresh_cluster_session`), removed right after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import shutil
+from collections.abc import Iterator
 
-from bench.bookie_session import journal_write_bytes, start_cluster
+from bench.bookie_session import CONF_OVERRIDES, journal_write_bytes, start_cluster
 from bench.core import Context, KiB, MiB
 from bookie.local.cluster import LocalCluster
 
@@ -79,3 +83,18 @@ def cluster_session(ctx: Context) -> ClusterSession:
     session = ClusterSession(start_cluster(ctx, "cluster3", 3))
     ctx.shared[_KEY] = session
     return session
+
+
+@contextlib.contextmanager
+def fresh_cluster_session(ctx: Context, dirname: str, bookies: int = 3) -> Iterator[ClusterSession]:
+    """A cluster of its own for one measurement, stopped and its data removed when it ends: every run
+    starts alike, and the run's disk holds only what later benchmarks read (an open loop at 80% of
+    peak writes about 6 GB; three of them per load level filled this machine's disk)."""
+    path = ctx.data_dir / dirname
+    cluster = LocalCluster(path)
+    try:
+        cluster.up(bookies, dict(CONF_OVERRIDES))
+        yield ClusterSession(cluster)
+    finally:
+        cluster.down()
+        shutil.rmtree(path, ignore_errors=True)
