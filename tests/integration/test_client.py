@@ -322,3 +322,25 @@ def test_r13_a_read_on_a_connection_retired_under_it_fails_with_a_typed_error(cl
 
         got, error = bk._ctx.runtime.run(retire_mid_stream(), 60)
         assert got == 2000 or isinstance(error, BookieUnavailableError), (got, repr(error))
+
+
+def test_numpy_is_imported_when_a_ledger_is_created_not_at_the_first_large_ack(shared_cluster5):
+    """Batched acks of 128 entries or more are marked with numpy (R6, client.protocol.pending_adds). A
+    process that had not imported it stalled its client loop for the import (50-150 ms at 100,000
+    adds/s) when the first large ack came; create_ledger imports it, off the loop."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from client import BookKeeper\n"
+        "with BookKeeper(sys.argv[1]) as bk:\n"
+        "    before = 'numpy' in sys.modules\n"
+        "    lh = bk.create_ledger(3, 3, 2, password=b'pw')\n"
+        "    print(before, 'numpy' in sys.modules)\n"
+        "    lh.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, shared_cluster5.metadata_service_uri],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
