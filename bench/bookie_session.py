@@ -7,6 +7,7 @@ bookie_add wrote, so bookie_read reads it back (and writes it first when run alo
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import urllib.request
 from pathlib import Path
 
@@ -74,10 +75,14 @@ class BookieSession:
         return sorted(p for d in self.entry_log_dirs for p in d.glob("*.log"))
 
 
-def start_cluster(ctx: Context, dirname: str, bookies: int) -> LocalCluster:
-    """A local cluster for this run, stopped by the run's cleanup even if it only half starts."""
-    cluster = LocalCluster(ctx.data_dir / dirname)
-    ctx.stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
+def start_cluster(ctx: Context, dirname: str, bookies: int, shared: str | None = None) -> LocalCluster:
+    """A local cluster, stopped and its directory removed by the benchmark's cleanup (the `shared`
+    session's when given) even if it only half starts."""
+    path = ctx.data_dir / dirname
+    stack = ctx.stack if shared is None else ctx.shared_stack(shared, path)
+    stack.callback(shutil.rmtree, path, ignore_errors=True)
+    cluster = LocalCluster(path)
+    stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
     cluster.up(bookies, dict(CONF_OVERRIDES))
     return cluster
 
@@ -87,7 +92,7 @@ def bookie_session(ctx: Context) -> BookieSession:
     found = ctx.shared.get(_KEY)
     if isinstance(found, BookieSession):
         return found
-    cluster = start_cluster(ctx, "cluster", 1)
+    cluster = start_cluster(ctx, "cluster", 1, shared=_KEY)
     conf = bkconfig.parse_properties(Path(cluster.bookies[0].conf).read_text())
     session = BookieSession(cluster, conf)
     ctx.shared[_KEY] = session

@@ -80,7 +80,7 @@ def cluster_session(ctx: Context) -> ClusterSession:
     found = ctx.shared.get(_KEY)
     if isinstance(found, ClusterSession):
         return found
-    session = ClusterSession(start_cluster(ctx, "cluster3", 3))
+    session = ClusterSession(start_cluster(ctx, "cluster3", 3, shared=_KEY))
     ctx.shared[_KEY] = session
     return session
 

@@ -1,8 +1,9 @@
 """What every benchmark shares: the result row, the run's sizes (full / quick / tiny) and the context.
 
 A benchmark is a plain function `(Context) -> list[Row]`, registered by name in `bench.run.BENCHMARKS`.
-The context owns the data directory, the cleanup stack (clusters are stopped there, always), the cache
-of disk limits measured in this run, and a small store benchmarks use to hand results to each other
+The context owns the data directory, the cleanup stacks (clusters are stopped there, always: a
+benchmark's own when it ends, a shared session's after the last benchmark that uses it), the cache of
+disk limits measured in this run, and a small store benchmarks use to hand results to each other
 (bookie_read reads what bookie_add wrote).
 """
 
@@ -79,10 +80,31 @@ class Context:
     def __init__(self, data_dir: Path, settings: Settings, stack: contextlib.ExitStack) -> None:
         self.data_dir = data_dir
         self.settings = settings
-        self.stack = stack
+        self.run_stack = stack
+        self.stack = stack          # bench.run gives each benchmark a stack of its own, closed when it ends
         self.shared: dict[str, object] = {}
+        self._shared_stacks: dict[str, contextlib.ExitStack] = {}
+        self.kept: dict[str, Path] = {}     # shared session -> its directory, kept between benchmarks
         self.facts: dict[str, object] = {}  # extra facts for the JSON (e.g. the bookie's configuration)
         self._limits: dict[int, FsyncLimit] = {}
+
+    def shared_stack(self, key: str, path: Path) -> contextlib.ExitStack:
+        """The cleanup stack of the session `key` that several benchmarks share, living in `path`: closed
+        by `release` (after the last benchmark that uses it) or at the end of the run."""
+        if key not in self._shared_stacks:
+            stack = contextlib.ExitStack()
+            self.run_stack.callback(stack.close)
+            self._shared_stacks[key] = stack
+        self.kept[key] = path
+        return self._shared_stacks[key]
+
+    def release(self, key: str) -> None:
+        """Stop the shared session `key` and free its disk; a later benchmark would start a new one."""
+        self.shared.pop(key, None)
+        self.kept.pop(key, None)
+        stack = self._shared_stacks.pop(key, None)
+        if stack is not None:
+            stack.close()
 
     def fsync_limit(self, group_bytes: int, measure: Callable[[Path, int, float], FsyncLimit]) -> FsyncLimit:
         """The raw append + fdatasync limit at `group_bytes`, measured once per run and then reused."""

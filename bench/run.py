@@ -128,23 +128,59 @@ def render_table(rows: list[Row]) -> str:
 # ---- run --------------------------------------------------------------------------------------
 
 
+#: The sessions several benchmarks share (bench.bookie_session, bench.cluster3) and who uses them: each is
+#: stopped and its disk freed after the last of them, so the run holds at most these and one benchmark's
+#: own clusters (all of them together came to about 70 GB, more than this machine's disk sometimes has free).
+SHARED_USERS: dict[str, frozenset[str]] = {
+    "bookie": frozenset({"bookie_add", "bookie_read"}),
+    "cluster3": frozenset({"replicated_add", "bulk_add", "add_latency", "ledger_read", "recovery_time", "tls"}),
+}
+
+
 def run_benchmarks(ctx: Context, names: list[str]) -> tuple[list[Row], dict[str, str], dict[str, float]]:
+    """Rows, errors and seconds by benchmark; `ctx.facts["data_dir_bytes_after"]`: what the run's
+    directory held after each benchmark (shared sessions still in use)."""
     rows: list[Row] = []
     errors: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    for name, bench in BENCHMARKS:
-        if name not in names:
-            continue
+    held: dict[str, int] = {}
+    ctx.facts["data_dir_bytes_after"] = held
+    selected = [(name, bench) for name, bench in BENCHMARKS if name in names]
+    for index, (name, bench) in enumerate(selected):
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         start = time.monotonic()
-        try:
-            rows.extend(bench(ctx))
-        except Exception as exc:  # one failing benchmark must not hide the others' figures
-            traceback.print_exc(file=sys.stderr)
-            errors[name] = f"{type(exc).__name__}: {exc}"
+        before = set(ctx.data_dir.iterdir())
+        with contextlib.ExitStack() as stack:      # the benchmark's own clusters stop when it ends
+            ctx.stack = stack
+            try:
+                rows.extend(bench(ctx))
+            except Exception as exc:  # one failing benchmark must not hide the others' figures
+                traceback.print_exc(file=sys.stderr)
+                errors[name] = f"{type(exc).__name__}: {exc}"
+        ctx.stack = ctx.run_stack
+        later = {n for n, _ in selected[index + 1:]}
+        for key, users in SHARED_USERS.items():
+            if name in users and not users & later:
+                ctx.release(key)
+        kept = set(ctx.kept.values())
+        for path in set(ctx.data_dir.iterdir()) - before - kept:   # what the benchmark's own clusters left
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        held[name] = _bytes_under(ctx.data_dir)
         seconds[name] = round(time.monotonic() - start, 2)
         print(f"[bench] {name} done in {seconds[name]:.1f} s", file=sys.stderr, flush=True)
     return rows, errors, seconds
+
+
+def _bytes_under(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
 
 
 def write_json(report: dict[str, object], path: Path | None, stamp: str) -> list[Path]:
