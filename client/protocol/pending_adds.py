@@ -366,7 +366,7 @@ class PendingAdds:
 
 
 def _masks_view(masks: array[int]) -> np.ndarray:
-    import numpy as np  # only for batched acks: a writer of single adds never imports it
+    import numpy as np  # imported where used: the pure core loads without it (a writer imports it at creation)
 
     return np.frombuffer(masks, dtype=np.uint64)
 
