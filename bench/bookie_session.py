@@ -6,6 +6,7 @@ bookie_add wrote, so bookie_read reads it back (and writes it first when run alo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import urllib.request
@@ -75,11 +76,13 @@ class BookieSession:
         return sorted(p for d in self.entry_log_dirs for p in d.glob("*.log"))
 
 
-def start_cluster(ctx: Context, dirname: str, bookies: int, shared: str | None = None) -> LocalCluster:
-    """A local cluster, stopped and its directory removed by the benchmark's cleanup (the `shared`
-    session's when given) even if it only half starts."""
+def start_cluster(ctx: Context, dirname: str, bookies: int, shared: str | None = None,
+                  stack: contextlib.ExitStack | None = None) -> LocalCluster:
+    """A local cluster, stopped and its directory removed by a cleanup stack even if it only half starts:
+    `stack` when given, else the `shared` session's, else the benchmark's."""
     path = ctx.data_dir / dirname
-    stack = ctx.stack if shared is None else ctx.shared_stack(shared, path)
+    if stack is None:
+        stack = ctx.stack if shared is None else ctx.shared_stack(shared, path)
     stack.callback(shutil.rmtree, path, ignore_errors=True)
     cluster = LocalCluster(path)
     stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 from collections.abc import Iterator
 
-from bench.bookie_session import CONF_OVERRIDES, journal_write_bytes, start_cluster
+from bench.bookie_session import journal_write_bytes, start_cluster
 from bench.core import Context, KiB, MiB
 from bookie.local.cluster import LocalCluster
 
@@ -90,11 +89,5 @@ def fresh_cluster_session(ctx: Context, dirname: str, bookies: int = 3) -> Itera
     """A cluster of its own for one measurement, stopped and its data removed when it ends: every run
     starts alike, and the run's disk holds only what later benchmarks read (an open loop at 80% of
     peak writes about 6 GB; three of them per load level filled this machine's disk)."""
-    path = ctx.data_dir / dirname
-    cluster = LocalCluster(path)
-    try:
-        cluster.up(bookies, dict(CONF_OVERRIDES))
-        yield ClusterSession(cluster)
-    finally:
-        cluster.down()
-        shutil.rmtree(path, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        yield ClusterSession(start_cluster(ctx, dirname, bookies, stack=stack))
