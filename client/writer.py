@@ -218,6 +218,9 @@ class LedgerWriter:
             for _, fut in items:
                 fut.set_exception(error)
             return
+        self._send_items(items, bulk)
+
+    def _send_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
         if not self._futures:
             self._last_progress = asyncio.get_running_loop().time()
         self._idle.clear()
@@ -576,8 +579,18 @@ class LedgerWriter:
 
     # ---- close (R10) ------------------------------------------------------------------------
     async def close(self, timeout: float) -> LedgerMetadata:
-        self.closing = True
-        self._drain()
+        """Send the adds queued before the close (parked ones too: a close is no reason to drop them),
+        wait for every add in flight, then CAS the ledger CLOSED at the LAC (R10). Adds submitted from
+        here on fail with LedgerClosedError."""
+        with self._lock:
+            items, self._incoming = self._incoming, []
+            bulk, self._bulk_queued = self._bulk_queued, False
+            self._scheduled = self._parked = False
+            self.closing = True
+        if items and self.error is None:
+            self._send_items(items, bulk)
+        elif items:
+            self._drain_items(items, bulk)
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:

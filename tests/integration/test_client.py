@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 
@@ -344,3 +345,52 @@ def test_numpy_is_imported_when_a_ledger_is_created_not_at_the_first_large_ack(s
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_r10_close_sends_the_adds_queued_before_it_and_waits_for_them(cluster_factory, bk_factory, bulk):
+    """R10 with adds still queued in the writer: every add submitted before close() is sent and
+    acknowledged, and the ledger is closed after the last of them; none fails because of the close.
+    All bookies are paused (SIGSTOP) after one add is sent, so its request stays unanswered and the
+    adds after it wait in the writer's queue (Nagle's rule) when close() begins; the bookies are let go
+    once the close has started. A log roll closes its old ledger the same way, under load."""
+    import concurrent.futures
+    import signal
+
+    from tests.integration.bookie_util import wait_for
+
+    cluster = cluster_factory(3)
+    bk = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0)
+    lh = bk.create_ledger(3, 3, 2)
+    lh.add_entry(payload(0))
+    writer = lh._writer
+    assert writer is not None
+    for index in range(3):
+        cluster.signal_bookie(index, signal.SIGSTOP)
+    try:
+        futures = []
+
+        def one_more_add() -> bool:
+            futures.append(lh.add_entry_async(payload(len(futures) + 1)))
+            return writer._parked
+
+        wait_for(one_more_add, 10, "the writer to park behind unanswered requests", step=0.01)
+        first = len(futures) + 1
+        if bulk:
+            blob = b"".join(payload(i) for i in range(first, 300))
+            offsets = [0, *itertools.accumulate(len(payload(i)) for i in range(first, 300))]
+            futures.append(lh.add_entries(blob, offsets))
+        else:
+            futures += [lh.add_entry_async(payload(i)) for i in range(first, 300)]
+        assert writer._incoming, "the adds after the first wait in the writer's queue"
+        closing = concurrent.futures.ThreadPoolExecutor(1).submit(lh.close)
+        wait_for(lambda: writer.closing, 10, "close() begins", step=0.01)
+    finally:
+        for index in range(3):
+            cluster.signal_bookie(index, signal.SIGCONT)
+    closing.result(60)
+    expected = list(range(1, first)) + ([299] if bulk else list(range(first, 300)))
+    assert [f.result(30) for f in futures] == expected
+    assert lh.metadata.state is LedgerState.CLOSED and lh.metadata.last_entry_id == 299
+    rh = bk.open_ledger(lh.ledger_id, recovery=False)
+    assert [en.payload for en in rh.read_entries(0, 299)] == [payload(i) for i in range(300)]
