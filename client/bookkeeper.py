@@ -233,8 +233,10 @@ class BookKeeper(LogsMixin):
             self._ctx.store.close()
 
     async def _shutdown(self) -> None:
+        closed = ClientClosedError("the BookKeeper client was closed with this add pending; close each ledger "
+                                   "(lh.close()) or log writer before the client to wait for its adds")
         for writer in list(self._ctx.writers):
-            writer.shutdown()
+            writer.shutdown(closed)
         self._ctx.writers.clear()
         await self._ctx.pool.close()
 

@@ -118,6 +118,9 @@ class LedgerWriter:
                 if not block:
                     return False
                 self._wait_for_window()
+                if self.error is not None or self.closing:     # closed or shut down while waiting
+                    future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+                    return True
             self._in_window += 1
             self._incoming.append((payload, future))
             wake = self._claim_drain_locked()
@@ -140,6 +143,9 @@ class LedgerWriter:
                     self._wait_for_window(slots)
                 finally:
                     self._bulk_waiters -= 1
+                if self.error is not None or self.closing:     # closed or shut down while waiting
+                    future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+                    return
             self._in_window += slots
             self._incoming.append((bulk, future))
             self._bulk_queued = True
@@ -617,7 +623,9 @@ class LedgerWriter:
         self.md, self.version = md, version
         return md
 
-    def shutdown(self) -> None:
+    def shutdown(self, error: BKError | None = None) -> None:
+        """Stop: timers, connections' handlers; adds still pending fail with `error` (default: the handle is
+        closed)."""
         self.ctx.writers.discard(self)
         if self._timer is not None:
             self._timer.cancel()
@@ -628,7 +636,21 @@ class LedgerWriter:
             if client is not None:
                 client.unregister(self.ledger_id)
         if self.error is None:
-            self.error = ClientClosedError(f"ledger {self.ledger_id} handle is closed")
+            self.error = error or ClientClosedError(f"ledger {self.ledger_id} handle is closed")
+        self._abandon(self.error)
+
+    def _abandon(self, error: BKError) -> None:
+        """Fail every add still queued or in flight: nothing will answer them now (a close gave up on them,
+        or the client is closing). Callers blocked on the window wake and fail too."""
+        with self._lock:
+            items, self._incoming = self._incoming, []
+            self._bulk_queued = False
+        self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
+                                 for p, _ in items))
+        for _, fut in items:
+            fut.set_exception(error)
+        if self._futures:
+            self._fail([entry_id for entry_id, _, _ in self._futures], error)
 
 
 class _SentBatch:
