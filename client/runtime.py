@@ -14,6 +14,8 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from client.errors import ClientClosedError
+
 T = TypeVar("T")
 
 DRAIN_WAIT_S = 2.0      # how long stop() waits for the tasks it cancelled to end
@@ -24,6 +26,7 @@ class EventLoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = threading.Event()
+        self.stopping = False        # stop() began: calls cancelled from here on fail with ClientClosedError
         self._thread.start()
         self._started.wait(10)
 
@@ -49,6 +52,10 @@ class EventLoopThread:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TimeoutError(f"bkledger operation did not finish within {timeout}s") from None
+        except concurrent.futures.CancelledError:
+            if self.stopping:
+                raise _closed_under_call() from None
+            raise
 
     def wrap(self, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
         """An awaitable for the caller's loop (or the client loop itself) running `coro` here."""
@@ -58,7 +65,16 @@ class EventLoopThread:
             caller = None
         if caller is self.loop:
             return coro
-        return asyncio.wrap_future(self.submit(coro))
+        return self._awaited(self.submit(coro))
+
+    async def _awaited(self, future: concurrent.futures.Future[T]) -> T:
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.stopping and future.cancelled() and not (task is not None and task.cancelling()):
+                raise _closed_under_call() from None
+            raise
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
@@ -68,6 +84,7 @@ class EventLoopThread:
         closes is logged as 'Task was destroyed but it is pending!' at exit."""
         if self.loop.is_closed():
             return
+        self.stopping = True
         if self.loop.is_running() and not self.in_loop_thread():
             with contextlib.suppress(Exception):
                 self.submit(self._drain()).result(DRAIN_WAIT_S + 1)
@@ -85,3 +102,8 @@ class EventLoopThread:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=DRAIN_WAIT_S)
+
+
+def _closed_under_call() -> ClientClosedError:
+    return ClientClosedError("the BookKeeper client was closed while this call ran; close the client only "
+                             "after its calls have returned")

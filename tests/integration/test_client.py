@@ -394,3 +394,65 @@ def test_r10_close_sends_the_adds_queued_before_it_and_waits_for_them(cluster_fa
     assert lh.metadata.state is LedgerState.CLOSED and lh.metadata.last_entry_id == 299
     rh = bk.open_ledger(lh.ledger_id, recovery=False)
     assert [en.payload for en in rh.read_entries(0, 299)] == [payload(i) for i in range(300)]
+
+
+def test_closing_the_client_fails_pending_adds_and_releases_blocked_callers(cluster_factory, bk_factory):
+    """bk.close() with adds in flight, queued, and a caller blocked on a full window (maxOutstandingAdds):
+    as BookKeeper's client does, every one fails with ClientClosedError and the blocked caller returns;
+    none is left waiting forever. All bookies are paused so that nothing is acknowledged meanwhile."""
+    import concurrent.futures
+    import signal
+
+    from client.errors import ClientClosedError
+    from tests.integration.bookie_util import wait_for
+
+    cluster = cluster_factory(3)
+    bk = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0, maxOutstandingAdds=50)
+    lh = bk.create_ledger(3, 3, 2)
+    lh.add_entry(payload(0))
+    writer = lh._writer
+    assert writer is not None
+    for index in range(3):
+        cluster.signal_bookie(index, signal.SIGSTOP)
+    try:
+        futures = [lh.add_entry_async(payload(i)) for i in range(1, 51)]
+        blocked = concurrent.futures.ThreadPoolExecutor(1).submit(lh.add_entry_async, payload(51))
+        wait_for(lambda: writer._window_waiters, 10, "a caller blocked on the full window", step=0.01)
+        bk.close()
+        futures.append(blocked.result(10))
+        for future in futures:
+            with pytest.raises(ClientClosedError, match="close each ledger"):
+                future.result(10)
+    finally:
+        for index in range(3):
+            cluster.signal_bookie(index, signal.SIGCONT)
+
+
+def test_closing_the_client_under_a_blocking_read_fails_it_with_a_typed_error(cluster_factory, bk_factory):
+    """A blocking read in flight when bk.close() runs (every bookie paused, so it cannot finish) ends
+    with ClientClosedError, not a bare CancelledError from the stopped event loop."""
+    import concurrent.futures
+    import signal
+
+    from client.errors import ClientClosedError
+
+    cluster = cluster_factory(3)
+    writer_bk = bk_factory(cluster.metadata_service_uri)
+    lh = writer_bk.create_ledger(3, 3, 2)
+    for future in [lh.add_entry_async(payload(i)) for i in range(100)]:
+        future.result(30)
+    lh.close()
+    bk = bk_factory(cluster.metadata_service_uri, readTimeout=30.0, speculativeReadTimeout=0)
+    rh = bk.open_ledger(lh.ledger_id, recovery=False)
+    for index in range(3):
+        cluster.signal_bookie(index, signal.SIGSTOP)
+    try:
+        reading = concurrent.futures.ThreadPoolExecutor(1).submit(lambda: list(rh.read_entries(0, 99)))
+        with pytest.raises(concurrent.futures.TimeoutError):
+            reading.result(0.5)                 # the read is under way, waiting for the paused bookies
+        bk.close()
+        with pytest.raises(ClientClosedError, match="closed while this call ran"):
+            reading.result(15)
+    finally:
+        for index in range(3):
+            cluster.signal_bookie(index, signal.SIGCONT)
