@@ -233,7 +233,7 @@ class BookKeeper(LogsMixin):
             self._ctx.store.close()
 
     async def _shutdown(self) -> None:
-        closed = ClientClosedError("the BookKeeper client was closed with this add pending; close each ledger "
+        closed = ClientClosedError("the BookKeeper client was closed with this ledger open; close each ledger "
                                    "(lh.close()) or log writer before the client to wait for its adds")
         for writer in list(self._ctx.writers):
             writer.shutdown(closed)

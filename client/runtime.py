@@ -39,6 +39,9 @@ class EventLoopThread:
         return threading.current_thread() is self._thread
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.stopping or self.loop.is_closed():
+            coro.close()
+            raise ClientClosedError("this BookKeeper client is closed; create a new client")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -87,7 +90,7 @@ class EventLoopThread:
         self.stopping = True
         if self.loop.is_running() and not self.in_loop_thread():
             with contextlib.suppress(Exception):
-                self.submit(self._drain()).result(DRAIN_WAIT_S + 1)
+                asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result(DRAIN_WAIT_S + 1)
         self.loop.call_soon_threadsafe(self.loop.stop)
         if not self.in_loop_thread():
             self._thread.join(10)

@@ -619,7 +619,7 @@ class LedgerWriter:
                 self.ctx.store.update_ledger, self.ledger_id, close, max_attempts=self.ctx.config.metadataMaxAttempts
             )
         finally:
-            self.shutdown()
+            self.shutdown(LedgerClosedError(f"ledger {self.ledger_id} is closed; create a new ledger to add to"))
         self.md, self.version = md, version
         return md
 

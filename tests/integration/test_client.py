@@ -456,3 +456,28 @@ def test_closing_the_client_under_a_blocking_read_fails_it_with_a_typed_error(cl
     finally:
         for index in range(3):
             cluster.signal_bookie(index, signal.SIGCONT)
+
+
+def test_handles_used_after_a_close_raise_typed_errors(shared_cluster5, bk_factory):
+    """An add to a ledger closed by its writer is LedgerClosedError (BookKeeper's LedgerClosedException);
+    anything done through a closed client, a read, a close or an add, is ClientClosedError saying what
+    to do, never the stopped event loop's RuntimeError."""
+    from client.errors import ClientClosedError, LedgerClosedError
+
+    bk = bk_factory(shared_cluster5.metadata_service_uri)
+    lh = bk.create_ledger(3, 3, 2)
+    lh.add_entry(payload(0))
+    lh.close()
+    with pytest.raises(LedgerClosedError, match="create a new ledger"):
+        lh.add_entry(payload(1))
+    with pytest.raises(LedgerClosedError, match="create a new ledger"):
+        lh.add_entries(payload(1), [0, len(payload(1))]).result(10)
+    rh = bk.open_ledger(lh.ledger_id, recovery=False)
+    still_open = bk.create_ledger(3, 3, 2)
+    bk.close()
+    with pytest.raises(ClientClosedError, match="create a new client"):
+        list(rh.read_entries(0, 0))
+    with pytest.raises(ClientClosedError, match="close each ledger"):
+        still_open.add_entry(payload(2))
+    with pytest.raises(ClientClosedError, match="create a new client"):
+        still_open.close()
