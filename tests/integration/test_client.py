@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import itertools
+import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,13 +21,36 @@ from client import (
     NotEnoughBookiesError,
     ReadBeyondLastEntryError,
 )
+from client.errors import ClientClosedError, LedgerClosedError
 from client.protocol.metadata import LedgerState
+from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.integration
 
 
 def payload(i: int) -> bytes:
     return b"entry-%06d-" % i + bytes([i % 251]) * (i % 300)
+
+
+def closed_ledger(bk, ensemble: int, write_quorum: int, ack_quorum: int, count: int):
+    """A ledger of entries payload(0..count-1), written, acknowledged and closed."""
+    lh = bk.create_ledger(ensemble, write_quorum, ack_quorum)
+    for future in [lh.add_entry_async(payload(i)) for i in range(count)]:
+        future.result(30)
+    lh.close()
+    return lh
+
+
+@contextlib.contextmanager
+def bookies_paused(cluster) -> Iterator[None]:
+    """Every bookie of the cluster SIGSTOPped (nothing gets an answer) until the block ends."""
+    for index in range(len(cluster.bookies)):
+        cluster.signal_bookie(index, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for index in range(len(cluster.bookies)):
+            cluster.signal_bookie(index, signal.SIGCONT)
 
 
 @pytest.mark.parametrize("quorum", [(1, 1, 1), (3, 2, 2), (3, 3, 2), (5, 3, 2)])
@@ -279,10 +306,7 @@ def test_striped_read_with_a_covering_bookie_down(cluster_factory, bk_factory, s
     killed, the copies the others sent along (or per-entry reads) still give every entry, in order."""
     cluster = cluster_factory(3)
     bk = bk_factory(cluster.metadata_service_uri)
-    lh = bk.create_ledger(3, 2, 2)
-    for future in [lh.add_entry_async(payload(i)) for i in range(5000)]:
-        future.result(30)
-    lh.close()
+    lh = closed_ledger(bk, 3, 2, 2, 5000)
     rh = bk.open_ledger(lh.ledger_id, recovery=False)
     assert [en.payload for en in rh.read_entries(0, 4999)] == [payload(i) for i in range(5000)]
     victim = lh.metadata.last_fragment.ensemble[stopped]
@@ -354,20 +378,13 @@ def test_r10_close_sends_the_adds_queued_before_it_and_waits_for_them(cluster_fa
     All bookies are paused (SIGSTOP) after one add is sent, so its request stays unanswered and the
     adds after it wait in the writer's queue (Nagle's rule) when close() begins; the bookies are let go
     once the close has started. A log roll closes its old ledger the same way, under load."""
-    import concurrent.futures
-    import signal
-
-    from tests.integration.bookie_util import wait_for
-
     cluster = cluster_factory(3)
     bk = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0)
     lh = bk.create_ledger(3, 3, 2)
     lh.add_entry(payload(0))
     writer = lh._writer
     assert writer is not None
-    for index in range(3):
-        cluster.signal_bookie(index, signal.SIGSTOP)
-    try:
+    with bookies_paused(cluster):
         futures = []
 
         def one_more_add() -> bool:
@@ -385,9 +402,6 @@ def test_r10_close_sends_the_adds_queued_before_it_and_waits_for_them(cluster_fa
         assert writer._incoming, "the adds after the first wait in the writer's queue"
         closing = concurrent.futures.ThreadPoolExecutor(1).submit(lh.close)
         wait_for(lambda: writer.closing, 10, "close() begins", step=0.01)
-    finally:
-        for index in range(3):
-            cluster.signal_bookie(index, signal.SIGCONT)
     closing.result(60)
     expected = list(range(1, first)) + ([299] if bulk else list(range(first, 300)))
     assert [f.result(30) for f in futures] == expected
@@ -400,21 +414,13 @@ def test_closing_the_client_fails_pending_adds_and_releases_blocked_callers(clus
     """bk.close() with adds in flight, queued, and a caller blocked on a full window (maxOutstandingAdds):
     as BookKeeper's client does, every one fails with ClientClosedError and the blocked caller returns;
     none is left waiting forever. All bookies are paused so that nothing is acknowledged meanwhile."""
-    import concurrent.futures
-    import signal
-
-    from client.errors import ClientClosedError
-    from tests.integration.bookie_util import wait_for
-
     cluster = cluster_factory(3)
     bk = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0, maxOutstandingAdds=50)
     lh = bk.create_ledger(3, 3, 2)
     lh.add_entry(payload(0))
     writer = lh._writer
     assert writer is not None
-    for index in range(3):
-        cluster.signal_bookie(index, signal.SIGSTOP)
-    try:
+    with bookies_paused(cluster):
         futures = [lh.add_entry_async(payload(i)) for i in range(1, 51)]
         blocked = concurrent.futures.ThreadPoolExecutor(1).submit(lh.add_entry_async, payload(51))
         wait_for(lambda: writer._window_waiters, 10, "a caller blocked on the full window", step=0.01)
@@ -423,47 +429,28 @@ def test_closing_the_client_fails_pending_adds_and_releases_blocked_callers(clus
         for future in futures:
             with pytest.raises(ClientClosedError, match="close each ledger"):
                 future.result(10)
-    finally:
-        for index in range(3):
-            cluster.signal_bookie(index, signal.SIGCONT)
 
 
 def test_closing_the_client_under_a_blocking_read_fails_it_with_a_typed_error(cluster_factory, bk_factory):
     """A blocking read in flight when bk.close() runs (every bookie paused, so it cannot finish) ends
     with ClientClosedError, not a bare CancelledError from the stopped event loop."""
-    import concurrent.futures
-    import signal
-
-    from client.errors import ClientClosedError
-
     cluster = cluster_factory(3)
-    writer_bk = bk_factory(cluster.metadata_service_uri)
-    lh = writer_bk.create_ledger(3, 3, 2)
-    for future in [lh.add_entry_async(payload(i)) for i in range(100)]:
-        future.result(30)
-    lh.close()
+    lh = closed_ledger(bk_factory(cluster.metadata_service_uri), 3, 3, 2, 100)
     bk = bk_factory(cluster.metadata_service_uri, readTimeout=30.0, speculativeReadTimeout=0)
     rh = bk.open_ledger(lh.ledger_id, recovery=False)
-    for index in range(3):
-        cluster.signal_bookie(index, signal.SIGSTOP)
-    try:
+    with bookies_paused(cluster):
         reading = concurrent.futures.ThreadPoolExecutor(1).submit(lambda: list(rh.read_entries(0, 99)))
         with pytest.raises(concurrent.futures.TimeoutError):
             reading.result(0.5)                 # the read is under way, waiting for the paused bookies
         bk.close()
         with pytest.raises(ClientClosedError, match="closed while this call ran"):
             reading.result(15)
-    finally:
-        for index in range(3):
-            cluster.signal_bookie(index, signal.SIGCONT)
 
 
 def test_handles_used_after_a_close_raise_typed_errors(shared_cluster5, bk_factory):
     """An add to a ledger closed by its writer is LedgerClosedError (BookKeeper's LedgerClosedException);
     anything done through a closed client, a read, a close or an add, is ClientClosedError saying what
     to do, never the stopped event loop's RuntimeError."""
-    from client.errors import ClientClosedError, LedgerClosedError
-
     bk = bk_factory(shared_cluster5.metadata_service_uri)
     lh = bk.create_ledger(3, 3, 2)
     lh.add_entry(payload(0))
