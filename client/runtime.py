@@ -42,7 +42,17 @@ class EventLoopThread:
         if self.stopping or self.loop.is_closed():
             coro.close()
             raise ClientClosedError("this BookKeeper client is closed; create a new client")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return asyncio.run_coroutine_threadsafe(self._guarded(coro), self.loop)
+
+    async def _guarded(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro`, except that being cancelled by stop() ends it with ClientClosedError: a future handed
+        out by submit (read_chunk_async's, say) then fails with a typed error instead of ending cancelled."""
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            if self.stopping:
+                raise _closed_under_call() from None
+            raise
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coro` on the loop and wait for it (from any thread but the loop's own)."""

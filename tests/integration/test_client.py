@@ -432,19 +432,23 @@ def test_closing_the_client_fails_pending_adds_and_releases_blocked_callers(clus
 
 
 def test_closing_the_client_under_a_blocking_read_fails_it_with_a_typed_error(cluster_factory, bk_factory):
-    """A blocking read in flight when bk.close() runs (every bookie paused, so it cannot finish) ends
-    with ClientClosedError, not a bare CancelledError from the stopped event loop."""
+    """A blocking read, and a read_chunk_async future, in flight when bk.close() runs (every bookie paused,
+    so neither can finish) end with ClientClosedError, not a bare CancelledError from the stopped loop."""
     cluster = cluster_factory(3)
     lh = closed_ledger(bk_factory(cluster.metadata_service_uri), 3, 3, 2, 100)
     bk = bk_factory(cluster.metadata_service_uri, readTimeout=30.0, speculativeReadTimeout=0)
     rh = bk.open_ledger(lh.ledger_id, recovery=False)
+    other = bk.open_ledger(lh.ledger_id, recovery=False)
     with bookies_paused(cluster):
         reading = concurrent.futures.ThreadPoolExecutor(1).submit(lambda: list(rh.read_entries(0, 99)))
+        chunk = other.read_chunk_async(0, 99)
         with pytest.raises(concurrent.futures.TimeoutError):
             reading.result(0.5)                 # the read is under way, waiting for the paused bookies
         bk.close()
         with pytest.raises(ClientClosedError, match="closed while this call ran"):
             reading.result(15)
+        with pytest.raises(ClientClosedError, match="closed while this call ran"):
+            chunk.result(15)
 
 
 def test_handles_used_after_a_close_raise_typed_errors(shared_cluster5, bk_factory):
