@@ -24,7 +24,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from client.errors import BKError, ClientClosedError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
+from client.errors import BKError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
 from client.protocol import transforms
 from client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
 from client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
@@ -111,7 +111,7 @@ class LedgerWriter:
         """Queue an add. Returns False (and queues nothing) if the window is full and block is False.
         One lock round per add: the window (maxOutstandingAdds) and the queue share it."""
         if self.error is not None or self.closing:
-            future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+            future.set_exception(self._refusal())
             return True
         with self._lock:
             if self._in_window >= self._window_limit:
@@ -119,7 +119,7 @@ class LedgerWriter:
                     return False
                 self._wait_for_window()
                 if self.error is not None or self.closing:     # closed or shut down while waiting
-                    future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+                    future.set_exception(self._refusal())
                     return True
             self._in_window += 1
             self._incoming.append((payload, future))
@@ -133,7 +133,7 @@ class LedgerWriter:
         slots as it has entries, at most half the window, so two large bulks can be in flight at once (the
         caller holds their bytes anyway; what the window bounds is the per-add state)."""
         if self.error is not None or self.closing:
-            future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+            future.set_exception(self._refusal())
             return
         slots = _bulk_slots(bulk.count, self._window_limit)
         with self._lock:
@@ -144,7 +144,7 @@ class LedgerWriter:
                 finally:
                     self._bulk_waiters -= 1
                 if self.error is not None or self.closing:     # closed or shut down while waiting
-                    future.set_exception(self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds"))
+                    future.set_exception(self._refusal())
                     return
             self._in_window += slots
             self._incoming.append((bulk, future))
@@ -218,13 +218,20 @@ class LedgerWriter:
 
     def _drain_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
         if self.error is not None or self.closing:
-            error = self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
-            self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
-                                     for p, _ in items))
-            for _, fut in items:
-                fut.set_exception(error)
+            self._fail_items(items, self._refusal())
             return
         self._send_items(items, bulk)
+
+    def _refusal(self) -> BKError:
+        """What an add gets once the writer failed or is closing."""
+        return self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
+
+    def _fail_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], error: BKError) -> None:
+        """Fail queued adds that were never sent, giving back their window slots."""
+        self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
+                                 for p, _ in items))
+        for _, fut in items:
+            fut.set_exception(error)
 
     def _send_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
         if not self._futures:
@@ -596,7 +603,7 @@ class LedgerWriter:
         if items and self.error is None:
             self._send_items(items, bulk)
         elif items:
-            self._drain_items(items, bulk)
+            self._fail_items(items, self._refusal())
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
@@ -623,9 +630,9 @@ class LedgerWriter:
         self.md, self.version = md, version
         return md
 
-    def shutdown(self, error: BKError | None = None) -> None:
-        """Stop: timers, connections' handlers; adds still pending fail with `error` (default: the handle is
-        closed)."""
+    def shutdown(self, error: BKError) -> None:
+        """Stop: timers, connections' handlers; adds still pending fail with `error` (or with the writer's
+        own error, if it failed before)."""
         self.ctx.writers.discard(self)
         if self._timer is not None:
             self._timer.cancel()
@@ -636,7 +643,7 @@ class LedgerWriter:
             if client is not None:
                 client.unregister(self.ledger_id)
         if self.error is None:
-            self.error = error or ClientClosedError(f"ledger {self.ledger_id} handle is closed")
+            self.error = error
         self._abandon(self.error)
 
     def _abandon(self, error: BKError) -> None:
@@ -645,10 +652,7 @@ class LedgerWriter:
         with self._lock:
             items, self._incoming = self._incoming, []
             self._bulk_queued = False
-        self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
-                                 for p, _ in items))
-        for _, fut in items:
-            fut.set_exception(error)
+        self._fail_items(items, error)
         if self._futures:
             self._fail([entry_id for entry_id, _, _ in self._futures], error)
 
