@@ -2,12 +2,12 @@
 
 The read path turns one `ReadChunk` (entry ids + payloads, up to ~4 MiB) into one `pyarrow.RecordBatch`
 with a fixed number of Python operations per chunk. A range read's chunk comes as `Spans` (where each
-payload sits in the received range batches): the binary column is a binary-view array over those
-buffers (numpy builds the 16-byte views) cast to binary, one native gather and no Python object per
-row. Payload lists (tiny pieces, compressed ledgers) take two C-level passes (`bytes.join`,
-`map(len, ...)`) and `pa.Array.from_buffers`. Enveloped
-ledgers are decoded in bulk with numpy (`spark_connector.envelope.decode_bulk`). The write path goes
-the other way: a binary/string column's (data, offsets, validity) as numpy arrays, zero-copy.
+payload sits in the received range batches): the binary column is packed from those buffers in one
+native pass (`spark_connector.gather`), no Python object per row. Payload lists (tiny pieces,
+compressed ledgers) take two C-level passes (`bytes.join`, `map(len, ...)`) and
+`pa.Array.from_buffers`. Enveloped ledgers are decoded in bulk (`spark_connector.envelope.decode_bulk`).
+The write path goes the other way: a binary/string column's (data, offsets, validity) as numpy arrays,
+zero-copy.
 The batch's schema is exactly the one Spark derives from the read schema (timestamps as UTC micros).
 """
 
@@ -22,12 +22,12 @@ import pyarrow.compute as pc
 
 from spark_connector import envelope as env
 from spark_connector.envelope import I64, U8, Bools
+from spark_connector.gather import array_parts, packed
 
 if TYPE_CHECKING:
     from client.reader import Spans
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
-VIEW_INLINE = 12                     # Arrow binary views hold values of up to 12 bytes in the view itself
 Payloads = Sequence[memoryview | bytes]
 
 
@@ -82,36 +82,9 @@ def joined(payloads: Sequence[memoryview | bytes]) -> tuple[bytes, I64]:
 
 
 def spans_array(spans: Spans) -> pa.Array:
-    """The payloads the spans name as one pa.binary() array: a binary-view array over the received
-    buffers (length, 4-byte prefix, buffer index, offset per value; short values inline), cast to binary
-    by Arrow (one native gather)."""
-    n = len(spans.start)
-    lengths = (spans.end - spans.start).astype(np.int32)
-    views = np.zeros((n, 16), dtype=np.uint8)
-    fields = views.view(np.int32)                 # (n, 4): length, prefix, buffer index, offset
-    fields[:, 0] = lengths
-    fields[:, 2] = spans.buffer
-    fields[:, 3] = spans.start
-    for k, data in enumerate(spans.buffers):
-        raw = np.frombuffer(data, dtype=np.uint8)
-        mine = np.flatnonzero((spans.buffer == k) & (lengths > VIEW_INLINE))
-        views[mine, 4:8] = raw[spans.start[mine, None] + np.arange(4)]
-    for i in np.flatnonzero(lengths <= VIEW_INLINE).tolist():    # inline: the bytes, zero-padded
-        a, b = int(spans.start[i]), int(spans.end[i])
-        views[i, 4:] = 0
-        views[i, 4:4 + b - a] = np.frombuffer(spans.buffers[int(spans.buffer[i])], dtype=np.uint8)[a:b]
-    array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views),
-                                                        *(pa.py_buffer(b) for b in spans.buffers)])
-    return array.cast(pa.binary())
-
-
-def array_parts(array: pa.Array) -> tuple[U8, I64]:
-    """(data, n + 1 offsets from 0) of a fresh pa.binary() array."""
-    _, offsets, data = array.buffers()
-    n = len(array)
-    bounds = np.frombuffer(offsets, dtype=np.int32, count=n + 1).astype(np.int64)
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
-    return raw[:int(bounds[-1])], bounds
+    """The payloads the spans name as one pa.binary() array, packed by `gather.packed` (one native pass
+    over the received buffers)."""
+    return packed(spans.buffers, spans.buffer, spans.start, spans.end)
 
 
 def chunk_to_batch(schema: pa.Schema, log: str | None, ledger_id: int, entry_ids: Sequence[int],

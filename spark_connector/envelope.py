@@ -22,6 +22,8 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
+from spark_connector.gather import packed_parts
+
 ENVELOPE_KEY = "bkledger.envelope"
 NONE = 0
 V1 = 1
@@ -30,6 +32,7 @@ HEADER = struct.Struct("<BqI")
 HEADER_SIZE = HEADER.size          # 13
 FLAG_KEY = 1
 FLAG_TIMESTAMP = 2
+_NO_INDEX = np.zeros(0, dtype=np.int64)         # one buffer: `gather.packed` needs no buffer index
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
@@ -78,24 +81,9 @@ def decode(entry: bytes | memoryview) -> tuple[bytes | None, int | None, bytes]:
 
 
 # ---- bulk ---------------------------------------------------------------------------------------
-def range_mask(size: int, starts: I64, ends: I64) -> Bools:
-    """A mask of `size` bytes, True inside the disjoint, ascending ranges [starts[i], ends[i])."""
-    keep = ends > starts                 # empty ranges may share a start with their neighbour: drop them
-    starts, ends = starts[keep], ends[keep]
-    delta = np.zeros(size + 1, dtype=np.int8)
-    delta[starts] += 1
-    delta[ends] -= 1
-    return np.cumsum(delta[:-1], dtype=np.int8).view(np.bool_)
-
-
 def gather(data: U8, starts: I64, ends: I64) -> tuple[U8, I64]:
-    """The bytes of the ranges, packed back to back, and their offsets (n + 1)."""
-    lengths = ends - starts
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if len(data) == 0 or offsets[-1] == 0:
-        return np.zeros(0, dtype=np.uint8), offsets
-    return data[range_mask(len(data), starts, ends)], offsets
+    """The bytes of the ranges of `data`, packed back to back, and their offsets (n + 1)."""
+    return packed_parts([data], _NO_INDEX, starts, ends)
 
 
 def _field(data: U8, starts: I64, at: int, width: int, dtype: str) -> npt.NDArray[np.generic]:
@@ -142,10 +130,12 @@ def decode_bulk(data: U8, offsets: I64) -> Decoded:
 
 def encode_bulk(values: tuple[U8, I64], keys: tuple[U8, I64, Bools] | None,
                 timestamps: tuple[I64, Bools] | None) -> tuple[U8, I64]:
-    """Envelope n records at once; each part is (data, offsets[, valid]). Returns (data, offsets)."""
+    """Envelope n records at once; each part is (data, offsets[, valid]). Returns (data, offsets).
+
+    The n headers are built with numpy, then each record's header, key and value are packed in one pass
+    (`gather`: 3n ranges over the headers, the keys and the values)."""
     value_data, value_offsets = values
     n = len(value_offsets) - 1
-    value_len = np.diff(value_offsets).astype(np.int64)
     if keys is not None:
         key_data, key_offsets, key_valid = keys
         key_len = np.where(key_valid, np.diff(key_offsets), 0).astype(np.int64)
@@ -153,22 +143,16 @@ def encode_bulk(values: tuple[U8, I64], keys: tuple[U8, I64, Bools] | None,
         key_data, key_offsets, key_valid = np.zeros(0, np.uint8), np.zeros(n + 1, np.int64), np.zeros(n, np.bool_)
         key_len = np.zeros(n, dtype=np.int64)
     ts, ts_valid = timestamps if timestamps is not None else (np.zeros(n, np.int64), np.zeros(n, np.bool_))
-    out_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(HEADER_SIZE + key_len + value_len, out=out_offsets[1:])
-    out = np.zeros(int(out_offsets[-1]), dtype=np.uint8)
-    starts = out_offsets[:-1]
     header = np.zeros((n, HEADER_SIZE), dtype=np.uint8)
     header[:, 0] = np.where(key_valid, FLAG_KEY, 0) | np.where(ts_valid, FLAG_TIMESTAMP, 0)
     header[:, 1:9] = np.where(ts_valid, ts, 0).astype("<i8").view(np.uint8).reshape(n, 8)
     header[:, 9:13] = key_len.astype("<u4").view(np.uint8).reshape(n, 4)
-    out[(starts[:, None] + np.arange(HEADER_SIZE)).reshape(-1)] = header.reshape(-1)
-    key_start = starts + HEADER_SIZE
-    if int(key_len.sum()):
-        src_starts = key_offsets[:-1].astype(np.int64)
-        packed = key_data[range_mask(len(key_data), src_starts, src_starts + key_len)]
-        out[range_mask(len(out), key_start, key_start + key_len)] = packed
-    if int(value_len.sum()):
-        vs = value_offsets[:-1].astype(np.int64)
-        packed = value_data[range_mask(len(value_data), vs, vs + value_len)]
-        out[range_mask(len(out), key_start + key_len, out_offsets[1:])] = packed
-    return out, out_offsets
+    header_start = np.arange(n, dtype=np.int64) * HEADER_SIZE
+    key_start = np.asarray(key_offsets[:-1], dtype=np.int64)
+    value_start = np.asarray(value_offsets[:-1], dtype=np.int64)
+    starts = np.stack((header_start, key_start, value_start), axis=1).reshape(-1)
+    ends = np.stack((header_start + HEADER_SIZE, key_start + key_len, np.asarray(value_offsets[1:], dtype=np.int64)),
+                    axis=1).reshape(-1)
+    which = np.tile(np.arange(3, dtype=np.int64), n)
+    data, bounds = packed_parts([header.reshape(-1), key_data, value_data], which, starts, ends)
+    return data, bounds[::3].copy()
