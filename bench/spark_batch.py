@@ -8,7 +8,9 @@ and the page cache are warm then; the first bkledger read of a session starts Py
 Parquet never needs), and last a second bkledger append of the same rows ("append again": the first
 append of a session starts Spark's Python worker daemon and its workers, which import pyarrow, pandas
 and the client, and runs Spark's Arrow path cold; a long-running pipeline appends warm). Reads are
-forced with the `noop` sink, so every column is materialized and nothing is written. Throughput is value
+forced with the `noop` sink, so every column is materialized and nothing is written. Two more steps append
+the same values with a key and a timestamp each (the record envelope) to a log of their own and read it
+back, both warm, against the append again and read again without them. Throughput is value
 bytes per second. Limits, all measured in this run: Parquet's figure for the same operation, and for the
 append also the raw append + fdatasync rate of 256 KiB groups on the data dir's disk divided by the
 write quorum (every byte is journaled Qw times on that one disk). Two rows say what that disk wrote
@@ -93,11 +95,13 @@ def run(ctx: Context) -> list[Row]:
     pq_again = timed(lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save())
     bk_again = timed(lambda: reader.load().write.format("noop").mode("overwrite").save())
     bk_write_again = timed(lambda: df.write.format("bkledger").options(**bk_opts).mode("append").save())
+    keyed_write, keyed_read = keyed_steps(spark, df, uri)
     limit_mb, _ = ctx.fsync_limit(GROUP, measure_fsync_limit)
     floor = measure_in_fresh_process(rows, REPO)
     ctx.facts[NAME] = {"rows": rows, "value_bytes": nbytes, "seconds": {
         "parquet_write": pq_write, "parquet_read": pq_read, "bkledger_write": bk_write, "bkledger_read": bk_read,
-        "parquet_read_again": pq_again, "bkledger_read_again": bk_again, "bkledger_write_again": bk_write_again},
+        "parquet_read_again": pq_again, "bkledger_read_again": bk_again, "bkledger_write_again": bk_write_again,
+        "bkledger_keyed_write": keyed_write, "bkledger_keyed_read": keyed_read},
         "no-op data source, fresh session (bench.spark_floor)": floor}
 
     def mb_s(seconds: float) -> float:
@@ -116,9 +120,27 @@ def run(ctx: Context) -> list[Row]:
             "Parquet read again, same data: both second reads, with Spark's Python processes and the JIT warm"),
         Row(NAME, f"bkledger append again ({label})", mb_s(bk_write_again), "MB/s", limit_mb / WRITE_QUORUM,
             "the same limit; the session's second append, after the reads: Spark's Python processes warm"),
+        Row(NAME, f"bkledger append with key and timestamp ({label})", mb_s(keyed_write), "MB/s",
+            mb_s(bk_write_again), "the append again without them (warm, value bytes only): the record envelope's cost"),
+        Row(NAME, f"bkledger read with key and timestamp ({label})", mb_s(keyed_read), "MB/s", mb_s(bk_again),
+            "the read again without them (warm, value bytes only): the record envelope's cost"),
         *disk_rows(NAME, f"bkledger append ({label})", disk, nbytes, bk_write, limit_mb, WRITE_QUORUM),
         *floor_rows(label, floor, mb_s, (bk_write, bk_read, bk_again, bk_write_again), limit_mb),
     ]
+
+
+def keyed_steps(spark: Any, df: Any, uri: str) -> tuple[float, float]:
+    """Seconds of a warm append of the same values with a 16-byte key and a timestamp each (so in the
+    record envelope) to a log of their own, and of reading that log back."""
+    keyed = df.selectExpr("substring(value, 1, 16) as key", "value",
+                          "timestamp_seconds(1700000000 + length(value)) as timestamp").cache()
+    keyed.count()
+    opts = {"metadataServiceUri": uri, "log": "bench-keyed", "writeQuorum": str(WRITE_QUORUM)}
+    write = timed(lambda: keyed.write.format("bkledger").options(**opts).mode("append").save())
+    reader = spark.read.format("bkledger").options(metadataServiceUri=uri, log="bench-keyed")
+    read = timed(lambda: reader.load().write.format("noop").mode("overwrite").save())
+    keyed.unpersist()
+    return write, read
 
 
 def floor_rows(label: str, floor: dict[str, float], mb_s: Any, ours: tuple[float, float, float, float],
