@@ -32,27 +32,31 @@ U8 = npt.NDArray[np.uint8]
 Buffer = Any                         # bytes, memoryview, a numpy array or a pyarrow Buffer
 
 
-def _rows(which: I64, k: int, single: bool, among: npt.NDArray[np.bool_]) -> I64:
-    return np.flatnonzero(among if single else among & (which == k))
+def _by_buffer(which: I64, count: int) -> list[I64]:
+    """The range indices of each buffer, in order: one sort, not a pass over all ranges per buffer."""
+    if count == 1:
+        return [np.arange(len(which), dtype=np.int64)]
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(count + 1))
+    return [order[bounds[k]:bounds[k + 1]] for k in range(count)]
 
 
 def views(buffers: Sequence[Buffer], which: I64, starts: I64, ends: I64) -> U8:
     """The (n, 16) binary views of the ranges over `buffers` (`which`: each range's buffer)."""
     lengths = (ends - starts).astype(np.int64)
-    inline = lengths <= VIEW_INLINE
     out = np.zeros((len(starts), VIEW_SIZE), dtype=np.uint8)
     fields = out.view(np.int32)                   # (n, 4): length, prefix, buffer index, offset
     fields[:, 0] = lengths
     fields[:, 2] = which
     fields[:, 3] = starts
-    single = len(buffers) == 1
-    for k, data in enumerate(buffers):
+    for data, rows in zip(buffers, _by_buffer(which, len(buffers)), strict=True):
         raw = np.frombuffer(data, dtype=np.uint8)
-        if raw.size == 0:
+        if raw.size == 0 or len(rows) == 0:
             continue
-        long = _rows(which, k, single, ~inline)     # the prefix: the first 4 bytes
+        size = lengths[rows]
+        long = rows[size > VIEW_INLINE]           # the prefix: the first 4 bytes
         out[long, 4:8] = raw[starts[long, None] + _COLUMNS[:4]]
-        short = _rows(which, k, single, inline & (lengths > 0))    # the value itself, zero-padded
+        short = rows[(size <= VIEW_INLINE) & (size > 0)]     # the value itself, zero-padded
         if len(short):
             want = lengths[short, None] > _COLUMNS
             out[short, 4:] = np.where(want, raw[np.where(want, starts[short, None] + _COLUMNS, 0)], 0)
