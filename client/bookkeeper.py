@@ -23,7 +23,7 @@ from client.config import ClientConfig
 from client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
 from client.ledger_handle import LedgerHandle
 from client.log.logs import LogsMixin
-from client.meta.store import MetadataStore
+from client.meta.store import METADATA_BATCH, MetadataStore
 from client.meta.zkauth import zk_auth
 from client.metrics import NO_METRICS, ClientMetrics, client_metrics
 from client.placement import PlacementPolicy, RandomPlacementPolicy
@@ -205,6 +205,15 @@ class BookKeeper(LogsMixin):
         self._check_open()
         self._ctx.store.read_ledger(ledger_id)          # NoSuchLedgerError with a clear message if absent
         self._ctx.store.delete_ledger(ledger_id)
+
+    def delete_ledgers(self, ledger_ids: Iterable[int]) -> list[int]:
+        """`delete_ledger` of many ledgers, METADATA_BATCH requests in flight at a time; a ledger that does
+        not exist is skipped. The ids deleted, in the order given."""
+        self._check_open()
+        ids, gone = list(ledger_ids), []
+        for start in range(0, len(ids), METADATA_BATCH):
+            gone += self._ctx.store.delete_ledgers(ids[start:start + METADATA_BATCH])
+        return gone
 
     def list_ledgers(self, above: int = -1) -> list[int]:
         """Every ledger id (only those above `above`, skipping the metadata subtrees below it), sorted."""

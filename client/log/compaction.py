@@ -36,7 +36,6 @@ from client.errors import (
     InvalidOptionError,
     LogUpdateConflictError,
     MetadataVersionError,
-    NoSuchLedgerError,
 )
 from client.log.core import compaction as cp
 from client.log.core.meta import LogLedger
@@ -161,7 +160,7 @@ def _discard_unlisted(bk: BookKeeper, name: str, copies: Sequence[int]) -> None:
         return
     try:
         listed = require_log(bk.store, name)[0].listed_ids
-        _delete_copies(bk, [i for i in copies if i not in listed])
+        bk.delete_ledgers([i for i in copies if i not in listed])
     except BKError as exc:
         log.warning("log %r: compaction failed; could not check its copies %s (delete the unlisted ones): %s",
                     name, list(copies), exc)
@@ -193,18 +192,12 @@ def _swap(bk: BookKeeper, name: str, batch: Sequence[tuple[cp.Run, LogLedger]],
         except MetadataVersionError:
             time.sleep(min(0.002 * 2**attempt, 0.05))
     else:
-        _delete_copies(bk, [led.ledger_id for _, led in batch])
+        bk.delete_ledgers([led.ledger_id for _, led in batch])
         raise LogUpdateConflictError(f"log {name!r}: changed under this compaction {LOG_UPDATE_ATTEMPTS} times in "
                                      "a row; its copies were deleted; retry later")
     done = {new for new, _ in swapped}
-    _delete_copies(bk, [led.ledger_id for _, led in batch if led.ledger_id not in done])
+    bk.delete_ledgers([led.ledger_id for _, led in batch if led.ledger_id not in done])
     return swapped
-
-
-def _delete_copies(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
-    for ledger_id in ledger_ids:
-        with contextlib.suppress(NoSuchLedgerError):
-            bk.delete_ledger(ledger_id)
 
 
 def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int) -> list[cp.Run]:
@@ -322,7 +315,7 @@ def delete_due(bk: BookKeeper, name: str) -> list[int]:
     else:
         raise LogUpdateConflictError(f"log {name!r}: changed under the deletion of replaced ledgers "
                                      f"{LOG_UPDATE_ATTEMPTS} times in a row; retry later")
-    _delete_copies(bk, due)
+    bk.delete_ledgers(due)
     return list(due)
 
 

@@ -74,12 +74,6 @@ __all__ = [
 ]
 
 
-def delete_ledgers(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
-    for ledger_id in ledger_ids:
-        with contextlib.suppress(NoSuchLedgerError):
-            bk.delete_ledger(ledger_id)
-
-
 def _replaced_not_deleted(bk: BookKeeper, loaded: LoadedLog) -> list[int]:
     """Ledgers that compactions of the log replaced and that still wait for their grace period (listed in
     the head or in its `pending-*` child znodes): the log no longer lists them, but they are its data."""
@@ -384,7 +378,7 @@ class LogsMixin:
             return new
 
         update_log(bk.store, name, cut, whole=True)
-        delete_ledgers(bk, dropped)
+        bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r truncated before %s: deleted ledgers %s", name, before, dropped)
         return list(dropped)
@@ -409,7 +403,7 @@ class LogsMixin:
             return new
 
         update_log(bk.store, name, cut, whole=True)
-        delete_ledgers(bk, dropped)
+        bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r retention: deleted ledgers %s", name, dropped)
         return list(dropped)
@@ -467,4 +461,4 @@ class LogsMixin:
             raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
         log_leases.forget_log(bk.store, name)
         if delete_ledgers_too:
-            delete_ledgers(bk, sorted({*loaded.meta.listed_ids, *replaced}))
+            bk.delete_ledgers(sorted({*loaded.meta.listed_ids, *replaced}))

@@ -302,6 +302,12 @@ class MetadataStore(ZkSession):
         except NoNodeError:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
 
+    def delete_ledgers(self, ledger_ids: list[int]) -> list[int]:
+        """Delete the metadata of many ledgers (any version) in one pipelined batch; the ids that existed.
+        One at a time, each waited two ZooKeeper round trips: 15 of a 26 s compaction of 10,000 ledgers."""
+        gone = self.delete_many([self.layout.ledger(lid) for lid in ledger_ids])
+        return [lid for lid, existed in zip(ledger_ids, gone, strict=True) if existed]
+
     def list_ledgers(self, above: int = -1) -> list[int]:
         """Every ledger id under the root (above `above`), sorted: walks the manager's tree, skipping special
         znodes and the subtrees that hold only ids <= `above`."""

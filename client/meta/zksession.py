@@ -317,6 +317,31 @@ class ZkSession:
                 out.append(None if got is None else (got[0], int(got[1].version)))
         return out
 
+    def delete_many(self, paths: list[str]) -> list[bool]:
+        """Delete each znode (any version) with the requests pipelined, as `get_many` reads: whether each
+        existed. A request that meets connection loss (or no answer in time) is retried on its own, and
+        counts as deleted if the znode is gone afterwards (the lost request may have deleted it)."""
+        full = [self._abs(p) for p in paths]
+        if not self._started:
+            raise MetadataStoreError("delete: the metadata store is not started (call start())")
+        pending = [self._zk.delete_async(p, -1) for p in full]
+        out: list[bool] = []
+        for path, result in zip(full, pending, strict=True):
+            try:
+                result.get(timeout=self.session_timeout)
+                out.append(True)
+            except NoNodeError:
+                out.append(False)
+            except NoAuthError:
+                raise self._denied(f"delete {path}") from None
+            except (KazooException, KazooTimeoutError):
+                try:
+                    self._delete_maybe(path, -1)
+                    out.append(True)
+                except NoNodeError:
+                    out.append(False)
+        return out
+
     def _delete_maybe(self, path: str, version: int) -> None:
         for attempt in self._attempts():
             try:

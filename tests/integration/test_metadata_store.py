@@ -129,6 +129,18 @@ def test_create_read_write_delete_list(store: MetadataStore) -> None:
     assert store.list_ledgers() == sorted([ids[0], ids[2], big])
 
 
+def test_delete_ledgers_deletes_many_at_once_and_skips_the_missing(store: MetadataStore) -> None:
+    """One pipelined batch deletes every ledger named that exists; the answer names those, in order."""
+    ids = [store.new_ledger_id() for _ in range(6)]
+    for ledger_id in ids:
+        store.create_ledger(ledger(ledger_id))
+    store.delete_ledger(ids[2])
+    assert store.delete_ledgers([ids[4], ids[2], ids[0], ids[1]]) == [ids[4], ids[0], ids[1]]
+    assert store.list_ledgers() == [ids[3], ids[5]]
+    assert store.delete_ledgers([ids[0]]) == []
+    assert store.delete_ledgers([]) == []
+
+
 def test_ledgers_with_metadata_reads_in_batches_in_id_order_and_skips_deleted(
         store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every ledger's metadata, read in pipelined batches (3 here, so 8 ledgers span three), in id order;
@@ -395,7 +407,8 @@ def test_calls_end_with_a_clear_error_when_zookeeper_is_gone(tmp_path: Path) -> 
                 outcomes[name] = exc
 
         calls: dict[str, Callable[[], object]] = {
-            "read": lambda: store.read_ledger(1), "delete": lambda: store.delete_ledger(1)}
+            "read": lambda: store.read_ledger(1), "delete": lambda: store.delete_ledger(1),
+            "delete many": lambda: store.delete_ledgers([1])}
         threads = [threading.Thread(target=attempt, args=item, daemon=True) for item in calls.items()]
         for t in threads:
             t.start()
@@ -403,7 +416,7 @@ def test_calls_end_with_a_clear_error_when_zookeeper_is_gone(tmp_path: Path) -> 
             t.join(30)      # the deadline is 5 s (at least 2 x session_timeout), plus one session_timeout
         assert not any(t.is_alive() for t in threads), "a metadata call still waits for a ZooKeeper that is gone"
         assert {name: type(exc) for name, exc in outcomes.items()} == {
-            "read": MetadataStoreError, "delete": MetadataStoreError}
+            "read": MetadataStoreError, "delete": MetadataStoreError, "delete many": MetadataStoreError}
     finally:
         server.stop()
         store.close()
