@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
-from client import BookKeeper, InvalidOptionError, LogNotFoundError, NoSuchLedgerError
+from client import BookKeeper, InvalidOptionError, LogNotFoundError
 from client.ledger_handle import LedgerHandle
 from client.log.logs import JOB_KEY, LOG_KEY
 from spark_connector import envelope as env
@@ -238,14 +238,10 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         src = self.opts.source
         with planning_client(src.metadata_service_uri, src.client_settings) as bk:
             listed = ListedLedgers(bk)
-            keep: set[int] = set()
-            for name, ids in ledgers_by_log(messages, src.log).items():
-                for ledger_id in ids:
-                    if listed.has(name, ledger_id):     # a commit whose transaction did land keeps its ledgers
-                        keep.add(ledger_id)
-                        continue
-                    with contextlib.suppress(NoSuchLedgerError):
-                        bk.delete_ledger(ledger_id)
+            by_log = ledgers_by_log(messages, src.log)
+            # a commit whose transaction did land keeps its ledgers
+            keep = {i for name, ids in by_log.items() for i in ids if listed.has(name, i)}
+            bk.delete_ledgers(i for ids in by_log.values() for i in ids if i not in keep)
             self._sweep(bk, keep=keep)
             if any(m is None for m in messages):
                 self._sweep_killed(bk, keep)
@@ -293,18 +289,14 @@ def sweep_tagged(bk: BookKeeper, ours: Callable[[bytes], bool], keep: set[int], 
     """Delete the ledgers (ids above `above`, not in `keep`) whose job tag `ours` accepts and that the log
     they were written for (their `bkledger.log` tag) does not list; the ids deleted."""
     listed = ListedLedgers(bk)
-    gone = []
+    unlisted = []
     for ledger_id, md in bk.store.ledgers_with_metadata(above=above):     # pipelined reads
         target = md.custom_metadata.get(LOG_KEY)
         if ledger_id in keep or target is None or not ours(md.custom_metadata.get(JOB_KEY, b"")):
             continue
         if not listed.has(target.decode(errors="replace"), ledger_id):
-            try:
-                bk.delete_ledger(ledger_id)
-            except NoSuchLedgerError:       # deleted meanwhile (another sweep)
-                continue
-            gone.append(ledger_id)
-    return gone
+            unlisted.append(ledger_id)
+    return bk.delete_ledgers(unlisted)          # one deleted meanwhile (another sweep) is left out
 
 
 def split_by_log(batch: pa.RecordBatch, partition_id: int, first_row: int) -> list[tuple[str, pa.RecordBatch]]:

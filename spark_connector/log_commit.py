@@ -21,9 +21,9 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from client import BookKeeper, NoSuchLedgerError, append_ledgers_to_logs
+from client import BookKeeper, append_ledgers_to_logs
 from client.errors import InvalidLogUpdateError, LogNotFoundError, LogUpdateConflictError
 from client.log.core.meta import late_ledgers
 
@@ -66,12 +66,12 @@ def commit_to_logs(bk: BookKeeper, ids: Mapping[str, list[int]], *, password: by
                 current = {name: _rehome(bk, got, late.get(name, []), password, copies)
                            for name, got in current.items()}
                 continue
-            _delete(bk, copies.keys() if done else copies.values())    # the replaced, or the unused
+            bk.delete_ledgers(copies.keys() if done else copies.values())    # the replaced, or the unused
             return done
     except BaseException:
-        _delete(bk, copies.values())
+        bk.delete_ledgers(copies.values())
         raise
-    _delete(bk, copies.values())
+    bk.delete_ledgers(copies.values())
     raise LogUpdateConflictError(f"logs {sorted(ids)}: other appends kept landing first ({COMMIT_ATTEMPTS} "
                                  "times); nothing of this job was appended; retry it")
 
@@ -97,7 +97,7 @@ def _rehome(bk: BookKeeper, ids: list[int], late: list[int], password: bytes, co
         new_id = copy_ledger(bk, ledger_id, password)
         original = next((o for o, c in copies.items() if c == ledger_id), ledger_id)
         if original != ledger_id:                # a copy that went late too: replace it
-            _delete(bk, [ledger_id])
+            bk.delete_ledgers([ledger_id])
         copies[original] = new_id
         out.append(new_id)
         log.info("ledger %d landed below the log's tail (a concurrent append committed first): copied to %d",
@@ -131,9 +131,3 @@ def copy_ledger(bk: BookKeeper, ledger_id: int, password: bytes) -> int:
             bk.delete_ledger(lh.ledger_id)
         raise
     return lh.ledger_id
-
-
-def _delete(bk: BookKeeper, ledger_ids: Iterable[int]) -> None:
-    for ledger_id in list(ledger_ids):
-        with contextlib.suppress(NoSuchLedgerError):
-            bk.delete_ledger(ledger_id)

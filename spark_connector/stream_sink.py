@@ -27,7 +27,6 @@ the batch (or a later one) of this sink, the batch landed everywhere and nothing
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -40,7 +39,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from client import BookKeeper, NoSuchLedgerError
+from client import BookKeeper
 from spark_connector.batch_writer import (
     BkLedgerBatchWriter,
     LedgerCommitMessage,
@@ -123,9 +122,7 @@ def delete_unlisted(bk: BookKeeper, by_log: Mapping[str, Sequence[int]]) -> list
     """Delete the ledgers of `by_log` that their log does not list; returns them."""
     listed = ListedLedgers(bk)
     gone = [i for name, ids in by_log.items() for i in ids if not listed.has(name, i)]
-    for ledger_id in gone:
-        with contextlib.suppress(NoSuchLedgerError):
-            bk.delete_ledger(ledger_id)
+    bk.delete_ledgers(gone)
     return gone
 
 
