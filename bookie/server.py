@@ -4,7 +4,8 @@ Adds arrive on a bidirectional stream, many entries per message; each batch is c
 decisions of `bookie.core.decisions`, journaled, and acknowledged from the journal's callback after
 the fsync that covers it. Acks waiting on one stream are coalesced into one response message.
 Reads, fencing reads, long polls on the LAC, explicit LAC and force-ledger are unary calls; range
-reads stream batches of packaged entries (one buffer plus sizes).
+reads stream batches of packaged entries (one buffer plus sizes); ReadRanges streams many ledgers' ranges
+in shared batches (`bookie.ranges_read`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from google.protobuf.message import Message
 
+from bookie import ranges_read
 from bookie.add_request import AddBatchView, parse_add_request
 from bookie.bookie import Bookie
 from bookie.core import decisions
@@ -304,6 +306,25 @@ class BookieService(pb_grpc.BookieServicer):
                 return
             yield item
 
+    async def ReadRanges(
+        self, request: pb.ReadRangesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadRangeBatch | bytes]:
+        """Many ledgers' ranges (`bookie.ranges_read`): batches of their entries, each tagged with its
+        ledger, and a status batch for each range that failed; the stream goes on after one."""
+        storage = self.bookie.storage
+        assert storage is not None
+        started, entries, size, ok = self.stats.read_started(), 0, 0, True
+        items = ranges_read.answer(storage, lambda ledger_id: self.bookie.view(ledger_id) is not None,
+                                   ranges_read.ranges_of(request), request.max_batch_bytes)
+        while (item := await asyncio.to_thread(next, items, None)) is not None:
+            if isinstance(item, ranges_read.Failed):
+                ok = ok and item.status != pb.EIO
+                yield pb.ReadRangeBatch(status=item.status, ledger_id=item.ledger_id)  # type: ignore[arg-type]
+                continue
+            entries, size = entries + len(item.entry_ids), size + len(item.data)
+            yield ranges_batch_bytes(item)
+        self.stats.read_done(started, ok, entries, size)
+
     async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
         storage = self.bookie.storage
         assert storage is not None
@@ -388,7 +409,14 @@ def range_batch_bytes(ledger_id: int, entry_ids: npt.NDArray[np.int64], sizes: n
     return b"".join((head, wire.field_prefix(RANGE_DATA, len(data)), data)) if data else head
 
 
-RANGE_LEDGER_ID, RANGE_ENTRY_IDS, RANGE_SIZES, RANGE_DATA = 2, 3, 4, 5    # ReadRangeBatch's field numbers
+def ranges_batch_bytes(packed: ranges_read.Packed) -> bytes:
+    """A serialized ReadRangeBatch (EOK) of a ReadRanges answer: range_batch_bytes with each entry's ledger."""
+    data = wire.field_prefix(RANGE_DATA, len(packed.data)) if packed.data else b""
+    return b"".join((wire.packed_field(RANGE_ENTRY_IDS, packed.entry_ids), wire.packed_field(RANGE_SIZES, packed.sizes),
+                     data, packed.data, wire.packed_field(RANGE_LEDGER_IDS, packed.ledger_ids)))
+
+
+RANGE_LEDGER_ID, RANGE_ENTRY_IDS, RANGE_SIZES, RANGE_DATA, RANGE_LEDGER_IDS = 2, 3, 4, 5, 6  # ReadRangeBatch's
 
 
 def add_ack_bytes(ledger_id: int, status: int, entry_ids: npt.NDArray[np.int64]) -> bytes:
@@ -414,7 +442,7 @@ def _serialize(message: Message | bytes) -> bytes:
 def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
     """Register the service as the generated code does, except that AddStream's requests are parsed by
     `bookie.add_request`, its responses are serialized already (`add_response_bytes`), and ReadRange's
-    responses may be (`range_batch_bytes`)."""
+    and ReadRanges' responses may be (`range_batch_bytes`, `ranges_batch_bytes`)."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     class Capture:
@@ -426,6 +454,7 @@ def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
 
     pb_grpc.add_BookieServicer_to_server(service, Capture())
     handlers["ReadRange"] = handlers["ReadRange"]._replace(response_serializer=_serialize)
+    handlers["ReadRanges"] = handlers["ReadRanges"]._replace(response_serializer=_serialize)
     handlers["AddStream"] = handlers["AddStream"]._replace(request_deserializer=parse_add_request,
                                                            response_serializer=_serialize)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

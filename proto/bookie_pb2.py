@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/bookie.proto\x12\x0b\x62kledger.v1\"\xa3\x01\n\x08\x41\x64\x64\x42\x61tch\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x14\n\x0crecovery_add\x18\x03 \x01(\x08\x12\x13\n\x0bwrite_flags\x18\x04 \x01(\x05\x12\x15\n\rhigh_priority\x18\x05 \x01(\x08\x12\x11\n\tentry_ids\x18\x06 \x03(\x03\x12\r\n\x05sizes\x18\x07 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\"D\n\nAddRequest\x12\x0e\n\x06txn_id\x18\x01 \x01(\x04\x12&\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x15.bkledger.v1.AddBatch\"W\n\x06\x41\x64\x64\x41\x63k\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tentry_ids\x18\x03 \x03(\x03\"@\n\x0b\x41\x64\x64Response\x12\x0e\n\x06txn_id\x18\x01 \x01(\x04\x12!\n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x13.bkledger.v1.AddAck\"\xc9\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x18\n\x10has_previous_lac\x18\x05 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x06 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x07 \x01(\r\x12\x17\n\x0fpiggyback_entry\x18\x08 \x01(\x08\x12\x15\n\rhigh_priority\x18\t \x01(\x08\"{\n\x0cReadResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\"\xda\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x17\n\x0fmax_batch_bytes\x18\x04 \x01(\r\x12\x19\n\x11max_batch_entries\x18\x05 \x01(\r\x12\r\n\x05\x66\x65nce\x18\x06 \x01(\x08\x12\x12\n\nmaster_key\x18\x07 \x01(\x0c\x12\x17\n\x0fresidue_modulus\x18\x08 \x01(\r\x12\x14\n\x0cresidue_mask\x18\t \x01(\x04\"|\n\x0eReadRangeBatch\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x11\n\tentry_ids\x18\x03 \x03(\x03\x12\r\n\x05sizes\x18\x04 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"x\n\x0fReadLacResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08lac_body\x18\x03 \x01(\x0c\x12\x17\n\x0flast_entry_body\x18\x04 \x01(\x0c\"S\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"N\n\x10WriteLacResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\"\'\n\x12\x46orceLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"Q\n\x13\x46orceLedgerResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\")\n\x14GetBookieInfoRequest\x12\x11\n\trequested\x18\x01 \x01(\x04\"\x9c\x01\n\x15GetBookieInfoResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x1b\n\x13total_disk_capacity\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ree_disk_space\x18\x03 \x01(\x03\x12\x11\n\tbookie_id\x18\x04 \x01(\t\x12\x11\n\tread_only\x18\x05 \x01(\x08\",\n\x17GetListOfEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"i\n\x18GetListOfEntriesResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x11\n\tentry_ids\x18\x03 \x03(\x03*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\xfb\x03*3\n\tWriteFlag\x12\x13\n\x0fWRITE_FLAG_NONE\x10\x00\x12\x11\n\rDEFERRED_SYNC\x10\x01\x32\xee\x04\n\x06\x42ookie\x12\x42\n\tAddStream\x12\x17.bkledger.v1.AddRequest\x1a\x18.bkledger.v1.AddResponse(\x01\x30\x01\x12;\n\x04Read\x12\x18.bkledger.v1.ReadRequest\x1a\x19.bkledger.v1.ReadResponse\x12I\n\tReadRange\x12\x1d.bkledger.v1.ReadRangeRequest\x1a\x1b.bkledger.v1.ReadRangeBatch0\x01\x12\x44\n\x07ReadLac\x12\x1b.bkledger.v1.ReadLacRequest\x1a\x1c.bkledger.v1.ReadLacResponse\x12G\n\x08WriteLac\x12\x1c.bkledger.v1.WriteLacRequest\x1a\x1d.bkledger.v1.WriteLacResponse\x12P\n\x0b\x46orceLedger\x12\x1f.bkledger.v1.ForceLedgerRequest\x1a .bkledger.v1.ForceLedgerResponse\x12V\n\rGetBookieInfo\x12!.bkledger.v1.GetBookieInfoRequest\x1a\".bkledger.v1.GetBookieInfoResponse\x12_\n\x10GetListOfEntries\x12$.bkledger.v1.GetListOfEntriesRequest\x1a%.bkledger.v1.GetListOfEntriesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/bookie.proto\x12\x0b\x62kledger.v1\"\xa3\x01\n\x08\x41\x64\x64\x42\x61tch\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x14\n\x0crecovery_add\x18\x03 \x01(\x08\x12\x13\n\x0bwrite_flags\x18\x04 \x01(\x05\x12\x15\n\rhigh_priority\x18\x05 \x01(\x08\x12\x11\n\tentry_ids\x18\x06 \x03(\x03\x12\r\n\x05sizes\x18\x07 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\"D\n\nAddRequest\x12\x0e\n\x06txn_id\x18\x01 \x01(\x04\x12&\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x15.bkledger.v1.AddBatch\"W\n\x06\x41\x64\x64\x41\x63k\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tentry_ids\x18\x03 \x03(\x03\"@\n\x0b\x41\x64\x64Response\x12\x0e\n\x06txn_id\x18\x01 \x01(\x04\x12!\n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x13.bkledger.v1.AddAck\"\xc9\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x18\n\x10has_previous_lac\x18\x05 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x06 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x07 \x01(\r\x12\x17\n\x0fpiggyback_entry\x18\x08 \x01(\x08\x12\x15\n\rhigh_priority\x18\t \x01(\x08\"{\n\x0cReadResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\"\xda\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x17\n\x0fmax_batch_bytes\x18\x04 \x01(\r\x12\x19\n\x11max_batch_entries\x18\x05 \x01(\r\x12\r\n\x05\x66\x65nce\x18\x06 \x01(\x08\x12\x12\n\nmaster_key\x18\x07 \x01(\x0c\x12\x17\n\x0fresidue_modulus\x18\x08 \x01(\r\x12\x14\n\x0cresidue_mask\x18\t \x01(\x04\"\x90\x01\n\x0eReadRangeBatch\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x11\n\tentry_ids\x18\x03 \x03(\x03\x12\r\n\x05sizes\x18\x04 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x12\n\nledger_ids\x18\x06 \x03(\x03\"[\n\x11ReadRangesRequest\x12-\n\x06ranges\x18\x01 \x03(\x0b\x32\x1d.bkledger.v1.ReadRangeRequest\x12\x17\n\x0fmax_batch_bytes\x18\x02 \x01(\r\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"x\n\x0fReadLacResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08lac_body\x18\x03 \x01(\x0c\x12\x17\n\x0flast_entry_body\x18\x04 \x01(\x0c\"S\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"N\n\x10WriteLacResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\"\'\n\x12\x46orceLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"Q\n\x13\x46orceLedgerResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\")\n\x14GetBookieInfoRequest\x12\x11\n\trequested\x18\x01 \x01(\x04\"\x9c\x01\n\x15GetBookieInfoResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x1b\n\x13total_disk_capacity\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ree_disk_space\x18\x03 \x01(\x03\x12\x11\n\tbookie_id\x18\x04 \x01(\t\x12\x11\n\tread_only\x18\x05 \x01(\x08\",\n\x17GetListOfEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"i\n\x18GetListOfEntriesResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.bkledger.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x11\n\tentry_ids\x18\x03 \x03(\x03*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\xfb\x03*3\n\tWriteFlag\x12\x13\n\x0fWRITE_FLAG_NONE\x10\x00\x12\x11\n\rDEFERRED_SYNC\x10\x01\x32\xbb\x05\n\x06\x42ookie\x12\x42\n\tAddStream\x12\x17.bkledger.v1.AddRequest\x1a\x18.bkledger.v1.AddResponse(\x01\x30\x01\x12;\n\x04Read\x12\x18.bkledger.v1.ReadRequest\x1a\x19.bkledger.v1.ReadResponse\x12I\n\tReadRange\x12\x1d.bkledger.v1.ReadRangeRequest\x1a\x1b.bkledger.v1.ReadRangeBatch0\x01\x12K\n\nReadRanges\x12\x1e.bkledger.v1.ReadRangesRequest\x1a\x1b.bkledger.v1.ReadRangeBatch0\x01\x12\x44\n\x07ReadLac\x12\x1b.bkledger.v1.ReadLacRequest\x1a\x1c.bkledger.v1.ReadLacResponse\x12G\n\x08WriteLac\x12\x1c.bkledger.v1.WriteLacRequest\x1a\x1d.bkledger.v1.WriteLacResponse\x12P\n\x0b\x46orceLedger\x12\x1f.bkledger.v1.ForceLedgerRequest\x1a .bkledger.v1.ForceLedgerResponse\x12V\n\rGetBookieInfo\x12!.bkledger.v1.GetBookieInfoRequest\x1a\".bkledger.v1.GetBookieInfoResponse\x12_\n\x10GetListOfEntries\x12$.bkledger.v1.GetListOfEntriesRequest\x1a%.bkledger.v1.GetListOfEntriesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=1906
-  _globals['_STATUSCODE']._serialized_end=2089
-  _globals['_WRITEFLAG']._serialized_start=2091
-  _globals['_WRITEFLAG']._serialized_end=2142
+  _globals['_STATUSCODE']._serialized_start=2020
+  _globals['_STATUSCODE']._serialized_end=2203
+  _globals['_WRITEFLAG']._serialized_start=2205
+  _globals['_WRITEFLAG']._serialized_end=2256
   _globals['_ADDBATCH']._serialized_start=36
   _globals['_ADDBATCH']._serialized_end=199
   _globals['_ADDREQUEST']._serialized_start=201
@@ -49,28 +49,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READRESPONSE']._serialized_end=753
   _globals['_READRANGEREQUEST']._serialized_start=756
   _globals['_READRANGEREQUEST']._serialized_end=974
-  _globals['_READRANGEBATCH']._serialized_start=976
-  _globals['_READRANGEBATCH']._serialized_end=1100
-  _globals['_READLACREQUEST']._serialized_start=1102
-  _globals['_READLACREQUEST']._serialized_end=1137
-  _globals['_READLACRESPONSE']._serialized_start=1139
-  _globals['_READLACRESPONSE']._serialized_end=1259
-  _globals['_WRITELACREQUEST']._serialized_start=1261
-  _globals['_WRITELACREQUEST']._serialized_end=1344
-  _globals['_WRITELACRESPONSE']._serialized_start=1346
-  _globals['_WRITELACRESPONSE']._serialized_end=1424
-  _globals['_FORCELEDGERREQUEST']._serialized_start=1426
-  _globals['_FORCELEDGERREQUEST']._serialized_end=1465
-  _globals['_FORCELEDGERRESPONSE']._serialized_start=1467
-  _globals['_FORCELEDGERRESPONSE']._serialized_end=1548
-  _globals['_GETBOOKIEINFOREQUEST']._serialized_start=1550
-  _globals['_GETBOOKIEINFOREQUEST']._serialized_end=1591
-  _globals['_GETBOOKIEINFORESPONSE']._serialized_start=1594
-  _globals['_GETBOOKIEINFORESPONSE']._serialized_end=1750
-  _globals['_GETLISTOFENTRIESREQUEST']._serialized_start=1752
-  _globals['_GETLISTOFENTRIESREQUEST']._serialized_end=1796
-  _globals['_GETLISTOFENTRIESRESPONSE']._serialized_start=1798
-  _globals['_GETLISTOFENTRIESRESPONSE']._serialized_end=1903
-  _globals['_BOOKIE']._serialized_start=2145
-  _globals['_BOOKIE']._serialized_end=2767
+  _globals['_READRANGEBATCH']._serialized_start=977
+  _globals['_READRANGEBATCH']._serialized_end=1121
+  _globals['_READRANGESREQUEST']._serialized_start=1123
+  _globals['_READRANGESREQUEST']._serialized_end=1214
+  _globals['_READLACREQUEST']._serialized_start=1216
+  _globals['_READLACREQUEST']._serialized_end=1251
+  _globals['_READLACRESPONSE']._serialized_start=1253
+  _globals['_READLACRESPONSE']._serialized_end=1373
+  _globals['_WRITELACREQUEST']._serialized_start=1375
+  _globals['_WRITELACREQUEST']._serialized_end=1458
+  _globals['_WRITELACRESPONSE']._serialized_start=1460
+  _globals['_WRITELACRESPONSE']._serialized_end=1538
+  _globals['_FORCELEDGERREQUEST']._serialized_start=1540
+  _globals['_FORCELEDGERREQUEST']._serialized_end=1579
+  _globals['_FORCELEDGERRESPONSE']._serialized_start=1581
+  _globals['_FORCELEDGERRESPONSE']._serialized_end=1662
+  _globals['_GETBOOKIEINFOREQUEST']._serialized_start=1664
+  _globals['_GETBOOKIEINFOREQUEST']._serialized_end=1705
+  _globals['_GETBOOKIEINFORESPONSE']._serialized_start=1708
+  _globals['_GETBOOKIEINFORESPONSE']._serialized_end=1864
+  _globals['_GETLISTOFENTRIESREQUEST']._serialized_start=1866
+  _globals['_GETLISTOFENTRIESREQUEST']._serialized_end=1910
+  _globals['_GETLISTOFENTRIESRESPONSE']._serialized_start=1912
+  _globals['_GETLISTOFENTRIESRESPONSE']._serialized_end=2017
+  _globals['_BOOKIE']._serialized_start=2259
+  _globals['_BOOKIE']._serialized_end=2958
 # @@protoc_insertion_point(module_scope)

@@ -144,18 +144,28 @@ class ReadRangeRequest(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_entries: _Optional[int] = ..., fence: _Optional[bool] = ..., master_key: _Optional[bytes] = ..., residue_modulus: _Optional[int] = ..., residue_mask: _Optional[int] = ...) -> None: ...
 
 class ReadRangeBatch(_message.Message):
-    __slots__ = ("status", "ledger_id", "entry_ids", "sizes", "data")
+    __slots__ = ("status", "ledger_id", "entry_ids", "sizes", "data", "ledger_ids")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     SIZES_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_IDS_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     ledger_id: int
     entry_ids: _containers.RepeatedScalarFieldContainer[int]
     sizes: _containers.RepeatedScalarFieldContainer[int]
     data: bytes
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    ledger_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., ledger_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ReadRangesRequest(_message.Message):
+    __slots__ = ("ranges", "max_batch_bytes")
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[ReadRangeRequest]
+    max_batch_bytes: int
+    def __init__(self, ranges: _Optional[_Iterable[_Union[ReadRangeRequest, _Mapping]]] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id",)

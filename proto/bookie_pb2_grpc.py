@@ -49,6 +49,11 @@ class BookieStub:
                 request_serializer=proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
                 response_deserializer=proto_dot_bookie__pb2.ReadRangeBatch.FromString,
                 _registered_method=True)
+        self.ReadRanges = channel.unary_stream(
+                '/bkledger.v1.Bookie/ReadRanges',
+                request_serializer=proto_dot_bookie__pb2.ReadRangesRequest.SerializeToString,
+                response_deserializer=proto_dot_bookie__pb2.ReadRangeBatch.FromString,
+                _registered_method=True)
         self.ReadLac = channel.unary_unary(
                 '/bkledger.v1.Bookie/ReadLac',
                 request_serializer=proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
@@ -92,6 +97,12 @@ class BookieServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadRange(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadRanges(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,6 +154,11 @@ def add_BookieServicer_to_server(servicer, server):
             'ReadRange': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadRange,
                     request_deserializer=proto_dot_bookie__pb2.ReadRangeRequest.FromString,
+                    response_serializer=proto_dot_bookie__pb2.ReadRangeBatch.SerializeToString,
+            ),
+            'ReadRanges': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadRanges,
+                    request_deserializer=proto_dot_bookie__pb2.ReadRangesRequest.FromString,
                     response_serializer=proto_dot_bookie__pb2.ReadRangeBatch.SerializeToString,
             ),
             'ReadLac': grpc.unary_unary_rpc_method_handler(
@@ -251,6 +267,33 @@ class Bookie:
             target,
             '/bkledger.v1.Bookie/ReadRange',
             proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
+            proto_dot_bookie__pb2.ReadRangeBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/bkledger.v1.Bookie/ReadRanges',
+            proto_dot_bookie__pb2.ReadRangesRequest.SerializeToString,
             proto_dot_bookie__pb2.ReadRangeBatch.FromString,
             options,
             channel_credentials,

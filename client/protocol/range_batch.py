@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from client.protocol import wire
 
-STATUS, LEDGER_ID, ENTRY_IDS, SIZES, DATA = range(1, 6)      # ReadRangeBatch's field numbers
+STATUS, LEDGER_ID, ENTRY_IDS, SIZES, DATA, LEDGER_IDS = range(1, 7)      # ReadRangeBatch's field numbers
+REPEATED = (ENTRY_IDS, SIZES, LEDGER_IDS)
 
 
 @dataclasses.dataclass
@@ -31,26 +32,28 @@ class RangeBatchView:
     entry_ids: npt.NDArray[np.int64] = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     sizes: npt.NDArray[np.int64] = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     data: memoryview = dataclasses.field(default_factory=lambda: memoryview(b""))
+    ledger_ids: npt.NDArray[np.int64] = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def parse_range_batch(raw: bytes) -> RangeBatchView:
     batch = RangeBatchView()
-    ids: list[npt.NDArray[np.uint64]] = []
-    sizes: list[npt.NDArray[np.uint64]] = []
+    parts: dict[int, list[npt.NDArray[np.uint64]]] = {number: [] for number in REPEATED}
     for number, _wire_type, value in wire.fields(raw):
         if isinstance(value, int):
             if number == STATUS:
                 batch.status = wire.signed(value & wire.UINT32, 32)      # an enum: int32
             elif number == LEDGER_ID:
                 batch.ledger_id = wire.signed(value, 64)
-            elif number in (ENTRY_IDS, SIZES):          # one element of a repeated field written unpacked
-                (ids if number == ENTRY_IDS else sizes).append(np.array([value], dtype=np.uint64))
-        elif number in (ENTRY_IDS, SIZES):
-            (ids if number == ENTRY_IDS else sizes).append(wire.unpack_varints(value))
+            elif number in parts:                       # one element of a repeated field written unpacked
+                parts[number].append(np.array([value], dtype=np.uint64))
+        elif number in parts:
+            parts[number].append(wire.unpack_varints(value))
         elif number == DATA:
             batch.data = value
-    if ids:
-        batch.entry_ids = wire.joined(ids).view(np.int64)           # int64: two's complement of the varint
-    if sizes:
-        batch.sizes = (wire.joined(sizes) & np.uint64(wire.UINT32)).astype(np.int64)   # uint32: low 32 bits
+    if parts[ENTRY_IDS]:
+        batch.entry_ids = wire.joined(parts[ENTRY_IDS]).view(np.int64)    # int64: two's complement of the varint
+    if parts[SIZES]:
+        batch.sizes = (wire.joined(parts[SIZES]) & np.uint64(wire.UINT32)).astype(np.int64)   # uint32: low 32 bits
+    if parts[LEDGER_IDS]:
+        batch.ledger_ids = wire.joined(parts[LEDGER_IDS]).view(np.int64)
     return batch

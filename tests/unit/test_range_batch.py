@@ -16,16 +16,17 @@ INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 BATCHES = st.builds(
     pb.ReadRangeBatch, status=st.sampled_from(sorted(pb.StatusCode.values())), ledger_id=INT64,
     entry_ids=st.lists(INT64, max_size=20), sizes=st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=20),
-    data=st.binary(max_size=200))
+    data=st.binary(max_size=200), ledger_ids=st.lists(INT64, max_size=20))
 
 
 def as_parsed(batch: pb.ReadRangeBatch) -> tuple[object, ...]:
-    return batch.status, batch.ledger_id, list(batch.entry_ids), list(batch.sizes), bytes(batch.data)
+    return batch.status, batch.ledger_id, list(batch.entry_ids), list(batch.sizes), bytes(batch.data), \
+        list(batch.ledger_ids)
 
 
 def parsed(raw: bytes) -> tuple[object, ...]:
     b = parse_range_batch(raw)
-    return b.status, b.ledger_id, b.entry_ids.tolist(), b.sizes.tolist(), bytes(b.data)
+    return b.status, b.ledger_id, b.entry_ids.tolist(), b.sizes.tolist(), bytes(b.data), b.ledger_ids.tolist()
 
 
 @given(BATCHES)
@@ -37,12 +38,13 @@ def test_a_range_batch_parses_as_protobuf_parses_it(batch: pb.ReadRangeBatch) ->
 @given(BATCHES)
 def test_unpacked_repeated_integers_and_unknown_fields_parse_as_protobuf_parses_them(batch: pb.ReadRangeBatch
                                                                                       ) -> None:
-    """Entry ids and sizes one field per value (legal protobuf), an unknown field of each wire type, a
+    """Entry ids, sizes and ledger ids one field per value (legal protobuf), an unknown field of each wire type, a
     ledger id and a status written twice (the later ones count)."""
     head = pb.ReadRangeBatch(ledger_id=batch.ledger_id + 1 if batch.ledger_id < 2**63 - 1 else 0,
                              status=pb.EIO).SerializeToString()
     ids = b"".join(wire.varint(3 << 3) + wire.varint(v & wire.UINT64) for v in batch.entry_ids)
     sizes = b"".join(wire.varint(4 << 3) + wire.varint(v) for v in batch.sizes)
+    sizes += b"".join(wire.varint(6 << 3) + wire.varint(v & wire.UINT64) for v in batch.ledger_ids)
     unknown = wire.varint(99 << 3) + b"\x05" + wire.varint(98 << 3 | 1) + bytes(8) + wire.varint(97 << 3 | 5) + bytes(4)
     unknown += wire.field_prefix(96, 3) + b"abc"
     last = wire.varint(2 << 3) + wire.varint(batch.ledger_id & wire.UINT64) + wire.varint(1 << 3) + \

@@ -1,5 +1,5 @@
-"""Protobuf written by hand (`client.protocol.wire`, `bookie.server.range_batch_bytes`, `add_ack_bytes`) parses as the
-generated classes' own serialization does."""
+"""Protobuf written by hand (`client.protocol.wire`, `bookie.server.range_batch_bytes`, `ranges_batch_bytes`,
+`add_ack_bytes`) parses as the generated classes' own serialization does."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from google.protobuf.internal.decoder import _DecodeVarint  # type: ignore[attr-
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.server import add_ack_bytes, add_response_bytes, range_batch_bytes
+from bookie.ranges_read import Packed
+from bookie.server import add_ack_bytes, add_response_bytes, range_batch_bytes, ranges_batch_bytes
 from client.protocol import wire
 from client.protocol.native import NATIVE
 from proto import bookie_pb2 as pb
@@ -60,6 +61,18 @@ def test_a_range_batch_serialized_by_the_bookie_is_protobufs_own(ledger_id: int,
     data = b"".join(b for _, b in entries)
     got = range_batch_bytes(ledger_id, np.array(ids, dtype=np.int64), np.array(sizes, dtype=np.int64), data)
     expected = pb.ReadRangeBatch(status=pb.EOK, ledger_id=ledger_id, entry_ids=ids, sizes=sizes, data=data)
+    assert got == expected.SerializeToString()
+
+
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=2**63 - 1), st.integers(min_value=0, max_value=2**63 - 1),
+                          st.binary(max_size=100)), max_size=30))
+def test_a_ranges_batch_serialized_by_the_bookie_is_protobufs_own(entries: list[tuple[int, int, bytes]]) -> None:
+    """ReadRanges' batches: entries of several ledgers, each tagged with its ledger."""
+    ledgers, ids, blobs = [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries]
+    sizes = [len(b) for b in blobs]
+    got = ranges_batch_bytes(Packed(np.array(ledgers, dtype=np.int64), np.array(ids, dtype=np.int64),
+                                    np.array(sizes, dtype=np.int64), b"".join(blobs)))
+    expected = pb.ReadRangeBatch(entry_ids=ids, sizes=sizes, data=b"".join(blobs), ledger_ids=ledgers)
     assert got == expected.SerializeToString()
 
 

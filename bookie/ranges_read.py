@@ -1,0 +1,117 @@
+"""What a ReadRanges call answers: the ranges of many ledgers, their entries packed into shared batches.
+
+A reader of many small ledgers (a log of one-entry ledgers) paid one unary Read or ReadRange call per
+ledger, and gRPC's cost per call (several hundred microseconds of a bookie's CPU) was most of the read.
+Here each range is answered as `LedgerStorage.read_range` answers it (the entries held from its first id
+on, up to its max_batch_entries or the byte limit), but the entries of consecutive ranges travel
+together: one batch once they hold max_batch_bytes or RANGES_PER_BATCH ranges (so at most twice
+max_batch_bytes: each range may bring up to max_batch_bytes), each entry tagged with its ledger. A range
+whose ledger this bookie never knew gets a status item (ENOLEDGER), one whose read failed EIO; a ledger
+known but holding nothing (fenced, or its adds still in the journal) has no entries to send, as with
+ReadRange. Runs on the storage side (a thread): no event loop here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from bookie.storage import LedgerStorage, StorageError
+from proto import bookie_pb2 as pb
+
+log = logging.getLogger("bkledger.server")
+
+RANGES_PER_BATCH = 512       # a batch goes out after this many ranges even if small: progress for the reader
+DEFAULT_BATCH_BYTES = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    ledger_id: int
+    first: int
+    last: int
+    max_entries: int           # 0: no limit but the batch's bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+    """Entries of several ranges, back to back in `data`, each with its ledger, id and size."""
+
+    ledger_ids: npt.NDArray[np.int64]
+    entry_ids: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    ledger_id: int
+    status: int
+
+
+def ranges_of(request: pb.ReadRangesRequest) -> list[Range]:
+    return [Range(r.ledger_id, r.first_entry_id, r.last_entry_id, r.max_batch_entries) for r in request.ranges]
+
+
+def answer(storage: LedgerStorage, known: Callable[[int], bool], ranges: Sequence[Range], max_bytes: int
+           ) -> Iterator[Packed | Failed]:
+    """The answer to these ranges, in their order: batches of packed entries and the failed ranges'
+    statuses. `known(ledger_id)`: whether this bookie knows the ledger (it may hold no entries of it)."""
+    max_bytes = max_bytes or DEFAULT_BATCH_BYTES
+    held = _Held()
+    for r in ranges:
+        if not storage.has_ledger(r.ledger_id):
+            if not known(r.ledger_id):
+                yield from held.flush()
+                yield Failed(r.ledger_id, pb.ENOLEDGER)
+            continue
+        try:
+            first = next(storage.read_range(r.ledger_id, r.first, r.last, max_bytes, r.max_entries or (1 << 31)),
+                         None)
+        except (StorageError, OSError) as exc:
+            log.error("range read of ledger %d failed: %s", r.ledger_id, exc)
+            yield from held.flush()
+            yield Failed(r.ledger_id, pb.EIO)
+            continue
+        if first is not None:
+            held.add(r.ledger_id, *first)
+        if held.size >= max_bytes or held.ranges >= RANGES_PER_BATCH:
+            yield from held.flush()
+    yield from held.flush()
+
+
+class _Held:
+    """The ranges' entries gathered for the next batch."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.ledgers: list[int] = []
+        self.counts: list[int] = []
+        self.ids: list[npt.NDArray[np.int64]] = []
+        self.sizes: list[npt.NDArray[np.int64]] = []
+        self.blobs: list[bytes] = []
+        self.size = 0
+        self.ranges = 0
+
+    def add(self, ledger_id: int, ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], blob: bytes) -> None:
+        self.ledgers.append(ledger_id)
+        self.counts.append(len(ids))
+        self.ids.append(ids)
+        self.sizes.append(sizes)
+        self.blobs.append(blob)
+        self.size += len(blob)
+        self.ranges += 1
+
+    def flush(self) -> Iterator[Packed]:
+        if not self.ledgers:
+            return
+        packed = Packed(np.repeat(np.array(self.ledgers, dtype=np.int64), self.counts), np.concatenate(self.ids),
+                        np.concatenate(self.sizes), b"".join(self.blobs))
+        self._reset()
+        yield packed
