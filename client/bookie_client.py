@@ -162,6 +162,9 @@ class BookieClient:
         self.range_views = self.channel.unary_stream(   # ReadRange whose batches are parsed without copies
             "/bkledger.v1.Bookie/ReadRange", request_serializer=pb.ReadRangeRequest.SerializeToString,
             response_deserializer=_parse_range_batch)
+        self.ranges_views = self.channel.unary_stream(  # ReadRanges: many ledgers' ranges, parsed the same way
+            "/bkledger.v1.Bookie/ReadRanges", request_serializer=pb.ReadRangesRequest.SerializeToString,
+            response_deserializer=_parse_range_batch)
         self._handlers: dict[int, AckHandler] = {}
         self._queued: collections.deque[_Queued] = collections.deque()
         self._limit = max_requests_in_flight
@@ -382,6 +385,22 @@ class BookieClient:
         with self._read_failures():
             async for batch in self.range_views(request, timeout=timeout):
                 yield batch
+
+    async def read_ranges_views(self, ranges: list[tuple[int, int, int, int]], timeout: float,
+                                max_batch_bytes: int = 1 << 20) -> AsyncIterator[RangeBatchView]:
+        """ReadRanges: (ledger id, first, last, most entries) of many ledgers in one call; each batch's
+        entries are tagged with their ledgers (`ledger_ids`), a failed range is a batch with its status.
+        Leaving the iteration early cancels the call."""
+        request = pb.ReadRangesRequest(max_batch_bytes=max_batch_bytes, ranges=[
+            pb.ReadRangeRequest(ledger_id=ledger, first_entry_id=first, last_entry_id=last, max_batch_entries=most)
+            for ledger, first, last, most in ranges])
+        call = self.ranges_views(request, timeout=timeout)
+        try:
+            with self._read_failures():
+                async for batch in call:
+                    yield batch
+        finally:
+            call.cancel()
 
     async def read_lac(self, ledger_id: int, timeout: float) -> pb.ReadLacResponse:
         return await self.stub.ReadLac(pb.ReadLacRequest(ledger_id=ledger_id), timeout=timeout)

@@ -3,19 +3,21 @@
 Mirrors org.apache.bookkeeper.client.BookKeeper. One instance owns a ZooKeeper session (through the
 metadata store), a pool of bookie connections and an event loop thread. Blocking methods are safe
 from any thread; `acreate_ledger` / `aopen_ledger` are the asyncio flavour. `open_ledgers` opens many
-(small) ledgers with pipelined metadata reads, for readers of logs made of many ledgers.
+(small) ledgers with pipelined metadata reads and `read_chunks_async` reads them many per bookie call, for
+readers of logs made of many ledgers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import gc
 import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from client.bookies import BookiePool
@@ -31,7 +33,8 @@ from client.protocol import transforms
 from client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
 from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
 from client.protocol.speculative import BookieHealth, SpeculativePolicy
-from client.reader import LedgerReader
+from client.ranges_reader import NoRanges, read_ranges
+from client.reader import LedgerReader, ReadChunk
 from client.recovery_driver import RecoveryRun
 from client.runtime import EventLoopThread
 from client.tls import channel_credentials, settings_of
@@ -54,6 +57,7 @@ class ClientContext:
     writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
     metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
     health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
+    no_ranges: NoRanges = dataclasses.field(default_factory=NoRanges)   # bookies without ReadRanges (older)
 
     @property
     def speculative(self) -> SpeculativePolicy:
@@ -167,6 +171,31 @@ class BookKeeper(LogsMixin):
                                                self.config.fenceTimeout * 15 + 30)
                 handles.update((rh.ledger_id, rh) for rh in opened)
         return handles
+
+    def read_chunks_async(self, reads: Sequence[tuple[LedgerHandle, int, int]]
+                          ) -> list[concurrent.futures.Future[ReadChunk]]:
+        """`read_chunk_async` of many ledgers at once, for readers of many small ledgers: each future gives
+        what `rh.read_chunk_async(first, last)` would (the entries from `first` on, at least one). The reads
+        go to their bookies many ledgers per call (ReadRanges, `client.ranges_reader`) instead of one call
+        each; what such a call does not answer is read the usual way, so results and errors are the same.
+        One read per handle at a time; cancelling a future drops that read."""
+        self._check_open()
+        items = [rh.range_read(first, last) for rh, first, last in reads]
+        if not items:
+            return []
+        bound = self.config.readTimeout * 12
+        run = self._ctx.runtime.submit(asyncio.wait_for(
+            read_ranges(items, self._ctx.no_ranges, self._ctx.pool.get, self._ctx.speculative,
+                        self.config.readTimeout * 4), bound))
+
+        def settle_rest(done: concurrent.futures.Future[None]) -> None:
+            error = done.exception() if not done.cancelled() else None
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(error or ClientClosedError("the read was stopped (client closed)"))
+
+        run.add_done_callback(settle_rest)
+        return [item.future for item in items]
 
     async def _open_all(self, found: list[tuple[LedgerMetadata, int]], password: bytes, recovery: bool,
                         rules: RecoveryRules) -> list[LedgerHandle]:

@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from client.errors import BKError, ClientClosedError, EntryTooLargeError, Ledger
 from client.protocol.digest import Buffer, make_digest
 from client.protocol.metadata import LedgerMetadata, LedgerState
 from client.protocol.reads import check_read_range
+from client.ranges_reader import RangeRead
 from client.reader import LedgerReader, ReadChunk
 from client.writer import LedgerWriter
 
@@ -175,6 +177,13 @@ class LedgerHandle:
         check_read_range(self.metadata, self.last_add_confirmed, first, last)
         bound = self._ctx.config.readTimeout * 12
         return self._ctx.runtime.submit(asyncio.wait_for(self._chunk(first, last), bound))
+
+    def range_read(self, first: int, last: int) -> RangeRead:
+        """This read as one of many (`BookKeeper.read_chunks_async`): its future gives what read_chunk_async
+        would give."""
+        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        return RangeRead(self._bound_reader(), first, last, functools.partial(self._chunk, first, last),
+                         concurrent.futures.Future())
 
     async def read(self, first: int, last: int) -> list[LedgerEntry]:
         check_read_range(self.metadata, self.last_add_confirmed, first, last)

@@ -213,7 +213,7 @@ class LedgerReader:
             return [lz4.block.decompress(v) for v in views]
         return list(views)
 
-    def _chunk_of(self, ids: I64, data: Buffer, starts: I64, ends: I64) -> ReadChunk:
+    def chunk_of(self, ids: I64, data: Buffer, starts: I64, ends: I64) -> ReadChunk:
         """Verified packaged entries data[starts[i]:ends[i]] as a chunk: spans of their payloads, or the
         payloads decompressed."""
         import numpy as np  # not at import: see the module docstring
@@ -356,7 +356,7 @@ class LedgerReader:
                     raise DigestMismatchError(f"ledger {self.ledger_id}: malformed range batch from {bookie_id}")
                 verify_entries(self.digest, self.ledger_id, ids[:contiguous], starts[:contiguous], ends[:contiguous],
                                data)
-                parts.append(self._chunk_of(ids[:contiguous], data, starts[:contiguous], ends[:contiguous]))
+                parts.append(self.chunk_of(ids[:contiguous], data, starts[:contiguous], ends[:contiguous]))
                 expected += contiguous
                 size += len(data)
                 self._entry_bytes = 0.8 * self._entry_bytes + 0.2 * (len(data) / len(ids))

@@ -104,3 +104,19 @@ def read_error(ledger_id: int, entry_id: int, bookies: Collection[str], errors: 
         if status not in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
             return error_for_status(status, what=what)
     return NoSuchEntryError(f"{NoSuchEntryError.default_message} ({what})")
+
+
+def held_run(md: LedgerMetadata, bookie_id: str, first: int, last: int, cap: int) -> int:
+    """The last entry of the run from `first` (at most `cap` entries, not past `last` or first's fragment)
+    that `bookie_id` holds: a read of many ledgers asks one bookie for each ledger's run (ReadRanges).
+    With E == Qw every bookie of the fragment holds every entry; striped (E > Qw), a run of Qw at most."""
+    fragment = md.fragment_for(first)
+    following = [f.first_entry_id for f in md.fragments if f.first_entry_id > fragment.first_entry_id]
+    end = min(last, first + cap - 1, following[0] - 1 if following else last)
+    if md.ensemble_size == md.write_quorum:
+        return end
+    index = fragment.ensemble.index(bookie_id)
+    entry = first
+    while entry < end and index in write_set(entry + 1, md.ensemble_size, md.write_quorum):
+        entry += 1
+    return entry

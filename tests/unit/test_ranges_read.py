@@ -1,0 +1,134 @@
+"""Reads of many ledgers at once: which entries one bookie is asked for (`held_run`), what a bookie's
+ReadRanges answers (`bookie.ranges_read`), and a bookie without the call (UNIMPLEMENTED, from a real gRPC
+server) leaving every read to the usual path."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import struct
+from pathlib import Path
+
+import grpc
+import pytest
+
+from bookie import ranges_read
+from bookie.ranges_read import Failed, Packed, Range
+from bookie.storage import LedgerStorage
+from client.bookie_client import BookieClient
+from client.protocol.metadata import Fragment, LedgerMetadata
+from client.protocol.reads import held_run
+from client.protocol.speculative import BookieHealth, SpeculativePolicy
+from client.protocol.transforms import new_ledger_metadata
+from client.protocol.write_set import write_set
+from client.ranges_reader import NoRanges, RangeRead, read_ranges
+from client.reader import ReadChunk
+from proto import bookie_pb2 as pb
+
+BOOKIES = ("b0:1", "b1:1", "b2:1")
+
+
+def metadata(e: int, qw: int, fragments: tuple[int, ...] = (0,), bookies: tuple[str, ...] = BOOKIES
+             ) -> LedgerMetadata:
+    md = new_ledger_metadata(7, list(bookies[:e]), e, qw, qw, "crc32c", b"", 0)
+    return dataclasses.replace(md, fragments=tuple(Fragment(first, bookies[:e]) for first in fragments))
+
+
+@pytest.mark.parametrize("e, qw", [(3, 3), (3, 2), (3, 1), (2, 2)])
+@pytest.mark.parametrize("first", [0, 1, 2, 5])
+def test_held_run_is_the_longest_run_from_first_the_bookie_holds(e: int, qw: int, first: int) -> None:
+    md = metadata(e, qw)
+    for index in write_set(first, e, qw):
+        hi = held_run(md, BOOKIES[index], first, 20, cap=8)
+        assert first <= hi <= min(20, first + 7)
+        assert all(index in write_set(x, e, qw) for x in range(first, hi + 1))
+        assert hi == min(20, first + 7) or index not in write_set(hi + 1, e, qw)
+
+
+def test_held_run_stops_at_the_fragment_end_and_the_cap() -> None:
+    md = metadata(3, 3, fragments=(0, 4))
+    assert held_run(md, BOOKIES[0], 1, 10, cap=100) == 3
+    assert held_run(md, BOOKIES[0], 5, 10, cap=3) == 7
+
+
+def entry(ledger_id: int, entry_id: int, size: int = 100) -> bytes:
+    body = bytes([(ledger_id * 31 + entry_id) % 251]) * size
+    return struct.pack(">qqqq", ledger_id, entry_id, -1, len(body)) + body
+
+
+def storage_with(tmp_path: Path, ledgers: dict[int, list[int]]) -> LedgerStorage:
+    st = LedgerStorage([tmp_path / "l0"], entry_log_size_limit=1 << 20)
+    for ledger_id, ids in ledgers.items():
+        entries = [entry(ledger_id, e) for e in ids]
+        st.add_batch(ledger_id, ids, [len(x) for x in entries], b"".join(entries))
+    return st
+
+
+def test_a_bookie_answers_ranges_in_order_packed_together(tmp_path: Path) -> None:
+    """Held entries of each range from its first id (at most max_entries), tagged with their ledgers;
+    ENOLEDGER for a ledger never known, nothing for one known but empty, and the batch sent before a
+    failed range so that order holds."""
+    st = storage_with(tmp_path, {1: [0], 2: [0, 1, 2, 3], 3: [1, 2]})
+    try:
+        ranges = [Range(1, 0, 0, 0), Range(2, 1, 3, 2), Range(9, 0, 0, 0), Range(4, 0, 0, 0), Range(3, 0, 5, 0)]
+        items = list(ranges_read.answer(st, lambda ledger_id: ledger_id == 4, ranges, 1 << 20))
+    finally:
+        st.close()
+    assert [type(i) for i in items] == [Packed, Failed, Packed]
+    first, failed, last = items
+    assert isinstance(first, Packed) and isinstance(failed, Failed) and isinstance(last, Packed)
+    assert first.ledger_ids.tolist() == [1, 2, 2] and first.entry_ids.tolist() == [0, 1, 2]
+    assert first.data == entry(1, 0) + entry(2, 1) + entry(2, 2) and first.sizes.tolist() == [132] * 3
+    assert (failed.ledger_id, failed.status) == (9, pb.ENOLEDGER)
+    assert last.ledger_ids.tolist() == [3, 3] and last.entry_ids.tolist() == [1, 2]
+
+
+def test_a_bookie_sends_a_batch_every_so_many_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ranges_read, "RANGES_PER_BATCH", 2)
+    st = storage_with(tmp_path, {i: [0] for i in range(1, 6)})
+    try:
+        items = list(ranges_read.answer(st, lambda _: False, [Range(i, 0, 0, 0) for i in range(1, 6)], 1 << 20))
+    finally:
+        st.close()
+    assert [p.ledger_ids.tolist() for p in items if isinstance(p, Packed)] == [[1, 2], [3, 4], [5]]
+
+
+def test_a_bookie_without_read_ranges_leaves_every_read_to_the_usual_path() -> None:
+    """A real gRPC server that serves nothing answers UNIMPLEMENTED: each read is then read alone (here a
+    stand-in for the usual path), and the bookie is remembered so it is not asked again."""
+
+    async def scenario() -> tuple[list[ReadChunk], set[str]]:
+        server = grpc.aio.server()
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        address = f"127.0.0.1:{port}"
+        client = BookieClient(address, address)
+        health = BookieHealth()
+        md = metadata(1, 1, bookies=(address,))
+
+        class Reader:
+            ledger_id = 7
+
+            def __init__(self) -> None:
+                self.md = md
+                self.ctx = type("Ctx", (), {"health": health})()
+
+        async def alone() -> ReadChunk:
+            return ReadChunk([0], [b"alone"])
+
+        async def ask(_: str) -> BookieClient:
+            return client
+
+        reads = [RangeRead(Reader(), 0, 0, alone, concurrent.futures.Future())]   # type: ignore[arg-type]
+        no_ranges = NoRanges()
+        try:
+            await read_ranges(reads, no_ranges, ask, SpeculativePolicy(0.2, 0.2), 5.0)
+        finally:
+            await client.close()
+            await server.stop(None)
+        return [r.future.result(0) for r in reads], no_ranges.bookies
+
+    chunks, without = asyncio.run(scenario())
+    assert [bytes(p) for p in chunks[0].payloads] == [b"alone"]
+    assert len(without) == 1 and next(iter(without)).startswith("127.0.0.1:")
