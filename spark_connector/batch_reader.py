@@ -71,7 +71,7 @@ LAC_WAIT_S = 10.0
 ENVELOPE_AT_READ = -1          # LedgerView.envelope of a ledger planned from the log's records alone
 PLAN_THREADS = 16              # ledger metadata read at once while planning
 OPEN_WINDOW = 2000             # ledgers of a coalesced partition opened together (BookKeeper.open_ledgers)
-READ_AHEAD = 64                # pieces of a coalesced partition whose first chunk is read ahead
+READ_GROUP = 256               # pieces of a coalesced partition whose first chunks are asked for together
 MERGE_ROWS = 4096              # rows of tiny pieces shipped to Spark in one Arrow batch ...
 MERGE_BYTES = 4 << 20          # ... or fewer once they hold this many payload bytes
 ENVELOPE_BATCH = 1000
@@ -366,7 +366,7 @@ def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerParti
         handles: Mapping[int, LedgerHandle] = bk.open_ledgers([p.physical or p.ledger_id for p in window],
                                                               opts.source.password, recovery=False)
         # a ledger missing from `handles` is opened again by read_partition, which reports it as data loss
-        for piece, first_chunk in zip(window, read_ahead(window, handles), strict=True):
+        for piece, first_chunk in zip(window, read_ahead(bk, window, handles), strict=True):
             rh = handles.get(piece.physical or piece.ledger_id)
             chunk = whole_piece(piece, first_chunk)
             if rh is not None and chunk is not None:
@@ -429,36 +429,48 @@ class TinyRows:
         yield batch
 
 
-def read_ahead(pieces: Sequence[LedgerPartition], handles: Mapping[int, LedgerHandle]
+def read_ahead(bk: BookKeeper, pieces: Sequence[LedgerPartition], handles: Mapping[int, LedgerHandle]
                ) -> Iterator[concurrent.futures.Future[ReadChunk] | None]:
-    """Each piece's first chunk, asked for READ_AHEAD pieces before it is needed, on the client loop
-    (`read_chunk_async`: many reads in flight, no thread each; one round trip per tiny ledger would
-    otherwise be most of the task); None for a ledger that is not closed (read_partition waits for its
-    LAC first), or whose handle already has a read ahead (a ledger in two pieces)."""
+    """Each piece's first chunk, asked for ahead in groups of READ_GROUP pieces, the next group while the
+    caller works through this one: `bk.read_chunks_async` reads a group's tiny ledgers many per bookie call
+    (one round trip per tiny ledger would otherwise be most of the task). None for a ledger that is not
+    closed (read_partition waits for its LAC first), or whose handle already has a read ahead (a ledger
+    in two pieces)."""
     busy: set[int] = set()
 
-    def start(piece: LedgerPartition) -> concurrent.futures.Future[ReadChunk] | None:
-        ledger = piece.physical or piece.ledger_id
-        rh = handles.get(ledger)
-        if rh is None or not rh.is_closed or ledger in busy:
-            return None
-        busy.add(ledger)
-        return rh.read_chunk_async(piece.base + piece.first_entry_id, piece.base + piece.last_entry_id)
+    def start(group: Sequence[LedgerPartition]) -> list[concurrent.futures.Future[ReadChunk] | None]:
+        wanted: list[tuple[LedgerHandle, int, int]] = []
+        slots: list[int | None] = []
+        for piece in group:
+            ledger = piece.physical or piece.ledger_id
+            rh = handles.get(ledger)
+            if rh is None or not rh.is_closed or ledger in busy:
+                slots.append(None)
+                continue
+            busy.add(ledger)
+            slots.append(len(wanted))
+            wanted.append((rh, piece.base + piece.first_entry_id, piece.base + piece.last_entry_id))
+        futures = bk.read_chunks_async(wanted)
+        return [None if slot is None else futures[slot] for slot in slots]
 
-    flight = collections.deque(start(p) for p in pieces[:READ_AHEAD])
-    following = iter(pieces[READ_AHEAD:])
+    groups = [pieces[i:i + READ_GROUP] for i in range(0, len(pieces), READ_GROUP)]
+    flight = collections.deque(start(g) for g in groups[:2])
     try:
-        for piece in pieces:
-            got = flight.popleft()
-            busy.discard(piece.physical or piece.ledger_id)
-            nxt = next(following, None)
-            if nxt is not None:
-                flight.append(start(nxt))
-            yield got
+        for number, group in enumerate(groups):
+            current = flight[0]
+            if number + 2 < len(groups):
+                flight.append(start(groups[number + 2]))
+            for position, (piece, got) in enumerate(zip(group, current, strict=True)):
+                if got is not None:
+                    busy.discard(piece.physical or piece.ledger_id)
+                current[position] = None          # handed over: the caller owns it now
+                yield got
+            flight.popleft()
     finally:
-        for future in flight:
-            if future is not None:
-                future.cancel()
+        for futures in flight:
+            for future in futures:
+                if future is not None:
+                    future.cancel()
 
 
 def merged(batches: Iterable[pa.RecordBatch], rows: int, size: int) -> Iterator[pa.RecordBatch]:
