@@ -158,18 +158,27 @@ class BookKeeper(LogsMixin):
         for start in range(0, len(ids), OPEN_BATCH):
             found = [got for got in self._ctx.store.read_ledgers_versioned(ids[start:start + OPEN_BATCH])
                      if got is not None]
-            for md, _ in found:
-                check_password(md, password)
-            unsealed = []
-            for md, version in found:
-                if md.state is LedgerState.CLOSED:
-                    handles[md.ledger_id] = LedgerHandle(self._ctx, md, version, password)
-                else:
-                    unsealed.append((md, version))
-            if unsealed:
-                opened = self._ctx.runtime.run(self._open_all(unsealed, password, recovery, rules),
-                                               self.config.fenceTimeout * 15 + 30)
-                handles.update((rh.ledger_id, rh) for rh in opened)
+            handles.update(self.handles_for(found, password, recovery, rules))
+        return handles
+
+    def handles_for(self, found: Iterable[tuple[LedgerMetadata, int]], password: bytes = b"",
+                    recovery: bool = False, rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
+        """`open_ledgers` for ledgers whose metadata and version the caller has read already
+        (`store.read_ledgers_versioned`): no ZooKeeper read for a CLOSED one."""
+        found = list(found)
+        for md, _ in found:
+            check_password(md, password)
+        handles: dict[int, LedgerHandle] = {}
+        unsealed = []
+        for md, version in found:
+            if md.state is LedgerState.CLOSED:
+                handles[md.ledger_id] = LedgerHandle(self._ctx, md, version, password)
+            else:
+                unsealed.append((md, version))
+        if unsealed:
+            opened = self._ctx.runtime.run(self._open_all(unsealed, password, recovery, rules),
+                                           self.config.fenceTimeout * 15 + 30)
+            handles.update((rh.ledger_id, rh) for rh in opened)
         return handles
 
     def read_chunks_async(self, reads: Sequence[tuple[LedgerHandle, int, int]]

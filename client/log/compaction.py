@@ -1,20 +1,20 @@
 """Compaction of a log: rewrite runs of small CLOSED ledgers into one ledger each, swap them in with one
 CAS, delete the old ledgers after a grace period; and the background task that runs it on a schedule.
 
-Like Delta Lake's OPTIMIZE: readers see the same records at the same positions before and after (the
-log records which old ledger ids each new ledger replaced and where each began: `client.log.core.
-compaction`). The copy reads each old ledger without recovery (opened many at a time, reads in flight
-ahead: `BookKeeper.open_ledgers`) and adds its payloads, unchanged and in
-order (the key/timestamp envelope is inside the payload; the ledger's custom metadata is carried over,
-without the job tag). Runs are swapped in as they are copied, `SWAP_LEDGERS` replaced ledgers at a
-time; each swap is one ZooKeeper transaction checked on the log head's version (the compare-and-swap):
-a writer's roll, a sink's commit or a truncation racing it makes one side retry, never both land half.
-The swap also creates a child znode of the log naming the replaced ledgers (`pending-...`; the head
-lists only these znodes and when each is due), so neither the head nor one transaction grows with the
-log. Old ledgers wait there for `grace_s` so a reader in the middle of one finishes; every compaction
-run (and `bk.start_log_compaction`) first deletes the ones whose grace period ended. Progress goes to a
-`client.progress.ProgressSink`, which may ask to stop between runs; a failure deletes the copies not
-yet swapped in.
+Like Delta Lake's OPTIMIZE: readers see the same records at the same positions before and after (the log
+records which old ledger ids each new ledger replaced and where each began: `client.log.core.
+compaction`). The copy reads each old ledger without recovery (opened many at a time: `BookKeeper.
+open_ledgers`; their first chunks many per bookie call: `read_chunks_async`) and adds their payloads in
+bulk (`add_entries`), unchanged and in order (the key/timestamp envelope is inside the payload; the
+ledger's custom metadata is carried over, without the job tag). Runs are swapped in as they are copied,
+`SWAP_LEDGERS` replaced ledgers at a time; each swap is one ZooKeeper transaction checked on the log
+head's version (the compare-and-swap): a writer's roll, a sink's commit or a truncation racing it makes
+one side retry, never both land half. The swap also creates a child znode of the log naming the replaced
+ledgers (`pending-...`; the head lists only these znodes and when each is due), so neither the head nor
+one transaction grows with the log. Old ledgers wait there for `grace_s` so a reader in the middle of
+one finishes; every compaction run (and `bk.start_log_compaction`) first deletes the ones whose grace
+period ended. Progress goes to a `client.progress.ProgressSink`, which may ask to stop between runs; a
+failure deletes the copies not yet swapped in.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from client.log.store import (
 )
 from client.meta.zksession import ZkOp
 from client.progress import NO_PROGRESS, ProgressSink
+from client.protocol.metadata import LedgerMetadata
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
@@ -64,7 +65,10 @@ DEFAULT_GRACE_S = 600.0
 SWAP_LEDGERS = 4096                       # replaced ledgers swapped in per transaction (and pending znode)
 PENDING_PREFIX = "pending-"               # child znodes of a log naming replaced ledgers to delete
 OPEN_WINDOW = 2000                        # old ledgers opened together while copying (open_ledgers)
-READ_AHEAD = 64                           # old ledgers whose first chunk is in flight while copying
+Known = dict[int, tuple[LedgerMetadata, int]]   # ledger id -> (metadata, version), read already
+READ_GROUP = 256                          # old ledgers whose first chunks are asked for together while copying
+COPY_BULK_BYTES = 4 << 20                 # payloads added together (add_entries) ...
+COPY_BULK_ENTRIES = 8192                  # ... or this many
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,9 +143,10 @@ def _copy_and_swap(bk: BookKeeper, name: str, runs: Sequence[cp.Run], by_id: Map
         if progress.stop_requested():
             stopped = True
             break
-        for part in _same_kind(bk, run, min_ledgers):
+        parts, known = _same_kind(bk, run, min_ledgers)
+        for part in parts:
             elements = [by_id[i] for i in part.ledger_ids]
-            batch.append((part, cp.compacted_ledger(elements, copy_run(bk, elements, password), now_ms())))
+            batch.append((part, cp.compacted_ledger(elements, copy_run(bk, elements, password, known), now_ms())))
             written += 1
             if sum(len(r.ledger_ids) for r, _ in batch) >= SWAP_LEDGERS:
                 swapped += _swap(bk, name, batch, grace_s)
@@ -200,29 +205,37 @@ def _swap(bk: BookKeeper, name: str, batch: Sequence[tuple[cp.Run, LogLedger]],
     return swapped
 
 
-def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int) -> list[cp.Run]:
+def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int) -> tuple[list[cp.Run], Known]:
     """The run cut where the ledgers' kind changes (custom metadata but the job tag: the envelope, the
-    log; digest type, password), so a compacted ledger is read exactly as its parts were."""
-    mds = bk.store.read_ledgers(list(run.ledger_ids))
+    log; digest type, password), so a compacted ledger is read exactly as its parts were; and the
+    metadata read for it (the copy opens the ledgers from it: no second ZooKeeper read each)."""
+    found = bk.store.read_ledgers_versioned(list(run.ledger_ids))
+    known: Known = {}
     parts: list[list[int]] = []
     kind: object = None
-    for ledger_id, md in zip(run.ledger_ids, mds, strict=True):
-        if md is None:                            # gone (truncated meanwhile): the swap would skip it
+    for ledger_id, got in zip(run.ledger_ids, found, strict=True):
+        if got is None:                           # gone (truncated meanwhile): the swap would skip it
             kind = None
             parts.append([])
             continue
+        md = got[0]
+        known[ledger_id] = got
         this = (sorted((k, v) for k, v in md.custom_metadata.items() if k not in (JOB_KEY, COMPACTED_KEY)),
                 md.digest_type, md.password, md.compression)
         if not parts or this != kind:
             parts.append([])
             kind = this
         parts[-1].append(ledger_id)
-    return [cp.Run(tuple(p)) for p in parts if len(p) >= max(2, min_ledgers)]
+    return [cp.Run(tuple(p)) for p in parts if len(p) >= max(2, min_ledgers)], known
 
 
-def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes) -> int:
-    """A new CLOSED ledger with the entries of `elements`, in order; its id."""
-    first = bk.ledger_metadata(elements[0].ledger_id)
+def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes, known: Known | None = None) -> int:
+    """A new CLOSED ledger with the entries of `elements`, in order; its id. The payloads go out in bulk
+    adds of about COPY_BULK_BYTES (`add_entries`), not one add each. `known`: metadata (and versions)
+    read already, by ledger id."""
+    known = known or {}
+    first = known[elements[0].ledger_id][0] if elements[0].ledger_id in known \
+        else bk.ledger_metadata(elements[0].ledger_id)
     custom = {k: v for k, v in first.custom_metadata.items() if k != JOB_KEY}
     custom[COMPACTED_KEY] = b"1"
     lh = bk.create_ledger(first.ensemble_size, first.write_quorum, first.ack_quorum,
@@ -230,11 +243,19 @@ def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes) -> 
                           compression=first.compression)
     try:
         pending: list[concurrent.futures.Future[int]] = []
-        for payloads in _payloads_in_order(bk, [led.ledger_id for led in elements], password):
-            pending += [lh.add_entry_async(p) for p in payloads]
-            if len(pending) > 5000:
+        held: list[bytes] = []
+        size = 0
+        for payloads in _payloads_in_order(bk, [led.ledger_id for led in elements], password, known):
+            held += payloads
+            size += sum(map(len, payloads))
+            if size >= COPY_BULK_BYTES or len(held) >= COPY_BULK_ENTRIES:
+                pending.append(_add_all(lh, held))
+                held, size = [], 0
+            if len(pending) > 8:
                 _wait(pending)
                 pending = []
+        if held:
+            pending.append(_add_all(lh, held))
         _wait(pending)
         lh.close()
     except BaseException:
@@ -246,33 +267,47 @@ def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes) -> 
     return lh.ledger_id
 
 
-def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: bytes) -> Iterator[list[bytes]]:
+def _add_all(lh: LedgerHandle, payloads: list[bytes]) -> concurrent.futures.Future[int]:
+    offsets = [0]
+    for p in payloads:
+        offsets.append(offsets[-1] + len(p))
+    return lh.add_entries(b"".join(payloads), offsets)
+
+
+def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: bytes, known: Known
+                       ) -> Iterator[list[bytes]]:
     """Every entry of each CLOSED ledger, ledger by ledger in order (opened without recovery). The ledgers
-    are opened OPEN_WINDOW at a time (`open_ledgers`: pipelined metadata reads) and the first chunks of the
-    next READ_AHEAD ledgers are in flight on the client loop: a small ledger costs no round trip of its
-    own. A ledger with no metadata raises NoSuchLedgerError (the copy fails and is deleted)."""
+    are opened OPEN_WINDOW at a time (from `known`, or `open_ledgers`: pipelined metadata reads) and their
+    first chunks asked for READ_GROUP ledgers at a time, the next group while this one is copied
+    (`read_chunks_async`: many small ledgers per bookie call). A ledger with no metadata raises
+    NoSuchLedgerError (the copy fails and is deleted)."""
     for start in range(0, len(ledger_ids), OPEN_WINDOW):
         window = ledger_ids[start:start + OPEN_WINDOW]
-        handles = bk.open_ledgers(window, password, recovery=False)
+        handles = bk.handles_for([known[i] for i in window if i in known], password)
+        handles.update(bk.open_ledgers([i for i in window if i not in known], password, recovery=False))
+        for ledger_id in window:
+            if ledger_id not in handles:
+                handles[ledger_id] = bk.open_ledger(ledger_id, password, recovery=False)
 
-        def first(ledger_id: int, handles: Mapping[int, LedgerHandle] = handles
-                  ) -> tuple[LedgerHandle, concurrent.futures.Future[ReadChunk] | None]:
-            rh = handles.get(ledger_id) or bk.open_ledger(ledger_id, password, recovery=False)
-            return rh, (rh.read_chunk_async(0, rh.last_entry_id) if rh.last_entry_id >= 0 else None)
+        def ask(group: Sequence[int], handles: Mapping[int, LedgerHandle] = handles
+                ) -> list[tuple[LedgerHandle, concurrent.futures.Future[ReadChunk] | None]]:
+            wanted = [handles[i] for i in group]
+            futures = iter(bk.read_chunks_async([(rh, 0, rh.last_entry_id) for rh in wanted if rh.last_entry_id >= 0]))
+            return [(rh, next(futures) if rh.last_entry_id >= 0 else None) for rh in wanted]
 
-        flight = collections.deque(first(i) for i in window[:READ_AHEAD])
-        following = iter(window[READ_AHEAD:])
+        groups = [window[i:i + READ_GROUP] for i in range(0, len(window), READ_GROUP)]
+        flight = collections.deque(ask(g) for g in groups[:2])
         try:
-            while flight:
-                rh, ahead = flight.popleft()
-                nxt = next(following, None)
-                if nxt is not None:
-                    flight.append(first(nxt))
-                yield _rest(rh, ahead)
+            for number in range(len(groups)):
+                if number + 2 < len(groups):
+                    flight.append(ask(groups[number + 2]))
+                for rh, ahead in flight.popleft():
+                    yield _rest(rh, ahead)
         finally:
-            for _, ahead in flight:
-                if ahead is not None:
-                    ahead.cancel()
+            for group in flight:
+                for _, ahead in group:
+                    if ahead is not None:
+                        ahead.cancel()
 
 
 def _rest(rh: LedgerHandle, ahead: concurrent.futures.Future[ReadChunk] | None) -> list[bytes]:
