@@ -217,6 +217,22 @@ class EntryLogger:
             raise StorageError(f"entry log {log_id:x}: short read at {offset} ({len(data)} of {size})")
         return data
 
+    def read_into(self, log_id: int, offset: int, out: memoryview) -> None:
+        """`read` straight into `out` (len(out) bytes at `offset`): no copy of its own for a read on disk."""
+        size = len(out)
+        if log_id <= 0 or offset < HEADER_SIZE:
+            raise StorageError(f"corrupt location: log {log_id} offset {offset} size {size}")
+        unwritten_log, written_end = self._unwritten
+        if (log_id == unwritten_log and offset + size > written_end) or log_id in self._orphans:
+            out[:] = self._read_unwritten(log_id, offset, size)
+            return
+        try:
+            got = os.preadv(self._read_fd(log_id), [out], offset)
+        except OSError as exc:
+            raise StorageError(f"entry log {log_id:x}: {exc}") from exc
+        if got != size:
+            raise StorageError(f"entry log {log_id:x}: short read at {offset} ({got} of {size})")
+
     def _pread(self, log_id: int, offset: int, size: int) -> bytes:
         try:
             return os.pread(self._read_fd(log_id), size, offset)

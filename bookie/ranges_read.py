@@ -95,11 +95,12 @@ class _Held:
         self.counts: list[int] = []
         self.ids: list[npt.NDArray[np.int64]] = []
         self.sizes: list[npt.NDArray[np.int64]] = []
-        self.blobs: list[bytes] = []
+        self.blobs: list[bytes | bytearray] = []
         self.size = 0
         self.ranges = 0
 
-    def add(self, ledger_id: int, ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], blob: bytes) -> None:
+    def add(self, ledger_id: int, ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], blob: bytes | bytearray
+            ) -> None:
         self.ledgers.append(ledger_id)
         self.counts.append(len(ids))
         self.ids.append(ids)

@@ -400,7 +400,7 @@ GRPC_OPTIONS = [
 
 
 def range_batch_bytes(ledger_id: int, entry_ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
-                      data: bytes) -> bytes:
+                      data: bytes | bytearray) -> bytes:
     """A serialized ReadRangeBatch (EOK) of these entries, written by hand (`client.protocol.wire`) as
     protobuf writes it, without a Python int per entry id and size or the copies of `data` into and out
     of a message (15-20% of a bookie's GIL time while serving a range read)."""

@@ -37,13 +37,13 @@ MARK_SIZE = _MARK.size
 IntVector = Sequence[int] | npt.NDArray[Any]
 
 
-def be64_at(blob: bytes | memoryview, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def be64_at(blob: bytes | bytearray | memoryview, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The big-endian int64 at each byte position of `blob` (each position + 8 within it, else
     IndexError), as int64.
 
     One gather of n elements through a view whose element i is the 8 bytes starting at byte i (stride 1),
     instead of gathering 8 single bytes per position: a 4 MiB batch's 7,600 headers in a quarter the time."""
-    size = len(blob) if isinstance(blob, bytes) else blob.nbytes
+    size = len(blob) if isinstance(blob, bytes | bytearray) else blob.nbytes
     if size < 8:
         if len(positions):
             raise IndexError(f"no int64 fits in {size} bytes")

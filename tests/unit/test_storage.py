@@ -220,6 +220,7 @@ def test_rejects_inconsistent_batch(dirs: list[Path]) -> None:
 
 
 def test_read_range_one_pread_per_adjacent_run(dirs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs: two preads, straight into one buffer that holds the entries in order."""
     from bookie.entrylog import EntryLogger
 
     st = LedgerStorage(dirs)
@@ -227,15 +228,23 @@ def test_read_range_one_pread_per_adjacent_run(dirs: list[Path], monkeypatch: py
     add(st, 8, [0])  # same dir: breaks adjacency between entry 49 and 50
     add(st, 2, list(range(50, 100)))
     calls: list[tuple[int, int, int]] = []
-    real = EntryLogger.read
+    real_read, real_into = EntryLogger.read, EntryLogger.read_into
 
     def counting(self: EntryLogger, log_id: int, offset: int, size: int) -> bytes:
         calls.append((log_id, offset, size))
-        return real(self, log_id, offset, size)
+        return real_read(self, log_id, offset, size)
+
+    def counting_into(self: EntryLogger, log_id: int, offset: int, out: memoryview) -> None:
+        calls.append((log_id, offset, len(out)))
+        real_into(self, log_id, offset, out)
 
     monkeypatch.setattr(EntryLogger, "read", counting)
+    monkeypatch.setattr(EntryLogger, "read_into", counting_into)
     (only,) = list(st.read_range(2, 0, 99, 1 << 30, 1000))
     assert only[0].tolist() == list(range(100)) and len(calls) == 2
+    assert bytes(only[2]) == b"".join(entry(2, e) for e in range(100))
+    (single,) = list(st.read_range(2, 0, 49, 1 << 30, 1000))       # one run: one pread, no copy after
+    assert len(calls) == 3 and bytes(single[2]) == b"".join(entry(2, e) for e in range(50))
     st.close()
 
 
