@@ -4,11 +4,12 @@ A reader of many small ledgers (a log of one-entry ledgers) paid one unary Read 
 ledger, and gRPC's cost per call (several hundred microseconds of a bookie's CPU) was most of the read.
 Here each range is answered as `LedgerStorage.read_range` answers it (the entries held from its first id
 on, up to its max_batch_entries or the byte limit), but the entries of consecutive ranges travel
-together: one batch once they hold max_batch_bytes or RANGES_PER_BATCH ranges (so at most twice
-max_batch_bytes: each range may bring up to max_batch_bytes), each entry tagged with its ledger. A range
-whose ledger this bookie never knew gets a status item (ENOLEDGER), one whose read failed EIO; a ledger
-known but holding nothing (fenced, or its adds still in the journal) has no entries to send, as with
-ReadRange. Runs on the storage side (a thread): no event loop here.
+together: one batch once they hold max_batch_bytes or RANGES_PER_BATCH ranges (the first batch
+FIRST_BATCH_RANGES: a reader gives a quiet bookie only a short wait for its first answer; so at most
+twice max_batch_bytes: each range may bring up to max_batch_bytes), each entry tagged with its ledger. A
+range whose ledger this bookie never knew gets a status item (ENOLEDGER), one whose read failed EIO; a
+ledger known but holding nothing (fenced, or its adds still in the journal) has no entries to send, as
+with ReadRange. Runs on the storage side (a thread): no event loop here.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from proto import bookie_pb2 as pb
 log = logging.getLogger("bkledger.server")
 
 RANGES_PER_BATCH = 512       # a batch goes out after this many ranges even if small: progress for the reader
+FIRST_BATCH_RANGES = 8       # ... the first one sooner: the reader waits only so long for a call's first batch
 DEFAULT_BATCH_BYTES = 1 << 20
 
 
@@ -63,6 +65,7 @@ def answer(storage: LedgerStorage, known: Callable[[int], bool], ranges: Sequenc
     statuses. `known(ledger_id)`: whether this bookie knows the ledger (it may hold no entries of it)."""
     max_bytes = max_bytes or DEFAULT_BATCH_BYTES
     held = _Held()
+    sent = False
     for r in ranges:
         if not storage.has_ledger(r.ledger_id):
             if not known(r.ledger_id):
@@ -79,7 +82,8 @@ def answer(storage: LedgerStorage, known: Callable[[int], bool], ranges: Sequenc
             continue
         if first is not None:
             held.add(r.ledger_id, *first)
-        if held.size >= max_bytes or held.ranges >= RANGES_PER_BATCH:
+        if held.size >= max_bytes or held.ranges >= (RANGES_PER_BATCH if sent else FIRST_BATCH_RANGES):
+            sent = True
             yield from held.flush()
     yield from held.flush()
 

@@ -9,11 +9,12 @@ reads travel in ReadRanges calls of up to MAX_RANGES ledgers. An answer is check
 every digest verified) and becomes what `LedgerHandle.read_chunk` gives: the entries from `first` on (a
 prefix of the range; the caller asks for the rest).
 
-Whatever a call does not answer with entry `first` is read on its own by the ledger's usual path (R13:
-the write set in turn, with speculative reads): a failed range, a missing entry, a bad digest, a call
-that failed, a bookie that sent nothing for the speculative timeout (then also marked slow), a bookie
-that predates the call (UNIMPLEMENTED, remembered: it is not asked again). So the batching only saves
-calls; what a read returns, and when it fails, is the single read's.
+A range a call answers without entry `first` (a failed range, a missing entry, a bad digest) is read on
+its own by the ledger's usual path (R13: the write set in turn, with speculative reads). The reads of a
+call that fails as a whole (a bookie that sent nothing for the speculative timeout, then marked slow; an
+unreachable one; one that predates the call, UNIMPLEMENTED, remembered and not asked again) go to the
+other bookies of their write sets in one more round of calls, and then on their own. So the batching
+only saves calls; what a read returns, and when it fails, is the single read's.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ log = logging.getLogger("bkledger.client")
 
 MAX_RANGES = 1024          # ledgers asked for in one ReadRanges call
 RUN_CAP = 4096             # most entries asked of one ledger in such a call
+ROUNDS = 2                 # rounds of calls before the reads a failed call left are read alone
 
 
 @dataclasses.dataclass
@@ -65,9 +67,12 @@ class NoRanges:
 
 
 async def read_ranges(reads: Sequence[RangeRead], no_ranges: NoRanges, ask: Callable[[str], Awaitable[BookieClient]],
-                      policy: SpeculativePolicy, timeout: float) -> None:
+                      policy: SpeculativePolicy, timeout: float, rounds: int = ROUNDS) -> None:
     """Fill each read's future: from ReadRanges calls where one bookie holds the start of its range,
-    else (or if that fails) from its usual read. `ask(bookie)`: that bookie's connection (BookieClient)."""
+    else (or if that fails) from its usual read. `ask(bookie)`: that bookie's connection (BookieClient).
+    The reads of a call that failed as a whole (silent, unreachable, too old) go to the other bookies in
+    a further round (the failed one is now slow: `_choose` passes it over), up to `rounds` rounds; then
+    alone."""
     loop = asyncio.get_running_loop()
     groups: dict[str, list[RangeRead]] = {}
     alone: list[RangeRead] = []
@@ -81,7 +86,12 @@ async def read_ranges(reads: Sequence[RangeRead], no_ranges: NoRanges, ask: Call
         groups.setdefault(chosen, []).append(read)
     calls = [_from_bookie(bookie, group[i:i + MAX_RANGES], no_ranges, ask, policy, timeout)
              for bookie, group in groups.items() for i in range(0, len(group), MAX_RANGES)]
-    await asyncio.gather(*calls, *(_alone(read) for read in alone))
+    done = await asyncio.gather(*calls, *(_alone(read) for read in alone))
+    rest = [read for left in done[:len(calls)] for read in (left or ()) if not read.future.done()]
+    if rest and rounds > 1:
+        await read_ranges(rest, no_ranges, ask, policy, timeout, rounds - 1)
+    elif rest:
+        await asyncio.gather(*(_alone(read) for read in rest))
 
 
 def _choose(read: RangeRead, no_ranges: NoRanges, now: float) -> str | None:
@@ -127,8 +137,9 @@ def _settle(future: concurrent.futures.Future[ReadChunk], outcome: ReadChunk | B
 
 async def _from_bookie(bookie_id: str, group: list[RangeRead], no_ranges: NoRanges,
                        ask: Callable[[str], Awaitable[BookieClient]], policy: SpeculativePolicy, timeout: float
-                       ) -> None:
-    """One ReadRanges call; what it leaves unanswered is read alone (at once, in parallel)."""
+                       ) -> list[RangeRead]:
+    """One ReadRanges call. A range it answers without entry `first` (failed, missing, bad digest) is
+    read alone at once; if the call itself fails, the reads it left are returned for another round."""
     pending: dict[int, RangeRead] = {}
     doubles: list[RangeRead] = []                 # a ledger twice: the later reads go alone
     for read in group:
@@ -151,7 +162,7 @@ async def _from_bookie(bookie_id: str, group: list[RangeRead], no_ranges: NoRang
                 if not read.future.done():
                     leftovers.append(asyncio.ensure_future(_alone(read)))
     except TimeoutError:
-        log.info("ReadRanges from %s: nothing for the speculative timeout; %d ledgers read alone", bookie_id,
+        log.info("ReadRanges from %s: nothing for the speculative timeout; %d ledgers asked elsewhere", bookie_id,
                  len(pending))
         health.on_slow(bookie_id, loop.time())
     except grpc.aio.AioRpcError as exc:
@@ -160,14 +171,14 @@ async def _from_bookie(bookie_id: str, group: list[RangeRead], no_ranges: NoRang
                      bookie_id)
             no_ranges.bookies.add(bookie_id)
         else:
-            log.info("ReadRanges from %s failed (%s); %d ledgers read alone", bookie_id, exc.code(), len(pending))
+            log.info("ReadRanges from %s failed (%s); %d ledgers asked elsewhere", bookie_id, exc.code(), len(pending))
             health.on_slow(bookie_id, loop.time())
     except (BKError, OSError) as exc:
-        log.info("ReadRanges from %s failed (%s); %d ledgers read alone", bookie_id, exc, len(pending))
+        log.info("ReadRanges from %s failed (%s); %d ledgers asked elsewhere", bookie_id, exc, len(pending))
         health.on_slow(bookie_id, loop.time())
-    leftovers += [asyncio.ensure_future(_alone(read)) for read in pending.values() if not read.future.done()]
     if leftovers:
         await asyncio.gather(*leftovers)
+    return [read for read in pending.values() if not read.future.done()]
 
 
 async def _paced(batches: AsyncIterator[RangeBatchView], first_wait: float | None, next_wait: float

@@ -84,14 +84,15 @@ def test_a_bookie_answers_ranges_in_order_packed_together(tmp_path: Path) -> Non
     assert last.ledger_ids.tolist() == [3, 3] and last.entry_ids.tolist() == [1, 2]
 
 
-def test_a_bookie_sends_a_batch_every_so_many_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bookie_sends_its_first_batch_soon_and_then_one_every_so_many_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ranges_read, "FIRST_BATCH_RANGES", 1)
     monkeypatch.setattr(ranges_read, "RANGES_PER_BATCH", 2)
     st = storage_with(tmp_path, {i: [0] for i in range(1, 6)})
     try:
         items = list(ranges_read.answer(st, lambda _: False, [Range(i, 0, 0, 0) for i in range(1, 6)], 1 << 20))
     finally:
         st.close()
-    assert [p.ledger_ids.tolist() for p in items if isinstance(p, Packed)] == [[1, 2], [3, 4], [5]]
+    assert [p.ledger_ids.tolist() for p in items if isinstance(p, Packed)] == [[1], [2, 3], [4, 5]]
 
 
 def test_a_bookie_without_read_ranges_leaves_every_read_to_the_usual_path() -> None:
