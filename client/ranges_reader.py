@@ -161,6 +161,9 @@ async def _from_bookie(bookie_id: str, group: list[RangeRead], no_ranges: NoRang
                 read = pending.pop(ledger_id)
                 if not read.future.done():
                     leftovers.append(asyncio.ensure_future(_alone(read)))
+        # the call ended normally: the bookie does not hold entry `first` of what it left out
+        leftovers += [asyncio.ensure_future(_alone(read)) for read in pending.values() if not read.future.done()]
+        pending.clear()
     except TimeoutError:
         log.info("ReadRanges from %s: nothing for the speculative timeout; %d ledgers asked elsewhere", bookie_id,
                  len(pending))
