@@ -84,7 +84,8 @@ def test_a_bookie_answers_ranges_in_order_packed_together(tmp_path: Path) -> Non
     assert last.ledger_ids.tolist() == [3, 3] and last.entry_ids.tolist() == [1, 2]
 
 
-def test_a_bookie_sends_its_first_batch_soon_and_then_one_every_so_many_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bookie_sends_its_first_batch_soon_and_then_one_every_so_many_ranges(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ranges_read, "FIRST_BATCH_RANGES", 1)
     monkeypatch.setattr(ranges_read, "RANGES_PER_BATCH", 2)
     st = storage_with(tmp_path, {i: [0] for i in range(1, 6)})
