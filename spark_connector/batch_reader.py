@@ -75,6 +75,8 @@ READ_GROUP = 256               # pieces of a coalesced partition whose first chu
 MERGE_ROWS = 4096              # rows of tiny pieces shipped to Spark in one Arrow batch ...
 MERGE_BYTES = 4 << 20          # ... or fewer once they hold this many payload bytes
 ENVELOPE_BATCH = 1000
+ENVELOPES_KEPT = 2_000_000     # ledgers' envelope versions kept per process (has_envelope), then forgotten
+_ENVELOPES: dict[tuple[str, int], int] = {}     # (metadata service URI, ledger id) -> envelope version
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
 
@@ -170,13 +172,24 @@ def _read_views(bk: BookKeeper, ids: Sequence[int], opts: ReadOptions) -> dict[i
 
 def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
     """Whether any ledger carries the key/timestamp envelope (metadata of unread ones read concurrently,
-    stopping at the first that does)."""
+    stopping at the first that does). What a ledger's metadata said is kept for the process's later reads
+    (`_ENVELOPES`): a ledger's custom metadata never changes and its id is never reused, so a schema
+    discovered again (each `load()`) reads only the ledgers added since."""
     if any(v.envelope > env.NONE for v in views):
         return True
+    uri = bk.metadata_service_uri
     unknown = list(dict.fromkeys(v.physical or v.ledger_id for v in views if v.envelope == ENVELOPE_AT_READ))
-    for i in range(0, len(unknown), ENVELOPE_BATCH):
-        if any(md is not None and env.version_of(md.custom_metadata) != env.NONE
-               for md in bk.store.read_ledgers(unknown[i:i + ENVELOPE_BATCH])):
+    if any(_ENVELOPES.get((uri, i), env.NONE) != env.NONE for i in unknown):
+        return True
+    unread = [i for i in unknown if (uri, i) not in _ENVELOPES]
+    if len(_ENVELOPES) + len(unread) > ENVELOPES_KEPT:
+        _ENVELOPES.clear()
+    for i in range(0, len(unread), ENVELOPE_BATCH):
+        ids = unread[i:i + ENVELOPE_BATCH]
+        versions = {ledger_id: env.version_of(md.custom_metadata)
+                    for ledger_id, md in zip(ids, bk.store.read_ledgers(ids), strict=True) if md is not None}
+        _ENVELOPES.update(((uri, ledger_id), version) for ledger_id, version in versions.items())
+        if any(version != env.NONE for version in versions.values()):
             return True
     return False
 

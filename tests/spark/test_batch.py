@@ -271,3 +271,41 @@ def test_many_one_entry_ledgers_read_in_few_partitions_in_order(spark, cluster, 
         reader(spark, uri, log=log).count()
     kept = reader(spark, uri, log=log, failOnDataLoss="false").collect()
     assert [bytes(r.value) for r in kept] == [b"r%03d" % i for i in range(300) if i != 150]
+
+
+def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, bk, monkeypatch) -> None:
+    """A log of bare ledgers: the first discovery reads every ledger's metadata (none carries the record
+    envelope), a second reads none, and a ledger with the envelope appended since is found by reading it
+    alone: the schema gains `key` and `timestamp`."""
+    from client.log.logs import append_ledgers
+    from client.meta.store import MetadataStore
+    from spark_connector import envelope as env
+    from spark_connector.batch_reader import discover_schema
+    from spark_connector.options import parse_read_options
+
+    uri, log = cluster.metadata_service_uri, fresh("schema")
+
+    def ledger(custom: dict[str, bytes]) -> int:
+        lh = bk.create_ledger(2, 2, 2, custom_metadata=custom)
+        lh.add_entry(b"x")
+        lh.close()
+        return lh.ledger_id
+
+    bare = [ledger({}) for _ in range(40)]
+    assert append_ledgers(bk, log, bare)
+    read: list[int] = []
+    real = MetadataStore.read_ledgers
+
+    def counting(store: MetadataStore, ledger_ids: list[int]) -> list:
+        read.extend(ledger_ids)
+        return real(store, ledger_ids)
+
+    monkeypatch.setattr(MetadataStore, "read_ledgers", counting)
+    opts = parse_read_options({"metadataServiceUri": uri, "log": log})
+    assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value"]
+    assert sorted(read) == bare[1:]           # the first one's metadata is read to check the password anyway
+    assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value"] and len(read) == 39
+    keyed = ledger(env.custom_metadata(1))
+    assert append_ledgers(bk, log, [keyed])
+    assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]
+    assert read[39:] == [keyed]
