@@ -116,16 +116,17 @@ def ledger_view(bk: BookKeeper, ledger_id: int, source: SourceOptions) -> Ledger
 
 
 def recorded_view(led: lm.Located, opts: ReadOptions) -> LedgerView | None:
-    """A CLOSED ledger as the log records it (entries, bytes: no ZooKeeper read), when it fits one
-    partition (then where its fragments begin does not matter) or was compacted into another (read
-    there). None if planning must read its metadata."""
+    """A CLOSED ledger as the log records it (entries, bytes, envelope version: no ZooKeeper read), when
+    it fits one partition (then where its fragments begin does not matter) or was compacted into another
+    (read there). None if planning must read its metadata."""
+    envelope = led.envelope if led.envelope in env.SUPPORTED else ENVELOPE_AT_READ
     if led.compacted:
-        return LedgerView(led.ledger_id, (0,), (led.entries or 0) - 1, ENVELOPE_AT_READ, True, led.size,
+        return LedgerView(led.ledger_id, (0,), (led.entries or 0) - 1, envelope, True, led.size,
                           led.physical, led.base)
     if led.entries is None or led.entries > opts.max_entries_per_partition \
             or (led.size or 0) > opts.target_partition_bytes:
         return None
-    return LedgerView(led.ledger_id, (0,), led.entries - 1, ENVELOPE_AT_READ, True, led.size)
+    return LedgerView(led.ledger_id, (0,), led.entries - 1, envelope, True, led.size)
 
 
 def discover(bk: BookKeeper, opts: ReadOptions) -> list[LedgerView]:

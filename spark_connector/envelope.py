@@ -22,9 +22,10 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
+from client.log.core import meta as lm
 from spark_connector.gather import packed_parts
 
-ENVELOPE_KEY = "bkledger.envelope"
+ENVELOPE_KEY = lm.ENVELOPE_KEY              # the log records what it names (client.log.core.meta)
 NONE = 0
 V1 = 1
 SUPPORTED = (NONE, V1)

@@ -38,6 +38,7 @@ from client.errors import (
     MetadataVersionError,
 )
 from client.log.core import compaction as cp
+from client.log.core import meta as lm
 from client.log.core.meta import LogLedger
 from client.log.store import (
     LOG_UPDATE_ATTEMPTS,
@@ -146,7 +147,8 @@ def _copy_and_swap(bk: BookKeeper, name: str, runs: Sequence[cp.Run], by_id: Map
         parts, known = _same_kind(bk, run, min_ledgers)
         for part in parts:
             elements = [by_id[i] for i in part.ledger_ids]
-            batch.append((part, cp.compacted_ledger(elements, copy_run(bk, elements, password, known), now_ms())))
+            new = cp.compacted_ledger(elements, copy_run(bk, elements, password, known), now_ms())
+            batch.append((part, _with_envelope(new, known.get(elements[0].ledger_id))))
             written += 1
             if sum(len(r.ledger_ids) for r, _ in batch) >= SWAP_LEDGERS:
                 swapped += _swap(bk, name, batch, grace_s)
@@ -227,6 +229,14 @@ def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int) -> tuple[list[cp.R
             kind = this
         parts[-1].append(ledger_id)
     return [cp.Run(tuple(p)) for p in parts if len(p) >= max(2, min_ledgers)], known
+
+
+def _with_envelope(new: LogLedger, first: tuple[LedgerMetadata, int] | None) -> LogLedger:
+    """`new` with the envelope version its run's metadata names, when the log recorded none for the run
+    (the run's ledgers share it: `_same_kind`)."""
+    if new.envelope is not None or first is None:
+        return new
+    return dataclasses.replace(new, envelope=lm.recorded_envelope(first[0].custom_metadata))
 
 
 def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes, known: Known | None = None) -> int:

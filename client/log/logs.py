@@ -205,7 +205,8 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
     every = [i for got in ids.values() for i in got]
     if len(set(every)) != len(every):
         raise InvalidLogUpdateError(f"append_ledgers: ledger ids {ids} repeat")
-    closed = {name: [_closed(bk, name, ledger_id) for ledger_id in got] for name, got in ids.items()}
+    envelopes: dict[int, int | None] = {}
+    closed = {name: [_closed(bk, name, ledger_id, envelopes) for ledger_id in got] for name, got in ids.items()}
     appended = [False]
 
     def commit(metas: Mapping[str, LogMetadata]) -> dict[str, LogMetadata]:
@@ -216,7 +217,7 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
         for name, meta in metas.items():
             check_live_writer(bk, meta, fence_live_writer)
             sealed[name] = seal_tail(bk, meta, password)
-        new = lm.with_job_appended(sealed, closed, now_ms(), commit_marker, time_spans)
+        new = lm.with_job_appended(sealed, closed, now_ms(), commit_marker, time_spans, envelopes)
         appended[0] = bool(new)
         return new
 
@@ -224,11 +225,13 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
     return appended[0]
 
 
-def _closed(bk: BookKeeper, name: str, ledger_id: int) -> lm.ClosedLedger:
+def _closed(bk: BookKeeper, name: str, ledger_id: int, envelopes: dict[int, int | None]) -> lm.ClosedLedger:
+    """The ledger as the log records it (its envelope version put in `envelopes`); it must be CLOSED."""
     md = bk.ledger_metadata(ledger_id)
     if md.state is not LedgerState.CLOSED:
         raise InvalidLogUpdateError(f"ledger {ledger_id} is not CLOSED: close it before appending it to "
                                     f"log {name!r}")
+    envelopes[ledger_id] = lm.recorded_envelope(md.custom_metadata)
     return (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
 
 

@@ -103,7 +103,7 @@ class LogWriter:
         lh = self._new_ledger()
         try:
             self._loaded = self._cas_owned(got, lambda m: lm.with_ledger_appended(
-                _reseal(m, sealed), lh.ledger_id, now_ms()))
+                _reseal(m, sealed), lh.ledger_id, now_ms(), _envelope(lh)))
         except BaseException:
             self._discard(lh)
             raise
@@ -260,7 +260,7 @@ class LogWriter:
         lh = self._new_ledger()                                            # 1. create
         try:                                                               # 2. CAS it into the list
             self._loaded = self._cas_owned(
-                self._loaded, lambda m: lm.with_ledger_appended(m, lh.ledger_id, now_ms()))
+                self._loaded, lambda m: lm.with_ledger_appended(m, lh.ledger_id, now_ms(), _envelope(lh)))
         except BKError as exc:
             self._discard(lh)
             self._fail(exc)
@@ -352,3 +352,8 @@ def _span(offsets: Sequence[int] | npt.NDArray[np.integer]) -> int:
         return max(0, int(offsets[-1]) - int(offsets[0]))
     except (TypeError, ValueError, IndexError):
         return 0
+
+
+def _envelope(lh: LedgerHandle) -> int | None:
+    """What the log records of the writer's ledger's record envelope (none: it writes values as given)."""
+    return lm.recorded_envelope(lh.metadata.custom_metadata)

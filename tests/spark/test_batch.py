@@ -274,9 +274,11 @@ def test_many_one_entry_ledgers_read_in_few_partitions_in_order(spark, cluster, 
 
 
 def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, bk, monkeypatch) -> None:
-    """A log of bare ledgers: the first discovery reads every ledger's metadata (none carries the record
-    envelope), a second reads none, and a ledger with the envelope appended since is found by reading it
-    alone: the schema gains `key` and `timestamp`."""
+    """A log of bare ledgers whose envelope versions the log does not record (written before it did): the
+    first discovery reads every ledger's metadata (none carries the record envelope), a second reads none,
+    and a ledger with the envelope appended since is found by reading it alone: the schema gains `key`
+    and `timestamp`."""
+    from client.log.core import meta as lm
     from client.log.logs import append_ledgers
     from client.meta.store import MetadataStore
     from spark_connector import envelope as env
@@ -291,6 +293,7 @@ def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, 
         lh.close()
         return lh.ledger_id
 
+    monkeypatch.setattr(lm, "recorded_envelope", lambda custom: None)      # as an older writer did
     bare = [ledger({}) for _ in range(40)]
     assert append_ledgers(bk, log, bare)
     read: list[int] = []
@@ -309,3 +312,48 @@ def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, 
     assert append_ledgers(bk, log, [keyed])
     assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]
     assert read[39:] == [keyed]
+
+
+def test_schema_discovery_of_a_log_that_records_envelopes_reads_no_ledgers_metadata(
+        cluster, bk, monkeypatch) -> None:
+    """Ledgers appended by a job and by a LogWriter, and ledgers of an older log that compaction copied:
+    the log records each one's envelope version, so discovering the schema reads no ledger's metadata
+    through the batch path (the first ledger's is read alone, to check the password) and finds the
+    envelope from the records alone."""
+    from client.log import logs
+    from client.log.compaction import compact_log
+    from client.meta.store import MetadataStore
+    from spark_connector import envelope as env
+    from spark_connector.batch_reader import discover_schema
+    from spark_connector.options import parse_read_options
+
+    uri, log = cluster.metadata_service_uri, fresh("recorded")
+
+    def ledger(custom: dict[str, bytes]) -> int:
+        lh = bk.create_ledger(2, 2, 2, custom_metadata=custom)
+        lh.add_entry(b"x")
+        lh.close()
+        return lh.ledger_id
+
+    with monkeypatch.context() as older:
+        older.setattr(logs.lm, "recorded_envelope", lambda custom: None)
+        assert logs.append_ledgers(bk, log, [ledger({}) for _ in range(30)])
+    assert {led.envelope for led in bk.log_metadata(log).ledgers} == {None}
+    with bk.open_log_writer(log) as writer:
+        writer.append(b"y")
+    assert logs.append_ledgers(bk, log, [ledger({})])        # with the writer's: the tail compaction keeps
+    assert compact_log(bk, log, grace_s=0).replaced == 30
+    assert logs.append_ledgers(bk, log, [ledger(env.custom_metadata(1))])
+    recorded = [led.envelope for led in bk.log_metadata(log).ledgers]
+    assert None not in recorded and recorded[-1] == 1 and set(recorded[:-1]) == {0}
+    read: list[int] = []
+    real = MetadataStore.read_ledgers
+
+    def counting(store: MetadataStore, ledger_ids: list[int]) -> list:
+        read.extend(ledger_ids)
+        return real(store, ledger_ids)
+
+    monkeypatch.setattr(MetadataStore, "read_ledgers", counting)
+    opts = parse_read_options({"metadataServiceUri": uri, "log": log})
+    assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]
+    assert read == []

@@ -65,8 +65,9 @@ def plan_runs(meta: LogMetadata, target_bytes: int, min_ledgers: int, keep_tail:
 
 
 def compacted_ledger(elements: Sequence[LogLedger], ledger_id: int, now_ms: int) -> LogLedger:
-    """The record of the ledger holding `elements`' entries in order (their replaced maps merged, and their
-    time spans if every one is known: the least min and the greatest max)."""
+    """The record of the ledger holding `elements`' entries in order (their replaced maps merged, their
+    time spans if every one is known: the least min and the greatest max, and their envelope version if
+    every one records the same)."""
     replaced: list[tuple[int, int, int]] = []
     base = 0
     for led in elements:
@@ -79,7 +80,13 @@ def compacted_ledger(elements: Sequence[LogLedger], ledger_id: int, now_ms: int)
         base += led.entries
     closed = max((led.closed_ms or 0) for led in elements)
     return LogLedger(ledger_id, now_ms, elements[0].first_position, base, sum(led.size or 0 for led in elements),
-                     closed, tuple(replaced), merged_span(elements))
+                     closed, tuple(replaced), merged_span(elements), merged_envelope(elements))
+
+
+def merged_envelope(elements: Sequence[LogLedger]) -> int | None:
+    """The envelope version every ledger records; None if one records none or two differ."""
+    versions = {led.envelope for led in elements}
+    return versions.pop() if len(versions) == 1 else None
 
 
 def merged_span(elements: Sequence[LogLedger]) -> tuple[int, int] | None:
@@ -105,7 +112,9 @@ def with_compacted(meta: LogMetadata, run: Run, new: LogLedger) -> LogMetadata |
         return None
     if compacted_ledger(elements, new.ledger_id, new.created_ms).replaced != new.replaced:
         return None
-    new = dataclasses.replace(new, time_span=merged_span(elements))     # as the log records them now
+    merged = merged_envelope(elements)
+    new = dataclasses.replace(new, time_span=merged_span(elements),     # as the log records them now
+                              envelope=new.envelope if merged is None else merged)
     ledgers = (*meta.ledgers[:at], new, *meta.ledgers[at + len(run.ledger_ids):])
     return dataclasses.replace(meta, ledgers=ledgers)
 

@@ -12,8 +12,11 @@ Stored form: UTF-8 JSON, `{"format": 1, "name", "created_ms", "ledgers": [...], 
 of the ledger's first entry (null while an earlier ledger is still open), `entries`/`size`/`closed_ms` are
 null until the ledger is known CLOSED. A ledger may also carry `"time_span": [min_us, max_us]`: the least
 and greatest record timestamp (microseconds since the epoch, as the record envelope stores them) of its
-records that have one, when its writer knew them (a Spark append); absent means unknown. Unknown
-top-level keys are kept as they are (forward compatible).
+records that have one, when its writer knew them (a Spark append); absent means unknown. It may carry
+`"envelope": n`: the record envelope version its custom metadata names (`bkledger.envelope`; 0 when it names
+none), recorded when the ledger joined the log so that readers learn a long log's record layout without
+reading every ledger's metadata; absent means not recorded. Unknown top-level keys are kept as they are
+(forward compatible).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from client.errors import InvalidLogUpdateError, InvalidPositionError
 
 FORMAT_VERSION = 1
+ENVELOPE_KEY = "bkledger.envelope"     # a ledger's custom metadata key naming its record envelope version
 _KNOWN_KEYS = frozenset({"format", "name", "created_ms", "ledgers", "retention", "committed_batches",
                          "properties"})
 
@@ -71,6 +75,9 @@ class LogLedger:
     # recorded it; None: unknown (reads by time then probe the ledger's records). A compacted ledger's span
     # covers all the ledgers it replaced.
     time_span: tuple[int, int] | None = None
+    # the record envelope version the ledger's custom metadata names (0: none), recorded when it joined the
+    # log (`recorded_envelope`); None: not recorded (a reader reads the ledger's metadata)
+    envelope: int | None = None
 
     @property
     def sealed(self) -> bool:
@@ -202,6 +209,8 @@ def _ledger_dict(led: LogLedger) -> dict[str, Any]:
         del out["time_span"]
     else:
         out["time_span"] = list(led.time_span)
+    if led.envelope is None:
+        del out["envelope"]
     return out
 
 
@@ -219,7 +228,25 @@ def _ledger(raw: Mapping[str, Any]) -> LogLedger:
                      first_position=opt("first_position"), entries=opt("entries"), size=opt("size"),
                      closed_ms=opt("closed_ms"),
                      replaced=tuple((int(a), int(b), int(c)) for a, b, c in raw.get("replaced") or ()),
-                     time_span=parse_time_span(raw.get("time_span")))
+                     time_span=parse_time_span(raw.get("time_span")), envelope=parse_envelope(raw.get("envelope")))
+
+
+def recorded_envelope(custom: Mapping[str, bytes]) -> int | None:
+    """What the log records of a ledger with this custom metadata: the envelope version its
+    `bkledger.envelope` names, 0 without one, None if the value is not a number (readers then read the
+    ledger's metadata and say what is wrong with it)."""
+    raw = custom.get(ENVELOPE_KEY)
+    if raw is None:
+        return 0
+    try:
+        return parse_envelope(int(bytes(raw).decode()))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def parse_envelope(raw: Any) -> int | None:
+    """A stored envelope version (None, or anything but a non-negative integer: not recorded)."""
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
 
 
 def parse_time_span(raw: Any) -> tuple[int, int] | None:
@@ -271,24 +298,28 @@ def with_first_positions(meta: LogMetadata) -> LogMetadata:
     return dataclasses.replace(meta, ledgers=tuple(out))
 
 
-def with_ledger_appended(meta: LogMetadata, ledger_id: int, now_ms: int) -> LogMetadata:
-    """The log with a new (open) ledger at its end (R28 step 4, R29 step 2)."""
-    return with_sealed_ledgers_appended(meta, [(ledger_id, None, None, now_ms)], now_ms)
+def with_ledger_appended(meta: LogMetadata, ledger_id: int, now_ms: int, envelope: int | None = None
+                         ) -> LogMetadata:
+    """The log with a new (open) ledger at its end (R28 step 4, R29 step 2); `envelope` as
+    `recorded_envelope` says of its custom metadata."""
+    envelopes = {} if envelope is None else {ledger_id: envelope}
+    return with_sealed_ledgers_appended(meta, [(ledger_id, None, None, now_ms)], now_ms, envelopes=envelopes)
 
 
 def with_sealed_ledgers_appended(meta: LogMetadata,
                                  ledgers: Iterable[tuple[int, int | None, int | None, int]],
-                                 now_ms: int, time_spans: Mapping[int, tuple[int, int]] | None = None
-                                 ) -> LogMetadata:
+                                 now_ms: int, time_spans: Mapping[int, tuple[int, int]] | None = None,
+                                 envelopes: Mapping[int, int | None] | None = None) -> LogMetadata:
     """Append ledgers given as (ledger_id, last_entry_id or None if open, length or None, created_ms);
-    `time_spans`: (min, max) record timestamp in microseconds of those ledgers whose writer knew it."""
-    spans = time_spans or {}
+    `time_spans`: (min, max) record timestamp in microseconds of those ledgers whose writer knew it;
+    `envelopes`: the envelope version of those whose custom metadata was read (`recorded_envelope`)."""
+    spans, kinds = time_spans or {}, envelopes or {}
     added = [
         LogLedger(ledger_id=lid, created_ms=created,
                   entries=None if last is None else last + 1,
                   size=None if last is None else (length or 0),
                   closed_ms=None if last is None else now_ms,
-                  time_span=parse_time_span(spans.get(lid)))
+                  time_span=parse_time_span(spans.get(lid)), envelope=parse_envelope(kinds.get(lid)))
         for lid, last, length, created in ledgers
     ]
     new = dataclasses.replace(meta, ledgers=(*meta.ledgers, *added))
@@ -381,10 +412,12 @@ ClosedLedger = tuple[int, int | None, int | None, int]    # (ledger_id, last_ent
 
 def with_job_appended(metas: Mapping[str, LogMetadata], closed: Mapping[str, Sequence[ClosedLedger]],
                       now_ms: int, commit_marker: tuple[str, int] | None = None,
-                      time_spans: Mapping[int, tuple[int, int]] | None = None) -> dict[str, LogMetadata]:
+                      time_spans: Mapping[int, tuple[int, int]] | None = None,
+                      envelopes: Mapping[int, int | None] | None = None) -> dict[str, LogMetadata]:
     """One job's (a batch append's or a micro-batch's) change of ALL its destination logs, for one
     transaction: each log in `closed` gets its ledgers appended and, with `commit_marker=(sink, batch)`,
-    the marker (`time_spans`: the ledgers' record time spans, where known). Empty (nothing to write) if
+    the marker (`time_spans`: the ledgers' record time spans, where known; `envelopes`: their envelope
+    versions). Empty (nothing to write) if
     the marker shows that batch committed in ANY of the logs: a
     sink's batches commit in order and each commit marks all its logs in one transaction, so one log
     marked at or past the batch proves the whole batch landed. InvalidLogUpdateError if a ledger is not
@@ -393,7 +426,8 @@ def with_job_appended(metas: Mapping[str, LogMetadata], closed: Mapping[str, Seq
         return {}
     out = {}
     for name, ledgers in closed.items():
-        new = with_sealed_ledgers_appended(metas[name], ledgers, now_ms, time_spans) if ledgers else metas[name]
+        new = (with_sealed_ledgers_appended(metas[name], ledgers, now_ms, time_spans, envelopes) if ledgers
+               else metas[name])
         out[name] = with_batch_marker(new, *commit_marker) if commit_marker is not None else new
     return out
 
@@ -430,6 +464,7 @@ class Located:
     entries: int | None = None
     first_position: int | None = None
     size: int | None = None
+    envelope: int | None = None         # as the log records it (of `physical`); None: not recorded
 
     @property
     def compacted(self) -> bool:
@@ -442,12 +477,13 @@ def logical_ledgers(meta: LogMetadata) -> list[Located]:
     out: list[Located] = []
     for led in meta.ledgers:
         if not led.replaced:
-            out.append(Located(led.ledger_id, led.ledger_id, 0, led.entries, led.first_position, led.size))
+            out.append(Located(led.ledger_id, led.ledger_id, 0, led.entries, led.first_position, led.size,
+                               led.envelope))
             continue
         starts = [r[1] for r in led.replaced[1:]] + [led.entries or 0]
         for (old, base, size), end in zip(led.replaced, starts, strict=True):
             first = None if led.first_position is None else led.first_position + base
-            out.append(Located(old, led.ledger_id, base, end - base, first, size))
+            out.append(Located(old, led.ledger_id, base, end - base, first, size, led.envelope))
     return out
 
 

@@ -10,12 +10,16 @@ log, the list is cut into segments of at most `SEGMENT_LEDGERS` ledgers, each it
                                             "tail": last ledger id}
     {root}/logs/<name>/<prefix>-0000000007  segment 7: {"ledgers": [[id, created_ms, first_position,
                                             entries, size, closed_ms(, replaced)], ...],
-                                            "spans": {id: [min_us, max_us], ...}}
+                                            "spans": {id: [min_us, max_us], ...},
+                                            "envelopes": [version or null, ...]}
 
 `spans` (absent when no ledger of the segment has one) holds the record time span of the ledgers whose
 writer knew it (`LogLedger.time_span`). It is a key of its own so that segments written before it decode
 as they are (no span: unknown) and readers that do not know it ignore it (a writer that does not know it
 and rewrites the segment drops the spans: reads by time then probe those ledgers, as for any unknown span).
+`envelopes` (absent when no ledger of the segment has one recorded) is the same kind of key: per ledger, in
+the order of `ledgers`, the record envelope version `LogLedger.envelope` records, or null; without it a
+reader reads the ledger's metadata for it, as before.
 
 Every change is ONE ZooKeeper transaction that sets the head at the version it was read at (the CAS of
 R27) and writes only the segments whose ledgers changed: a commit appends to (or seals in) the last
@@ -146,6 +150,8 @@ def encode_segment(ledgers: Sequence[LogLedger]) -> bytes:
     spans = {str(led.ledger_id): list(led.time_span) for led in ledgers if led.time_span is not None}
     if spans:
         value["spans"] = spans
+    if any(led.envelope is not None for led in ledgers):
+        value["envelopes"] = [led.envelope for led in ledgers]
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
@@ -153,7 +159,10 @@ def decode_segment(name: str, number: int, data: bytes) -> tuple[LogLedger, ...]
     try:
         raw = json.loads(data)
         rows = raw["ledgers"]
-        ledgers = tuple(LogLedger(*r) if len(r) == 6 else _compacted(r) for r in rows)
+        envelopes = raw.get("envelopes")
+        if not isinstance(envelopes, list) or len(envelopes) != len(rows):
+            envelopes = [None] * len(rows)
+        ledgers = tuple(_ledger(r, e) for r, e in zip(rows, envelopes, strict=True))
         spans = raw.get("spans") or {}
     except (UnicodeDecodeError, TypeError, KeyError, IndexError, ValueError, AttributeError) as exc:
         raise ValueError(f"log {name!r}: segment {number} is not readable: {exc}") from exc
@@ -167,9 +176,17 @@ def _with_span(led: LogLedger, raw: Any) -> LogLedger:
     return led if span is None else dataclasses.replace(led, time_span=span)
 
 
-def _compacted(row: list[Any]) -> LogLedger:
+def _ledger(row: list[Any], envelope: Any) -> LogLedger:
+    if len(row) != 6:
+        return _compacted(row, envelope)
+    lid, created, first, entries, size, closed = row
+    return LogLedger(lid, created, first, entries, size, closed, envelope=lm.parse_envelope(envelope))
+
+
+def _compacted(row: list[Any], envelope: Any) -> LogLedger:
     lid, created, first, entries, size, closed, replaced = row
-    return LogLedger(lid, created, first, entries, size, closed, tuple((a, b, c) for a, b, c in replaced))
+    return LogLedger(lid, created, first, entries, size, closed, tuple((a, b, c) for a, b, c in replaced),
+                     envelope=lm.parse_envelope(envelope))
 
 
 # ---- loading -------------------------------------------------------------------------------------------
