@@ -17,7 +17,6 @@ are packed together; `minPartitions` then splits the largest partitions (`spark_
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -40,6 +39,7 @@ from client import (
     NoSuchLedgerError,
 )
 from client.log.core import meta as lm
+from client.ranges_reader import Read, chunks_ahead
 from client.reader import ReadChunk
 from spark_connector import envelope as env
 from spark_connector.arrow_io import chunk_to_batch, rows_to_batch
@@ -446,45 +446,33 @@ class TinyRows:
 def read_ahead(bk: BookKeeper, pieces: Sequence[LedgerPartition], handles: Mapping[int, LedgerHandle]
                ) -> Iterator[concurrent.futures.Future[ReadChunk] | None]:
     """Each piece's first chunk, asked for ahead in groups of READ_GROUP pieces, the next group while the
-    caller works through this one: `bk.read_chunks_async` reads a group's tiny ledgers many per bookie call
-    (one round trip per tiny ledger would otherwise be most of the task). None for a ledger that is not
-    closed (read_partition waits for its LAC first), or whose handle already has a read ahead (a ledger
-    in two pieces)."""
+    caller works through this one (`chunks_ahead`): `bk.read_chunks_async` reads a group's tiny ledgers
+    many per bookie call (one round trip per tiny ledger would otherwise be most of the task). None for a
+    ledger that is not closed (read_partition waits for its LAC first), or whose handle has a read ahead
+    not yet handed over (a ledger in two pieces)."""
     busy: set[int] = set()
+    groups = [pieces[i:i + READ_GROUP] for i in range(0, len(pieces), READ_GROUP)]
 
-    def start(group: Sequence[LedgerPartition]) -> list[concurrent.futures.Future[ReadChunk] | None]:
-        wanted: list[tuple[LedgerHandle, int, int]] = []
-        slots: list[int | None] = []
-        for piece in group:
+    def reads_of(number: int) -> list[Read | None]:
+        out: list[Read | None] = []
+        for piece in groups[number]:
             ledger = piece.physical or piece.ledger_id
             rh = handles.get(ledger)
             if rh is None or not rh.is_closed or ledger in busy:
-                slots.append(None)
+                out.append(None)
                 continue
             busy.add(ledger)
-            slots.append(len(wanted))
-            wanted.append((rh, piece.base + piece.first_entry_id, piece.base + piece.last_entry_id))
-        futures = bk.read_chunks_async(wanted)
-        return [None if slot is None else futures[slot] for slot in slots]
+            out.append((rh, piece.base + piece.first_entry_id, piece.base + piece.last_entry_id))
+        return out
 
-    groups = [pieces[i:i + READ_GROUP] for i in range(0, len(pieces), READ_GROUP)]
-    flight = collections.deque(start(g) for g in groups[:2])
+    ahead = chunks_ahead(bk.read_chunks_async, len(groups), reads_of)
     try:
-        for number, group in enumerate(groups):
-            current = flight[0]
-            if number + 2 < len(groups):
-                flight.append(start(groups[number + 2]))
-            for position, (piece, got) in enumerate(zip(group, current, strict=True)):
-                if got is not None:
-                    busy.discard(piece.physical or piece.ledger_id)
-                current[position] = None          # handed over: the caller owns it now
-                yield got
-            flight.popleft()
+        for piece, got in zip(pieces, ahead, strict=True):
+            if got is not None:
+                busy.discard(piece.physical or piece.ledger_id)
+            yield got
     finally:
-        for futures in flight:
-            for future in futures:
-                if future is not None:
-                    future.cancel()
+        ahead.close()                             # cancels what was asked for and not handed over
 
 
 def merged(batches: Iterable[pa.RecordBatch], rows: int, size: int) -> Iterator[pa.RecordBatch]:

@@ -19,7 +19,6 @@ failure deletes the copies not yet swapped in.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -51,6 +50,7 @@ from client.log.store import (
 from client.meta.zksession import ZkOp
 from client.progress import NO_PROGRESS, ProgressSink
 from client.protocol.metadata import LedgerMetadata
+from client.ranges_reader import Read, chunks_ahead
 
 if TYPE_CHECKING:
     from client.bookkeeper import BookKeeper
@@ -299,25 +299,19 @@ def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: byte
             if ledger_id not in handles:
                 handles[ledger_id] = bk.open_ledger(ledger_id, password, recovery=False)
 
-        def ask(group: Sequence[int], handles: Mapping[int, LedgerHandle] = handles
-                ) -> list[tuple[LedgerHandle, concurrent.futures.Future[ReadChunk] | None]]:
-            wanted = [handles[i] for i in group]
-            futures = iter(bk.read_chunks_async([(rh, 0, rh.last_entry_id) for rh in wanted if rh.last_entry_id >= 0]))
-            return [(rh, next(futures) if rh.last_entry_id >= 0 else None) for rh in wanted]
-
         groups = [window[i:i + READ_GROUP] for i in range(0, len(window), READ_GROUP)]
-        flight = collections.deque(ask(g) for g in groups[:2])
+
+        def reads_of(number: int, groups: list[Sequence[int]] = groups,
+                     handles: Mapping[int, LedgerHandle] = handles) -> list[Read | None]:
+            return [(rh, 0, rh.last_entry_id) if (rh := handles[i]).last_entry_id >= 0 else None
+                    for i in groups[number]]
+
+        ahead = chunks_ahead(bk.read_chunks_async, len(groups), reads_of)
         try:
-            for number in range(len(groups)):
-                if number + 2 < len(groups):
-                    flight.append(ask(groups[number + 2]))
-                for rh, ahead in flight.popleft():
-                    yield _rest(rh, ahead)
+            for ledger_id, chunk in zip(window, ahead, strict=True):
+                yield _rest(handles[ledger_id], chunk)
         finally:
-            for group in flight:
-                for _, ahead in group:
-                    if ahead is not None:
-                        ahead.cancel()
+            ahead.close()
 
 
 def _rest(rh: LedgerHandle, ahead: concurrent.futures.Future[ReadChunk] | None) -> list[bytes]:

@@ -1,6 +1,6 @@
 """Reads of many ledgers at once: which entries one bookie is asked for (`held_run`), what a bookie's
 ReadRanges answers (`bookie.ranges_read`), and a bookie without the call (UNIMPLEMENTED, from a real gRPC
-server) leaving every read to the usual path."""
+server) leaving every read to the usual path; groups of reads asked for ahead of their use (`chunks_ahead`)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from client.protocol.reads import held_run
 from client.protocol.speculative import BookieHealth, SpeculativePolicy
 from client.protocol.transforms import new_ledger_metadata
 from client.protocol.write_set import write_set
-from client.ranges_reader import NoRanges, RangeRead, read_ranges
+from client.ranges_reader import NoRanges, RangeRead, chunks_ahead, read_ranges
 from client.reader import ReadChunk
 from proto import bookie_pb2 as pb
 
@@ -134,3 +134,29 @@ def test_a_bookie_without_read_ranges_leaves_every_read_to_the_usual_path() -> N
     chunks, without = asyncio.run(scenario())
     assert [bytes(p) for p in chunks[0].payloads] == [b"alone"]
     assert len(without) == 1 and next(iter(without)).startswith("127.0.0.1:")
+
+
+def test_chunks_ahead_asks_two_groups_ahead_lazily_and_cancels_what_was_not_handed_over():
+    asked: list[list[int]] = []
+    made: list[concurrent.futures.Future[ReadChunk]] = []
+
+    def read_chunks_async(reads):
+        asked.append([first for _, first, _ in reads])
+        out = [concurrent.futures.Future() for _ in reads]
+        made.extend(out)
+        return out
+
+    called: list[int] = []
+
+    def reads_of(number: int):
+        called.append(number)
+        return [(None, number * 10 + i, 0) if i != 1 else None for i in range(3)]
+
+    ahead = chunks_ahead(read_chunks_async, 4, reads_of)
+    first = next(ahead)
+    assert called == [0, 1, 2] and asked == [[0, 2], [10, 12], [20, 22]]   # group 2 asked as group 0 starts
+    assert first is made[0] and next(ahead) is None and next(ahead) is made[1]
+    assert next(ahead) is made[2] and called == [0, 1, 2, 3]
+    ahead.close()
+    assert [f.cancelled() for f in made] == [False] * 3 + [True] * 5       # the rest of group 1, groups 2-3
+    assert list(chunks_ahead(read_chunks_async, 0, reads_of)) == []
