@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 LOG_UPDATE_ATTEMPTS = 50
 SNAPSHOT_ATTEMPTS = 20
+SEGMENTS_PER_READ = 8          # segments per multiRead request (about 16 KB each: replies stay near 128 KB)
 
 __all__ = [
     "LOG_UPDATE_ATTEMPTS", "LoadedLog", "LogChange", "commit_changes", "create_log", "load_log", "log_path",
@@ -116,7 +117,8 @@ def load_log(store: MetadataStore, name: str, *, whole: bool = True,
         if start is None:
             continue                               # a segment went while we searched: read again
         numbers = list(range(start, head.last + 1))
-        raw = store.get_many([f"{path}/{st.segment_name(head.prefix, n)}" for n in numbers])
+        raw = store.get_many([f"{path}/{st.segment_name(head.prefix, n)}" for n in numbers],
+                             per_request=SEGMENTS_PER_READ)
         snapshot = whole or from_ledger is not None
         if any(r is None for r in raw) or (snapshot and _moved(store, path, version)):
             continue                               # changed while we read: read again

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from kazoo.exceptions import (
     NotEmptyError,
     OperationTimeoutError,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
@@ -41,6 +43,7 @@ from client.meta.errors import (
     ZNodeExistsError,
     ZNodeTooLargeError,
 )
+from client.meta.multiread import MAX_PATHS, MultiRead, ReadError
 from client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
 from client.meta.zkauth import ZkAuth
 from client.meta.zkpoll import PollingHandler
@@ -101,6 +104,7 @@ class ZkSession:
                                  deadline=max(2.0 * self.session_timeout, 5.0))
         self._lock = threading.Lock()
         self._started = False
+        self.multi_read = True          # False once the server did not know multiRead (ZooKeeper < 3.6)
         self.max_request_bytes = JUTE_MAXBUFFER - REQUEST_MARGIN   # lower it in tests; raise with jute.maxbuffer
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -299,11 +303,44 @@ class ZkSession:
                 raise ValueError(f"unknown transaction operation {op.kind!r}")
         return txn.commit_async()
 
-    def get_many(self, paths: list[str]) -> list[tuple[bytes, int] | None]:
-        """(data, version) of each znode (None if missing), read concurrently (paths as for `get`)."""
+    def get_many(self, paths: list[str], per_request: int = MAX_PATHS) -> list[tuple[bytes, int] | None]:
+        """(data, version) of each znode (None if missing), paths as for `get`: `per_request` per multiRead
+        request (`client.meta.multiread`; fewer for large znodes, so that no reply is huge), the requests
+        pipelined; one getData each, pipelined, from a server without multiRead. A request that meets
+        connection loss (or no answer in time) is read again path by path, through the retry."""
         full = [self._abs(p) for p in paths]
         if not self._started:
             raise MetadataStoreError("read: the metadata store is not started (call start())")
+        if not self.multi_read or len(full) < 2:
+            return self._get_each(full)
+        step = max(1, per_request)
+        chunks = [full[i:i + step] for i in range(0, len(full), step)]
+        pending = [self._multi_read_async(chunk) for chunk in chunks]
+        out: list[tuple[bytes, int] | None] = []
+        for chunk, result in zip(chunks, pending, strict=True):
+            try:
+                got = result.get(timeout=self.session_timeout)
+            except (UnimplementedError, ValueError, struct.error):
+                self.multi_read = False                    # an older server: one getData each from now on
+                out += self._get_each(chunk)
+                continue
+            except (KazooException, KazooTimeoutError):
+                out += [self._get_one(path) for path in chunk]
+                continue
+            for path, item in zip(chunk, got, strict=True):
+                if isinstance(item, ReadError):
+                    out.append(None if item.code == NoNodeError.code else self._get_one(path))
+                else:
+                    out.append((item[0], int(item[1].version)))
+        return out
+
+    def _multi_read_async(self, paths: list[str]) -> Any:
+        result = self._zk.handler.async_result()
+        chroot = self._zk.chroot or ""
+        self._zk._call(MultiRead([chroot + p for p in paths]), result)     # kazoo has no call of its own
+        return result
+
+    def _get_each(self, full: list[str]) -> list[tuple[bytes, int] | None]:
         pending = [self._zk.get_async(p) for p in full]
         out: list[tuple[bytes, int] | None] = []
         for path, result in zip(full, pending, strict=True):
@@ -313,9 +350,12 @@ class ZkSession:
             except NoNodeError:
                 out.append(None)
             except (KazooException, KazooTimeoutError):
-                got = self._get(path)                      # retried one by one through connection loss
-                out.append(None if got is None else (got[0], int(got[1].version)))
+                out.append(self._get_one(path))            # retried one by one through connection loss
         return out
+
+    def _get_one(self, path: str) -> tuple[bytes, int] | None:
+        got = self._get(path)
+        return None if got is None else (got[0], int(got[1].version))
 
     def delete_many(self, paths: list[str]) -> list[bool]:
         """Delete each znode (any version) with the requests pipelined, as `get_many` reads: whether each

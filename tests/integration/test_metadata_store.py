@@ -165,6 +165,51 @@ def test_ledgers_with_metadata_reads_in_batches_in_id_order_and_skips_deleted(
     assert [i for i, _ in store.ledgers_with_metadata(above=ids[5])] == ids[6:]
 
 
+def test_many_ledgers_are_read_in_multiread_requests_and_missing_ones_are_none(
+        store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`read_ledgers` of 7 ledgers, two of them missing, in multiRead requests of 3 paths: 3 requests,
+    no getData of its own, each ledger as written, None for the missing (ZooKeeper answers each
+    operation on its own)."""
+    ids = [store.new_ledger_id() for _ in range(5)]
+    for ledger_id in ids:
+        store.create_ledger(ledger(ledger_id, custom_metadata={"n": str(ledger_id).encode()}))
+    store.delete_ledger(ids[1])
+    sent: list[int] = []
+    real = store._multi_read_async
+
+    def counting(paths: list[str]) -> object:
+        sent.append(len(paths))
+        return real(paths)
+
+    monkeypatch.setattr(store, "_multi_read_async", counting)
+    wanted = [ids[0], ids[1], ids[2], 10 ** 9, ids[3], ids[4], ids[0]]
+    with monkeypatch.context() as patched:
+        patched.setattr(store._zk, "get_async", None)               # a getData of its own would fail
+        got = store.get_many([store.layout.ledger(i) for i in wanted], per_request=3)
+    assert sent == [3, 3, 1] and store.multi_read
+    assert [None if g is None else store.read_ledger(i)[1] == g[1] for i, g in zip(wanted, got)] == \
+        [True, None, True, None, True, True, True]
+    found = store.read_ledgers(wanted)
+    assert [None if md is None else md.custom_metadata["n"] for md in found] == \
+        [str(i).encode() if i in ids and i != ids[1] else None for i in wanted]
+
+
+def test_a_server_without_multiread_gets_one_getdata_per_znode(
+        store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request type the server does not know (as multiRead is to ZooKeeper before 3.6; here the same
+    request sent with an opcode no server knows): the store falls back to one getData per znode, reads
+    everything as written, and sends no multiRead afterwards."""
+    from client.meta import multiread
+
+    ids = [store.new_ledger_id() for _ in range(4)]
+    for ledger_id in ids:
+        store.create_ledger(ledger(ledger_id))
+    monkeypatch.setattr(multiread.MultiRead, "type", 999)
+    found = store.read_ledgers(ids)
+    assert [md.ledger_id if md else None for md in found] == ids and not store.multi_read
+    assert store.get(store.layout.ledger(ids[0])) is not None                 # the session still works
+
+
 def test_list_ignores_foreign_znodes(store: MetadataStore) -> None:
     store.create_ledger(ledger(5))
     store.create("logs/orders", b"x")
