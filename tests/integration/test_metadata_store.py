@@ -187,8 +187,8 @@ def test_many_ledgers_are_read_in_multiread_requests_and_missing_ones_are_none(
         patched.setattr(store._zk, "get_async", None)               # a getData of its own would fail
         got = store.get_many([store.layout.ledger(i) for i in wanted], per_request=3)
     assert sent == [3, 3, 1] and store.multi_read
-    assert [None if g is None else store.read_ledger(i)[1] == g[1] for i, g in zip(wanted, got)] == \
-        [True, None, True, None, True, True, True]
+    versions = [None if g is None else store.read_ledger(i)[1] == g[1] for i, g in zip(wanted, got, strict=True)]
+    assert versions == [True, None, True, None, True, True, True]
     found = store.read_ledgers(wanted)
     assert [None if md is None else md.custom_metadata["n"] for md in found] == \
         [str(i).encode() if i in ids and i != ids[1] else None for i in wanted]
