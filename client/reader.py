@@ -25,7 +25,7 @@ import lz4.block
 
 from client.errors import BKError, BookieUnavailableError, DigestMismatchError
 from client.protocol import quorum
-from client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
+from client.protocol.digest import HEADER_LENGTH, MAC_LENGTHS, DigestManager, unpack_entry
 from client.protocol.metadata import DigestType, Fragment, LedgerMetadata
 from client.protocol.native import NATIVE
 from client.protocol.reads import fragment_ranges, read_error, read_order
@@ -593,21 +593,31 @@ def verify_entries(digest: DigestManager, ledger_id: int, entry_ids: I64, starts
     checked with numpy and the digests with one native call for all (`_crc32c_entries`); any doubt, and
     the other digest types, go entry by entry through `unpack_entry`, which raises DigestMismatchError
     with the reason."""
-    import numpy as np  # not at import: see the module docstring
-    n = len(entry_ids)
-    overhead = HEADER_LENGTH + digest.mac_length
-    if digest.digest_type is DigestType.CRC32C and n and int((ends - starts).min()) >= overhead \
-            and int(ends.max()) <= len(data):
-        raw = np.frombuffer(data, dtype=np.uint8)
-        header_ids = raw[starts[:, None] + np.arange(16)].view(">i8").reshape(n, 2)
-        received = raw[starts[:, None] + np.arange(HEADER_LENGTH, overhead)].view(">u4").reshape(n)
-        computed = _crc32c_entries(data, starts, ends, overhead)
-        if bool((header_ids[:, 0] == ledger_id).all()) and np.array_equal(header_ids[:, 1], entry_ids) \
-                and np.array_equal(computed, received):
+    if digest.digest_type is DigestType.CRC32C and len(entry_ids):
+        ok = crc32c_verified(ledger_id, entry_ids, starts, ends, data)
+        if ok is not None and bool(ok.all()):
             return
     view = memoryview(data)
     for e, a, b in zip(entry_ids.tolist(), starts.tolist(), ends.tolist(), strict=True):
         unpack_entry(digest, ledger_id, e, view[a:b])
+
+
+def crc32c_verified(ledger_ids: int | I64, entry_ids: I64, starts: I64, ends: I64, data: Buffer
+                    ) -> npt.NDArray[np.bool_] | None:
+    """Per packaged entry data[starts[i]:ends[i]] of a CRC32C ledger: whether its header names ledger
+    `ledger_ids` (one id, or one per entry) and entry `entry_ids[i]` and its digest matches (one native
+    call for all). None if an entry is too short to hold a header or lies outside `data` (then check
+    entry by entry, `unpack_entry`, which says why)."""
+    import numpy as np  # not at import: see the module docstring
+    n = len(entry_ids)
+    overhead = HEADER_LENGTH + MAC_LENGTHS[DigestType.CRC32C]
+    if not n or int((ends - starts).min()) < overhead or int(starts.min()) < 0 or int(ends.max()) > len(data):
+        return None
+    raw = np.frombuffer(data, dtype=np.uint8)
+    header_ids = raw[starts[:, None] + np.arange(16)].view(">i8").reshape(n, 2)
+    received = raw[starts[:, None] + np.arange(HEADER_LENGTH, overhead)].view(">u4").reshape(n)
+    computed = _crc32c_entries(data, starts, ends, overhead)
+    return (header_ids[:, 0] == ledger_ids) & (header_ids[:, 1] == entry_ids) & (computed == received)
 
 
 def _crc32c_entries(data: Buffer, starts: I64, ends: I64, overhead: int) -> npt.NDArray[np.uint32]:

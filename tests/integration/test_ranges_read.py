@@ -120,3 +120,29 @@ def test_r13_a_paused_bookie_does_not_stall_a_read_of_many_ledgers(cluster3, bk_
         elapsed = time.monotonic() - start
         assert reader._ctx.health.is_slow(victim, reader._ctx.runtime.loop.time())
     assert elapsed < healthy + BOUND, f"the read waited for the paused bookie: {elapsed:.1f}s (healthy {healthy:.2f}s)"
+
+
+def test_r7_a_bad_digest_in_a_batch_sends_only_that_ledger_alone(cluster3, bk_factory, monkeypatch):
+    """A ReadRanges batch whose entry of one ledger has a flipped payload byte (as a bad disk or wire would
+    give): the batch's other ledgers are taken from it (their digests checked together), and that ledger
+    is read on its own, correctly, from a bookie of its write set."""
+    made = small_ledgers(bk_factory(cluster3.metadata_service_uri), 12)
+    victim = made[4][0]
+    original = BookieClient.read_ranges_views
+    flipped: list[int] = []
+
+    async def corrupting(client, *args, **kwargs):
+        async for batch in original(client, *args, **kwargs):
+            hits = [i for i, ledger in enumerate(batch.ledger_ids.tolist()) if ledger == victim]
+            if hits and not flipped:
+                data = bytearray(batch.data)
+                data[int(batch.sizes[: hits[0] + 1].sum()) - 1] ^= 0xFF       # the entry's last payload byte
+                batch.data = memoryview(bytes(data))
+                flipped.append(victim)
+            yield batch
+
+    monkeypatch.setattr(BookieClient, "read_ranges_views", corrupting)
+    reader = bk_factory(cluster3.metadata_service_uri)
+    calls = CallCounts(monkeypatch)
+    assert read_all(reader, made) == expected(made)
+    assert flipped == [victim] and calls.reads + calls.range_reads >= 1      # the victim, read alone
