@@ -25,6 +25,7 @@ from bookie.storage import LedgerStorage, StorageError
 from proto import bookie_pb2 as pb
 
 log = logging.getLogger("bkledger.server")
+First = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bytes | bytearray | memoryview] | None | Exception
 
 RANGES_PER_BATCH = 512       # a batch goes out after this many ranges even if small: progress for the reader
 FIRST_BATCH_RANGES = 8       # ... the first one sooner: the reader waits only so long for a call's first batch
@@ -66,26 +67,46 @@ def answer(storage: LedgerStorage, known: Callable[[int], bool], ranges: Sequenc
     max_bytes = max_bytes or DEFAULT_BATCH_BYTES
     held = _Held()
     sent = False
-    for r in ranges:
-        if not storage.has_ledger(r.ledger_id):
-            if not known(r.ledger_id):
-                yield from held.flush()
-                yield Failed(r.ledger_id, pb.ENOLEDGER)
-            continue
-        try:
-            first = next(storage.read_range(r.ledger_id, r.first, r.last, max_bytes, r.max_entries or (1 << 31)),
-                         None)
-        except (StorageError, OSError) as exc:
-            log.error("range read of ledger %d failed: %s", r.ledger_id, exc)
+    for r, first in zip(ranges, _firsts(storage, ranges, max_bytes), strict=True):
+        if isinstance(first, Exception):
+            log.error("range read of ledger %d failed: %s", r.ledger_id, first)
             yield from held.flush()
             yield Failed(r.ledger_id, pb.EIO)
             continue
         if first is not None:
             held.add(r.ledger_id, *first)
+        elif not storage.has_ledger(r.ledger_id) and not known(r.ledger_id):
+            yield from held.flush()
+            yield Failed(r.ledger_id, pb.ENOLEDGER)
+            continue
         if held.size >= max_bytes or held.ranges >= (RANGES_PER_BATCH if sent else FIRST_BATCH_RANGES):
             sent = True
             yield from held.flush()
     yield from held.flush()
+
+
+def _firsts(storage: LedgerStorage, ranges: Sequence[Range], max_bytes: int) -> Iterator[First]:
+    """Each range's first batch as `read_range` gives it (None: nothing held; an exception: its read
+    failed), read many ranges at a time (`LedgerStorage.first_batches`: one index lookup and one pass of
+    preads for all), the first group small so that the first batch goes out soon; ranges that cannot be
+    read together are read one by one."""
+    at, group = 0, FIRST_BATCH_RANGES
+    while at < len(ranges):
+        part = ranges[at:at + group]
+        got: Sequence[First] | None = storage.first_batches(
+            [(r.ledger_id, r.first, r.last, r.max_entries or (1 << 31)) for r in part], max_bytes)
+        if got is None:
+            got = [_first(storage, r, max_bytes) for r in part]
+        yield from got
+        at += len(got)
+        group = RANGES_PER_BATCH
+
+
+def _first(storage: LedgerStorage, r: Range, max_bytes: int) -> First:
+    try:
+        return next(storage.read_range(r.ledger_id, r.first, r.last, max_bytes, r.max_entries or (1 << 31)), None)
+    except (StorageError, OSError) as exc:
+        return exc
 
 
 class _Held:
@@ -99,12 +120,12 @@ class _Held:
         self.counts: list[int] = []
         self.ids: list[npt.NDArray[np.int64]] = []
         self.sizes: list[npt.NDArray[np.int64]] = []
-        self.blobs: list[bytes | bytearray] = []
+        self.blobs: list[bytes | bytearray | memoryview] = []
         self.size = 0
         self.ranges = 0
 
-    def add(self, ledger_id: int, ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], blob: bytes | bytearray
-            ) -> None:
+    def add(self, ledger_id: int, ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+            blob: bytes | bytearray | memoryview) -> None:
         self.ledgers.append(ledger_id)
         self.counts.append(len(ids))
         self.ids.append(ids)

@@ -17,6 +17,7 @@ raises `StorageError` (R22).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import struct
 import threading
@@ -55,6 +56,7 @@ _LAC_AT = 16  # piggy-backed LAC: big-endian int64 at bytes 16..24 of a packaged
 
 IntVector = Sequence[int] | npt.NDArray[Any]
 Batch = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bytes | bytearray]   # entry ids, sizes, the entries
+ViewBatch = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], memoryview]      # ... the entries a view of a buffer
 
 
 def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -101,18 +103,59 @@ def _max_piggyback_lac(data: bytes | memoryview, sizes: npt.NDArray[np.int64]) -
 
 
 def _check_headers(
-    ledger_id: int, ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], blob: bytes | bytearray
+    ledger_id: int | npt.NDArray[np.int64], ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+    blob: bytes | bytearray
 ) -> None:
-    """Every entry read must start with its own (ledger id, entry id): else the location is corrupt."""
+    """Every entry read must start with its own (ledger id, entry id): else the location is corrupt.
+    `ledger_id`: the entries' ledger, or each entry's."""
     starts = _starts(sizes)
     whole = sizes >= 16
     if not whole.all():
-        raise StorageError(f"ledger {ledger_id}: stored entry shorter than its header")
+        raise StorageError(f"ledger {_named(ledger_id, 0)}: stored entry shorter than its header")
     header = _header_fields(blob, starts, 0, 2)           # (ledger id, entry id) of each entry
     bad = (header[:, 0] != ledger_id) | (header[:, 1] != ids)
     if bad.any():
-        first = int(ids[np.flatnonzero(bad)[0]])
-        raise StorageError(f"ledger {ledger_id} entry {first}: location points at another entry")
+        at = int(np.flatnonzero(bad)[0])
+        raise StorageError(f"ledger {_named(ledger_id, at)} entry {int(ids[at])}: location points at another entry")
+
+
+def _named(ledger_id: int | npt.NDArray[np.int64], at: int) -> int:
+    return ledger_id if isinstance(ledger_id, int) else int(ledger_id[at])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Held:
+    """A range's entries found in the index, to be read (`LedgerStorage.first_batches`)."""
+
+    ledger_id: int
+    dir_index: int
+    ids: npt.NDArray[np.int64]
+    slots: npt.NDArray[np.int64]
+    size: int
+
+
+def _read_together(found: Sequence[_Held | None], logger: EntryLogger) -> list[ViewBatch | None] | None:
+    """The entries of every held range read in one pass (`LedgerStorage._read_runs`) and checked to be
+    the entries the index names; each range's batch is a view of the one buffer. None if a check fails."""
+    held = [part for part in found if part is not None]
+    slots = np.concatenate([part.slots for part in held])
+    sizes = slots[:, 2]
+    try:
+        blob = LedgerStorage._read_runs(logger, slots)
+        _check_headers(np.repeat(np.array([p.ledger_id for p in held], dtype=np.int64), [len(p.ids) for p in held]),
+                       np.concatenate([part.ids for part in held]), sizes, blob)
+    except (StorageError, OSError):
+        return None
+    view = memoryview(blob)
+    out: list[ViewBatch | None] = []
+    at = 0
+    for part in found:
+        if part is None:
+            out.append(None)
+            continue
+        out.append((part.ids, part.slots[:, 2], view[at:at + part.size]))
+        at += part.size
+    return out
 
 
 class LedgerStorage:
@@ -530,6 +573,50 @@ class LedgerStorage:
             if keep is None or keep.any():
                 yield from self._batches(ledger_id, logger, ids, slots, limits, keep)
             pos = end + 1
+
+    def first_batches(self, ranges: Sequence[tuple[int, int, int, int]], max_batch_bytes: int
+                      ) -> list[ViewBatch | None] | None:
+        """For a reader of many small ledgers (ReadRanges): the first batch `read_range(ledger, first, last,
+        max_batch_bytes, max_entries)` gives of each (ledger, first, last, max_entries), None where the
+        ledger holds none of the range (or is not here), read together: the index under one lock hold,
+        the entries of all of them in one pass of preads, their headers checked at once. It answers a
+        prefix of `ranges`, ending with the range that brings the total to max_batch_bytes. None when they
+        cannot be read together (ledgers in several directories, a header check failed: a compaction may
+        have moved an entry); the caller then reads them one by one (`read_range` looks again)."""
+        limit = max(max_batch_bytes, 1)
+        found: list[_Held | None] = []
+        dirs: set[int] = set()
+        total = 0
+        with self._lock:
+            for ledger_id, first, last, max_entries in ranges:
+                part = self._first_held_locked(ledger_id, max(first, 0), last, limit, max(max_entries, 1))
+                found.append(part)
+                if part is not None:
+                    dirs.add(part.dir_index)
+                    total += part.size
+                    if total >= limit:
+                        break
+            logger = self._logs[next(iter(dirs))] if len(dirs) == 1 else None
+        if not dirs:
+            return [None] * len(found)
+        if logger is None:
+            return None
+        return _read_together(found, logger)
+
+    def _first_held_locked(self, ledger_id: int, first: int, last: int, max_bytes: int, max_entries: int
+                           ) -> _Held | None:
+        """What `_range_batches`' first batch would read of the range, or None if it holds nothing."""
+        led = self._ledgers.get(ledger_id)
+        if led is None or first > min(last, led.last_entry):
+            return None
+        ids, slots = self._held_locked(led, first, min(last, first + READ_WINDOW_PAGES * self._geometry.entries - 1))
+        if not len(ids):
+            return None
+        if len(ids) > 1:
+            end = batch_end(np.cumsum(slots[:, 2]), np.arange(1, len(ids) + 1, dtype=np.int64), 0, max_bytes,
+                            max_entries)
+            ids, slots = ids[:end], slots[:end]
+        return _Held(ledger_id, led.dir_index, ids, slots, int(slots[:, 2].sum()))
 
     def _batches(
         self, ledger_id: int, logger: EntryLogger, ids: npt.NDArray[np.int64], slots: npt.NDArray[np.int64],

@@ -160,3 +160,71 @@ def test_chunks_ahead_asks_two_groups_ahead_lazily_and_cancels_what_was_not_hand
     ahead.close()
     assert [f.cancelled() for f in made] == [False] * 3 + [True] * 5       # the rest of group 1, groups 2-3
     assert list(chunks_ahead(read_chunks_async, 0, reads_of)) == []
+
+
+def one_by_one(st: LedgerStorage, ranges: list[tuple[int, int, int, int]], max_bytes: int) -> list:
+    out = []
+    for ledger_id, first, last, most in ranges:
+        got = next(st.read_range(ledger_id, first, last, max_bytes, most), None) if st.has_ledger(ledger_id) else None
+        out.append(None if got is None else (got[0].tolist(), got[1].tolist(), bytes(got[2])))
+    return out
+
+
+def together(got: list | None) -> list:
+    assert got is not None
+    return [None if g is None else (g[0].tolist(), g[1].tolist(), bytes(g[2])) for g in got]
+
+
+def test_first_batches_read_together_what_each_range_read_gives_first(tmp_path: Path) -> None:
+    """One index pass and one read for many ranges: each range's batch is the first one `read_range`
+    gives (its entry cap, its byte limit, nothing for a ledger absent or holding nothing of the range),
+    and the answer stops after the range that brings the total to the byte limit."""
+    st = storage_with(tmp_path, {1: [0], 2: [0, 1, 2, 3], 3: [1, 2], 4: list(range(10)), 5: [0]})
+    try:
+        ranges = [(1, 0, 0, 1 << 31), (2, 1, 3, 2), (9, 0, 0, 1), (3, 0, 5, 1 << 31), (2, 7, 9, 5),
+                  (4, 0, 9, 1 << 31), (5, 0, 0, 1)]
+        assert together(st.first_batches(ranges, 1 << 20)) == one_by_one(st, ranges, 1 << 20)
+        small = together(st.first_batches(ranges, 500))               # 132 bytes an entry
+        assert small == one_by_one(st, ranges[:len(small)], 500) and len(small) == 4
+        assert small[1] is not None and small[1][0] == [1, 2] and small[3] is not None and small[3][0] == [1, 2]
+        assert st.first_batches([(9, 0, 0, 1), (1, 5, 9, 1)], 1 << 20) == [None, None]
+    finally:
+        st.close()
+
+
+def test_ranges_in_several_ledger_directories_are_answered_one_by_one(tmp_path: Path) -> None:
+    st = LedgerStorage([tmp_path / "l0", tmp_path / "l1"], entry_log_size_limit=1 << 20)
+    try:
+        for ledger_id in range(1, 7):
+            data = entry(ledger_id, 0)
+            st.add_batch(ledger_id, [0], [len(data)], data)
+        ranges = [Range(i, 0, 0, 0) for i in range(1, 7)]
+        assert st.first_batches([(r.ledger_id, 0, 0, 1) for r in ranges], 1 << 20) is None
+        items = list(ranges_read.answer(st, lambda _: False, ranges, 1 << 20))
+    finally:
+        st.close()
+    assert [i.ledger_ids.tolist() for i in items if isinstance(i, Packed)] == [[1, 2, 3, 4, 5, 6]]
+    assert b"".join(i.data for i in items if isinstance(i, Packed)) == b"".join(entry(i, 0) for i in range(1, 7))
+
+
+def test_a_failed_check_of_ranges_read_together_sends_them_to_the_one_by_one_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries read together whose headers do not match the index (a compaction moved one meanwhile, or
+    the disk is bad): no batch from that pass; `answer` reads those ranges one by one (which looks the
+    entries up again) and still answers each as written."""
+    st = storage_with(tmp_path, {i: [0] for i in range(1, 5)})
+    real = LedgerStorage._read_runs
+    calls: list[int] = []
+
+    def shifted_once(logger, slots):
+        calls.append(len(slots))
+        blob = real(logger, slots)
+        return blob if len(calls) > 1 else b"\0" * 16 + bytes(blob)[16:]
+
+    monkeypatch.setattr(LedgerStorage, "_read_runs", staticmethod(shifted_once))
+    try:
+        items = list(ranges_read.answer(st, lambda _: False, [Range(i, 0, 0, 0) for i in range(1, 5)], 1 << 20))
+    finally:
+        st.close()
+    assert calls[0] == 4 and len(calls) == 5                      # one pass for all, then one read each
+    assert b"".join(i.data for i in items if isinstance(i, Packed)) == b"".join(entry(i, 0) for i in range(1, 5))
