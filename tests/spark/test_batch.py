@@ -273,29 +273,17 @@ def test_many_one_entry_ledgers_read_in_few_partitions_in_order(spark, cluster, 
     assert [bytes(r.value) for r in kept] == [b"r%03d" % i for i in range(300) if i != 150]
 
 
-def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, bk, monkeypatch) -> None:
-    """A log of bare ledgers whose envelope versions the log does not record (written before it did): the
-    first discovery reads every ledger's metadata (none carries the record envelope), a second reads none,
-    and a ledger with the envelope appended since is found by reading it alone: the schema gains `key`
-    and `timestamp`."""
-    from client.log.core import meta as lm
-    from client.log.logs import append_ledgers
+def one_entry_ledger(bk, custom: dict[str, bytes]) -> int:
+    lh = bk.create_ledger(2, 2, 2, custom_metadata=custom)
+    lh.add_entry(b"x")
+    lh.close()
+    return lh.ledger_id
+
+
+def metadata_reads(monkeypatch) -> list[int]:
+    """The ledger ids whose metadata `MetadataStore.read_ledgers` is asked for from now on, in order."""
     from client.meta.store import MetadataStore
-    from spark_connector import envelope as env
-    from spark_connector.batch_reader import discover_schema
-    from spark_connector.options import parse_read_options
 
-    uri, log = cluster.metadata_service_uri, fresh("schema")
-
-    def ledger(custom: dict[str, bytes]) -> int:
-        lh = bk.create_ledger(2, 2, 2, custom_metadata=custom)
-        lh.add_entry(b"x")
-        lh.close()
-        return lh.ledger_id
-
-    monkeypatch.setattr(lm, "recorded_envelope", lambda custom: None)      # as an older writer did
-    bare = [ledger({}) for _ in range(40)]
-    assert append_ledgers(bk, log, bare)
     read: list[int] = []
     real = MetadataStore.read_ledgers
 
@@ -304,11 +292,30 @@ def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, 
         return real(store, ledger_ids)
 
     monkeypatch.setattr(MetadataStore, "read_ledgers", counting)
+    return read
+
+
+def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, bk, monkeypatch) -> None:
+    """A log of bare ledgers whose envelope versions the log does not record (written before it did): the
+    first discovery reads every ledger's metadata (none carries the record envelope), a second reads none,
+    and a ledger with the envelope appended since is found by reading it alone: the schema gains `key`
+    and `timestamp`."""
+    from client.log.core import meta as lm
+    from client.log.logs import append_ledgers
+    from spark_connector import envelope as env
+    from spark_connector.batch_reader import discover_schema
+    from spark_connector.options import parse_read_options
+
+    uri, log = cluster.metadata_service_uri, fresh("schema")
+    monkeypatch.setattr(lm, "recorded_envelope", lambda custom: None)      # as an older writer did
+    bare = [one_entry_ledger(bk, {}) for _ in range(40)]
+    assert append_ledgers(bk, log, bare)
+    read = metadata_reads(monkeypatch)
     opts = parse_read_options({"metadataServiceUri": uri, "log": log})
     assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value"]
     assert sorted(read) == bare[1:]           # the first one's metadata is read to check the password anyway
     assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value"] and len(read) == 39
-    keyed = ledger(env.custom_metadata(1))
+    keyed = one_entry_ledger(bk, env.custom_metadata(1))
     assert append_ledgers(bk, log, [keyed])
     assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]
     assert read[39:] == [keyed]
@@ -322,38 +329,23 @@ def test_schema_discovery_of_a_log_that_records_envelopes_reads_no_ledgers_metad
     envelope from the records alone."""
     from client.log import logs
     from client.log.compaction import compact_log
-    from client.meta.store import MetadataStore
     from spark_connector import envelope as env
     from spark_connector.batch_reader import discover_schema
     from spark_connector.options import parse_read_options
 
     uri, log = cluster.metadata_service_uri, fresh("recorded")
-
-    def ledger(custom: dict[str, bytes]) -> int:
-        lh = bk.create_ledger(2, 2, 2, custom_metadata=custom)
-        lh.add_entry(b"x")
-        lh.close()
-        return lh.ledger_id
-
     with monkeypatch.context() as older:
         older.setattr(logs.lm, "recorded_envelope", lambda custom: None)
-        assert logs.append_ledgers(bk, log, [ledger({}) for _ in range(30)])
+        assert logs.append_ledgers(bk, log, [one_entry_ledger(bk, {}) for _ in range(30)])
     assert {led.envelope for led in bk.log_metadata(log).ledgers} == {None}
     with bk.open_log_writer(log) as writer:
         writer.append(b"y")
-    assert logs.append_ledgers(bk, log, [ledger({})])        # with the writer's: the tail compaction keeps
+    assert logs.append_ledgers(bk, log, [one_entry_ledger(bk, {})])   # with the writer's: the tail compaction keeps
     assert compact_log(bk, log, grace_s=0).replaced == 30
-    assert logs.append_ledgers(bk, log, [ledger(env.custom_metadata(1))])
+    assert logs.append_ledgers(bk, log, [one_entry_ledger(bk, env.custom_metadata(1))])
     recorded = [led.envelope for led in bk.log_metadata(log).ledgers]
     assert None not in recorded and recorded[-1] == 1 and set(recorded[:-1]) == {0}
-    read: list[int] = []
-    real = MetadataStore.read_ledgers
-
-    def counting(store: MetadataStore, ledger_ids: list[int]) -> list:
-        read.extend(ledger_ids)
-        return real(store, ledger_ids)
-
-    monkeypatch.setattr(MetadataStore, "read_ledgers", counting)
+    read = metadata_reads(monkeypatch)
     opts = parse_read_options({"metadataServiceUri": uri, "log": log})
     assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]
     assert read == []
