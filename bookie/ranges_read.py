@@ -93,8 +93,11 @@ def _firsts(storage: LedgerStorage, ranges: Sequence[Range], max_bytes: int) -> 
     at, group = 0, FIRST_BATCH_RANGES
     while at < len(ranges):
         part = ranges[at:at + group]
-        got: Sequence[First] | None = storage.first_batches(
-            [(r.ledger_id, r.first, r.last, r.max_entries or (1 << 31)) for r in part], max_bytes)
+        try:
+            got: Sequence[First] | None = storage.first_batches(
+                [(r.ledger_id, r.first, r.last, r.max_entries or (1 << 31)) for r in part], max_bytes)
+        except (StorageError, OSError):
+            got = None                            # an index page unreadable: each range says for itself
         if got is None:
             got = [_first(storage, r, max_bytes) for r in part]
         yield from got

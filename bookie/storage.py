@@ -124,7 +124,7 @@ def _named(ledger_id: int | npt.NDArray[np.int64], at: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Held:
+class _Found:
     """A range's entries found in the index, to be read (`LedgerStorage.first_batches`)."""
 
     ledger_id: int
@@ -134,7 +134,7 @@ class _Held:
     size: int
 
 
-def _read_together(found: Sequence[_Held | None], logger: EntryLogger) -> list[ViewBatch | None] | None:
+def _read_together(found: Sequence[_Found | None], logger: EntryLogger) -> list[ViewBatch | None] | None:
     """The entries of every held range read in one pass (`LedgerStorage._read_runs`) and checked to be
     the entries the index names; each range's batch is a view of the one buffer. None if a check fails."""
     held = [part for part in found if part is not None]
@@ -584,7 +584,7 @@ class LedgerStorage:
         cannot be read together (ledgers in several directories, a header check failed: a compaction may
         have moved an entry); the caller then reads them one by one (`read_range` looks again)."""
         limit = max(max_batch_bytes, 1)
-        found: list[_Held | None] = []
+        found: list[_Found | None] = []
         dirs: set[int] = set()
         total = 0
         with self._lock:
@@ -604,7 +604,7 @@ class LedgerStorage:
         return _read_together(found, logger)
 
     def _first_held_locked(self, ledger_id: int, first: int, last: int, max_bytes: int, max_entries: int
-                           ) -> _Held | None:
+                           ) -> _Found | None:
         """What `_range_batches`' first batch would read of the range, or None if it holds nothing."""
         led = self._ledgers.get(ledger_id)
         if led is None or first > min(last, led.last_entry):
@@ -616,7 +616,7 @@ class LedgerStorage:
             end = batch_end(np.cumsum(slots[:, 2]), np.arange(1, len(ids) + 1, dtype=np.int64), 0, max_bytes,
                             max_entries)
             ids, slots = ids[:end], slots[:end]
-        return _Held(ledger_id, led.dir_index, ids, slots, int(slots[:, 2].sum()))
+        return _Found(ledger_id, led.dir_index, ids, slots, int(slots[:, 2].sum()))
 
     def _batches(
         self, ledger_id: int, logger: EntryLogger, ids: npt.NDArray[np.int64], slots: npt.NDArray[np.int64],

@@ -228,3 +228,29 @@ def test_a_failed_check_of_ranges_read_together_sends_them_to_the_one_by_one_pat
         st.close()
     assert calls[0] == 4 and len(calls) == 5                      # one pass for all, then one read each
     assert b"".join(i.data for i in items if isinstance(i, Packed)) == b"".join(entry(i, 0) for i in range(1, 5))
+
+
+def test_an_unreadable_index_while_reading_ranges_together_fails_only_its_own_range(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index page that cannot be read (an I/O error) in the pass over many ranges: the ranges are then
+    read one by one, and only the range whose page fails gets EIO; the others are answered."""
+    from bookie import storage as storage_module
+
+    written = storage_with(tmp_path, {i: [0] for i in range(1, 5)})
+    written.flush()                                                           # the index pages on disk
+    written.close()
+    st = LedgerStorage([tmp_path / "l0"], entry_log_size_limit=1 << 20)       # no index page cached
+    real = storage_module.read_slots
+
+    def failing(path, first_slot, count):
+        if path.name.startswith(f"{3:x}."):
+            raise storage_module.StorageError(f"index file {path.name}: input/output error")
+        return real(path, first_slot, count)
+
+    monkeypatch.setattr(storage_module, "read_slots", failing)
+    try:
+        items = list(ranges_read.answer(st, lambda _: False, [Range(i, 0, 0, 0) for i in range(1, 5)], 1 << 20))
+    finally:
+        st.close()
+    assert [(i.ledger_id, i.status) for i in items if isinstance(i, Failed)] == [(3, pb.EIO)]
+    assert sorted(x for i in items if isinstance(i, Packed) for x in i.ledger_ids.tolist()) == [1, 2, 4]
