@@ -35,9 +35,11 @@ class Registrar:
         self._thread: threading.Thread | None = None
 
     def register_now(self, readonly: bool) -> None:
-        """The first registration, made before the bookie is announced as serving (ZooKeeper is up)."""
+        """The first registration, made before the bookie is announced as serving (ZooKeeper is up). After
+        a crash it waits for the earlier session's node to expire; `stop()` ends that wait
+        (RegistrationAbandonedError)."""
         self._want = readonly
-        self.store.register_bookie(self.bookie_id, self.info, readonly=readonly)
+        self.store.register_bookie(self.bookie_id, self.info, readonly=readonly, given_up=self._stop.is_set)
         self._mark(readonly)
 
     def start(self) -> Registrar:

@@ -32,6 +32,7 @@ from bookie.server import GRPC_OPTIONS, BookieService, add_to_server
 from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
 from bookie.tls import server_credentials
 from client.errors import InvalidOptionError
+from client.meta.errors import RegistrationAbandonedError
 from client.meta.store import MetadataStore
 from client.meta.zkauth import zk_auth
 
@@ -166,7 +167,9 @@ class BookieServer:
             raise OSError(f"cannot listen on {address}: the port is taken")
         self.http = start_bookie_http(self)
         await self.server.start()
-        await asyncio.to_thread(self.registrar.register_now, self.service.read_only)
+        if not await self._registered(self.service.read_only):
+            await self._shutdown(None)
+            return
         self.registrar.start()     # keeps the registration from here on, off the loop (see bookie.registration)
         tuning.freeze_startup_heap()  # full GC passes skip what start-up loaded (see bookie.tuning)
         log.info("bookie %s serving %s on %s (journal %s, ledgers %s)", cfg.bookie_id,
@@ -178,14 +181,31 @@ class BookieServer:
         await self._stop.wait()
         await self._shutdown(monitor)
 
+    async def _registered(self, read_only: bool) -> bool:
+        """The first registration; False if a stop signal came first. After a crash the bookie waits
+        for its earlier session's node to expire (up to the session timeout, as BookKeeper does), and
+        SIGTERM must not wait with it."""
+        registering = asyncio.ensure_future(asyncio.to_thread(self.registrar.register_now, read_only))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({registering, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if registering.done():
+            stopping.cancel()
+            registering.result()
+            return True
+        self.registrar.stop()      # ends the wait at its next look (RegistrationAbandonedError)
+        with contextlib.suppress(RegistrationAbandonedError):
+            await registering
+        return False
+
     def _on_stop_signal(self, what: str) -> None:
         log.info("bookie %s got %s", self.config.bookie_id, what)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
 
-    async def _shutdown(self, monitor: asyncio.Task[None]) -> None:
+    async def _shutdown(self, monitor: asyncio.Task[None] | None) -> None:
         log.info("bookie %s shutting down", self.config.bookie_id)
-        monitor.cancel()
+        if monitor is not None:
+            monitor.cancel()
         self.registrar.stop()
         # bounded: with ZooKeeper gone the ephemeral node goes with the session anyway
         await call_bounded("unregister", lambda: self.store.unregister_bookie(self.config.bookie_id), 5)

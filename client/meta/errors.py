@@ -5,8 +5,9 @@ InvalidOptionError) live in `client/errors.py`; this module re-exports them and 
 the metadata layer raises: ZooKeeper unreachable or failing (MetadataStoreError, like ZKException),
 unreadable znode data (MetadataFormatError), a missing or existing znode (NoSuchNodeError,
 ZNodeExistsError), a value above ZooKeeper's request limit (ZNodeTooLargeError), a ledger id already
-taken (LedgerExistsError), a cluster whose LAYOUT names another
-ledger manager (LayoutMismatchError) and a CAS loop that gave up (UpdateConflictError).
+taken (LedgerExistsError), a cluster whose LAYOUT names another ledger manager (LayoutMismatchError), a
+CAS loop that gave up (UpdateConflictError) and a bookie's registration given up as it stops
+(RegistrationAbandonedError).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class MetadataAccessDeniedError(MetadataStoreError):
 
 class MetadataFormatError(MetadataStoreError):
     """Znode data that cannot be parsed (not ledger metadata, unsupported format version, corrupt)."""
+
+
+class RegistrationAbandonedError(MetadataStoreError):
+    """A bookie's registration gave up waiting for its earlier session's node to expire: it is stopping."""
 
 
 class NoSuchNodeError(MetadataStoreError):

@@ -30,6 +30,7 @@ from client.meta.errors import (
     MetadataVersionError,
     NoSuchLedgerError,
     NoSuchNodeError,
+    RegistrationAbandonedError,
     UpdateConflictError,
 )
 from client.meta.zkauth import ZkAuth
@@ -359,12 +360,13 @@ class MetadataStore(ZkSession):
 
     # ---- bookie registry --------------------------------------------------------------------
     def register_bookie(self, bookie_id: str, info: Mapping[str, str | int], readonly: bool = False,
-                        wait_stale: float | None = None) -> None:
+                        wait_stale: float | None = None, given_up: Callable[[], bool] | None = None) -> None:
         """Register as writable (`available/<id>`) or read-only (`available/readonly/<id>`), ephemeral.
 
         The new node is created before the other one is deleted, as BookKeeper switches modes. A node
         left by an earlier session of the same bookie is waited for (up to `wait_stale`, default the
-        session timeout) to expire; after that, MetadataStoreError ("bookie already registered").
+        session timeout) to expire; after that, MetadataStoreError ("bookie already registered"). The
+        wait also ends, with RegistrationAbandonedError, once `given_up()` is true (the bookie is stopping).
         """
         target, other = self.layout.bookie(bookie_id, readonly), self.layout.bookie(bookie_id, not readonly)
         data = _service_info(bookie_id, info)
@@ -385,6 +387,9 @@ class MetadataStore(ZkSession):
                 raise MetadataStoreError(
                     f"bookie {bookie_id} is already registered at {target} by another ZooKeeper session "
                     "(another process with this bookie id is running?)")
+            if given_up is not None and given_up():
+                raise RegistrationAbandonedError(f"bookie {bookie_id}: stopped while {target} of an earlier "
+                                            "session waited to expire")
             time.sleep(0.05)
         self._delete_own(other)
 
@@ -398,6 +403,14 @@ class MetadataStore(ZkSession):
         """Remove this session's registration of the bookie (writable and read-only)."""
         for readonly in (False, True):
             self._delete_own(self.layout.bookie(bookie_id, readonly))
+
+    def registered_session(self, bookie_id: str) -> int | None:
+        """The ZooKeeper session that holds the bookie's registration (writable or read-only), if any."""
+        for readonly in (False, True):
+            got = self._get(self.layout.bookie(bookie_id, readonly))
+            if got is not None:
+                return int(got[1].ephemeralOwner)
+        return None
 
     def is_registered(self, bookie_id: str) -> bool:
         """Whether this session holds a registration (writable or read-only) of the bookie."""

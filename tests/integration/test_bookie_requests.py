@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -202,6 +203,33 @@ def test_bookie_stops_on_sigterm_even_with_zookeeper_gone(tmp_path):
         assert "stopped" in Path(cluster.bookies[0].log).read_text()
     finally:
         cluster.down()
+
+
+def test_bookie_restarted_after_kill9_stops_on_sigterm_before_its_old_registration_expires(cluster_factory):
+    """A bookie started again after kill -9 waits for its earlier session's registration to expire (up to
+    the session timeout, as BookKeeper does); a SIGTERM in that wait stops it at once, not after it (the
+    wait once held every such stop for the whole session timeout)."""
+    cluster = cluster_factory(1, conf={"zkTimeout": "30000"})
+    bookie = cluster.bookies[0]
+    with cluster.metadata_store() as store:
+        crashed_session = store.registered_session(bookie.bookie_id)
+        assert crashed_session
+        cluster.kill_bookie(0)
+        cluster.start_bookie(0)
+        wait_for(lambda: listens(bookie.port), 30, "the restarted bookie to listen (it does before registering)")
+        assert cluster.stop_bookie(0, timeout=60) == 0
+        # it stopped while the crashed process's registration was still there: it did not wait for it
+        assert store.registered_session(bookie.bookie_id) == crashed_session
+    text = Path(bookie.log).read_text().rsplit("got SIGTERM", 1)[-1]
+    assert "stopped" in text and "serving" not in text, text[-800:]
+
+
+def listens(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def test_local_cluster_down_stops_everything_even_when_its_state_cannot_be_saved(cluster_factory, monkeypatch):
