@@ -207,8 +207,11 @@ class BookieServer:
         if monitor is not None:
             monitor.cancel()
         self.registrar.stop()
-        # bounded: with ZooKeeper gone the ephemeral node goes with the session anyway
-        await call_bounded("unregister", lambda: self.store.unregister_bookie(self.config.bookie_id), 5)
+        # bounded, and skipped while ZooKeeper is away: the ephemeral node goes with the session anyway
+        if self.store.connected:
+            await call_bounded("unregister", lambda: self.store.unregister_bookie(self.config.bookie_id), 5)
+        else:
+            log.info("ZooKeeper is not connected: the registration ends with the session")
         if self.server is not None:
             await self.server.stop(grace=2)
         for http in self.http:

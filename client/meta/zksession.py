@@ -130,6 +130,11 @@ class ZkSession:
         self._zk.close()
 
     @property
+    def connected(self) -> bool:
+        """Whether the session is connected to a server right now (kazoo's CONNECTED state)."""
+        return bool(self._started and self._zk.connected)
+
+    @property
     def session_id(self) -> int:
         client_id = self._zk.client_id
         return int(client_id[0]) if client_id else 0
