@@ -212,6 +212,7 @@ class BookieServer:
             await call_bounded("unregister", lambda: self.store.unregister_bookie(self.config.bookie_id), 5)
         else:
             log.info("ZooKeeper is not connected: the registration ends with the session")
+        self.store.interrupt()     # garbage collection waiting for an absent ZooKeeper ends at its next retry
         if self.server is not None:
             await self.server.stop(grace=2)
         for http in self.http:

@@ -117,6 +117,7 @@ class AutoRecovery:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.bk.store.interrupt()    # a round waiting for an absent ZooKeeper ends at its next retry
         for watch in self._watches:
             watch.cancel()
         for wake in self._wake.values():

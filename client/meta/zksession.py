@@ -100,8 +100,9 @@ class ZkSession:
             auth_data=auth.auth_data if auth else None,
             default_acl=auth.owner_acl if auth and auth.enable_acl else None,
         )
+        self._interrupted = threading.Event()
         self._retry = KazooRetry(max_tries=-1, delay=0.02, backoff=2, max_delay=0.5,
-                                 deadline=max(2.0 * self.session_timeout, 5.0))
+                                 deadline=max(2.0 * self.session_timeout, 5.0), interrupt=self._interrupted.is_set)
         self._lock = threading.Lock()
         self._started = False
         self.multi_read = True          # False once the server did not know multiRead (ZooKeeper < 3.6)
@@ -128,6 +129,12 @@ class ZkSession:
         with contextlib.suppress(KazooException):
             self._zk.stop()
         self._zk.close()
+
+    def interrupt(self) -> None:
+        """Stop retrying: a request waiting for ZooKeeper to come back, and every later one, fails with
+        MetadataStoreError at its next retry instead of at the deadline (2 x the session timeout). For a
+        process that is stopping."""
+        self._interrupted.set()
 
     @property
     def connected(self) -> bool:
