@@ -270,7 +270,7 @@ class LocalCluster:
         with self.metadata_store() as store:
             while True:
                 have = set(store.writable_bookies()) | set(store.readonly_bookies())
-                serving = all(_accepts(b.port) for b in self.bookies if b.bookie_id in want)
+                serving = all(accepts(b.port) for b in self.bookies if b.bookie_id in want)
                 if want <= have and serving:
                     return
                 dead = [b for b in self.bookies if b.bookie_id in want and not pid_alive(b.pid)]
@@ -300,21 +300,23 @@ class LocalCluster:
         self._save_quietly()
         return code
 
+    def _stop_all(self, pids: list[int]) -> None:
+        """SIGTERM to each running process of `pids`, then wait for each (SIGKILL after 20 s)."""
+        running = [pid for pid in pids if pid and pid_alive(pid)]
+        for pid in running:
+            _send(pid, signal.SIGTERM)
+        for pid in running:
+            _await_exit(pid, 20.0, self._children.pop(pid, None))
+
     def down(self) -> None:
         """Stop every process of the cluster, also when the disk is full or one of them resists. The
         daemons, then the bookies, are sent SIGTERM all at once and then waited for: a bookie with
         clients' streams open waits out its gRPC grace (2 s), and one after the other that added up."""
-        daemons = [proc for proc in self.bookies if proc.autorecovery_pid and pid_alive(proc.autorecovery_pid)]
-        for proc in daemons:
-            _send(proc.autorecovery_pid, signal.SIGTERM)
-        for proc in daemons:
-            _await_exit(proc.autorecovery_pid, 20.0, self._children.pop(proc.autorecovery_pid, None))
+        self._stop_all([proc.autorecovery_pid for proc in self.bookies])
+        for proc in self.bookies:
             proc.autorecovery_pid = 0
-        bookies = [proc for proc in self.bookies if proc.pid and pid_alive(proc.pid)]
-        for proc in bookies:
-            _send(proc.pid, signal.SIGTERM)
-        for proc in bookies:
-            _await_exit(proc.pid, 20.0, self._children.pop(proc.pid, None))
+        self._stop_all([proc.pid for proc in self.bookies])
+        for proc in self.bookies:
             proc.pid = 0
         self._save_quietly()
         if self.zk_pid:
@@ -363,7 +365,7 @@ def _operations_ports(overrides: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _accepts(port: int) -> bool:
+def accepts(port: int) -> bool:
     """Whether something accepts connections on 127.0.0.1:port (the bookie listens only once ready)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):

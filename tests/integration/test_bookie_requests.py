@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from bookie.local.cluster import accepts
 from client.bookie_client import BookieClient
 from client.meta.store import MetadataStore
 from proto import bookie_pb2 as pb
@@ -219,20 +219,12 @@ def test_bookie_restarted_after_kill9_stops_on_sigterm_before_its_old_registrati
         assert crashed_session
         cluster.kill_bookie(0)
         cluster.start_bookie(0)
-        wait_for(lambda: listens(bookie.port), 30, "the restarted bookie to listen (it does before registering)")
+        wait_for(lambda: accepts(bookie.port), 30, "the restarted bookie to listen (it does before registering)")
         assert cluster.stop_bookie(0, timeout=60) == 0
         # it stopped while the crashed process's registration was still there: it did not wait for it
         assert store.registered_session(bookie.bookie_id) == crashed_session
     text = Path(bookie.log).read_text().rsplit("got SIGTERM", 1)[-1]
     assert "stopped" in text and "serving" not in text, text[-800:]
-
-
-def listens(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def test_local_cluster_down_stops_everything_even_when_its_state_cannot_be_saved(cluster_factory, monkeypatch):
