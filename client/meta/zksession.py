@@ -51,6 +51,7 @@ from client.meta.zkpoll import PollingHandler
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 JUTE_MAXBUFFER = 0xFFFFF        # ZooKeeper's default jute.maxbuffer: the largest request a server reads
 REQUEST_MARGIN = 16 * 1024      # room for the request's header, path and ACL around the data
+INTERRUPT_POLL_S = 0.1          # how often a request waiting for an answer looks at `interrupt()`
 OP_OVERHEAD = 64                # per operation of a multi: type, version, flags, ACL
 # the kazoo errors and types that the rest of client/meta handles are re-exported from here
 __all__ = [
@@ -131,9 +132,9 @@ class ZkSession:
         self._zk.close()
 
     def interrupt(self) -> None:
-        """Stop retrying: a request waiting for ZooKeeper to come back, and every later one, fails with
-        MetadataStoreError at its next retry instead of at the deadline (2 x the session timeout). For a
-        process that is stopping."""
+        """Stop waiting: a request waiting for ZooKeeper to come back, and every later one, fails with
+        MetadataStoreError within INTERRUPT_POLL_S instead of at the retry deadline (2 x the session
+        timeout). For a process that is stopping."""
         self._interrupted.set()
 
     @property
@@ -163,12 +164,16 @@ class ZkSession:
         calls wait without a bound, and a request made while the session is reconnecting stays queued until
         it connects: with ZooKeeper gone, a call (an autorecovery daemon withdrawing its auditor vote on
         SIGTERM) never returned. No answer in time counts as connection loss: the request may still run
-        once the session reconnects, so writes treat it as "maybe written", as for any connection loss."""
-        try:
-            return pending.get(timeout=self.session_timeout)
-        except KazooTimeoutError:
-            raise ConnectionLoss(f"no answer from ZooKeeper at {self.uri.hosts} within "
-                                 f"{self.session_timeout:g}s") from None
+        once the session reconnects, so writes treat it as "maybe written", as for any connection loss.
+        After `interrupt()` the wait ends within INTERRUPT_POLL_S, the same way."""
+        deadline = time.monotonic() + self.session_timeout
+        while True:
+            try:
+                return pending.get(timeout=max(0.0, min(INTERRUPT_POLL_S, deadline - time.monotonic())))
+            except KazooTimeoutError:
+                if self._interrupted.is_set() or time.monotonic() >= deadline:
+                    raise ConnectionLoss(f"no answer from ZooKeeper at {self.uri.hosts} within "
+                                         f"{self.session_timeout:g}s") from None
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run an idempotent ZooKeeper request (`fn` returns kazoo's async result), retrying connection

@@ -317,8 +317,8 @@ def test_gc_drops_ledgers_moved_off_a_live_bookie(cluster_factory, bk_factory):
 def test_autorecovery_stops_on_sigterm_while_zookeeper_is_gone(tmp_path: Path) -> None:
     """What a user saw: with the cluster's ZooKeeper stopped, SIGTERM never ended an autorecovery daemon
     (its stop waited on a ZooKeeper request that kazoo kept queued for a session that could not
-    reconnect). It exits by itself now: the stop interrupts the round's retries, so the round ends with
-    its request's wait (zkTimeout), not at the retry deadline (2 x zkTimeout)."""
+    reconnect). It exits by itself now: the stop interrupts the round's request and retries, so the round
+    ends at once, not at the retry deadline (2 x zkTimeout)."""
     cluster = LocalCluster(tmp_path / "own-zk")
     try:
         cluster.up(1, {"zkTimeout": "2000"}, autorecovery=True)
