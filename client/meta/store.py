@@ -388,8 +388,8 @@ class MetadataStore(ZkSession):
                     f"bookie {bookie_id} is already registered at {target} by another ZooKeeper session "
                     "(another process with this bookie id is running?)")
             if given_up is not None and given_up():
-                raise RegistrationAbandonedError(f"bookie {bookie_id}: stopped while {target} of an earlier "
-                                            "session waited to expire")
+                raise RegistrationAbandonedError(
+                    f"bookie {bookie_id}: stopped while {target} of an earlier session waited to expire")
             time.sleep(0.05)
         self._delete_own(other)
 

@@ -171,7 +171,10 @@ class ZkSession:
             try:
                 return pending.get(timeout=max(0.0, min(INTERRUPT_POLL_S, deadline - time.monotonic())))
             except KazooTimeoutError:
-                if self._interrupted.is_set() or time.monotonic() >= deadline:
+                if self._interrupted.is_set():
+                    raise ConnectionLoss(f"no answer from ZooKeeper at {self.uri.hosts}; stopped waiting "
+                                         "(interrupted: the process is stopping)") from None
+                if time.monotonic() >= deadline:
                     raise ConnectionLoss(f"no answer from ZooKeeper at {self.uri.hosts} within "
                                          f"{self.session_timeout:g}s") from None
 
