@@ -2,9 +2,11 @@
 
 `packed(buffers, which, starts, ends)` is the bytes `buffers[which[i]][starts[i]:ends[i]]` for every i,
 back to back, as an Arrow binary array: its data buffer holds the packed bytes, its offsets say where
-each range landed. numpy builds an Arrow binary-view array over the buffers (16 bytes a range: its
-length, then its first 4 bytes, the buffer's index and the offset, or, for ranges of at most 12 bytes,
-the bytes themselves), and Arrow's cast to binary copies each range once, in C.
+each range landed. The native module's `pack_ranges` copies each range once and writes the offsets
+(one pass in C: 0.3 ms for a 4 MB read batch of 7,600 entries). Without it, numpy builds an Arrow
+binary-view array over the buffers (16 bytes a range: its length, then its first 4 bytes, the buffer's
+index and the offset, or, for ranges of at most 12 bytes, the bytes themselves), and Arrow's cast to
+binary copies each range (0.7 ms for that batch, half of it building the views).
 
 The read path's payload column (`arrow_io.spans_array`), and the record envelope's encoder and decoder
 (`envelope.encode_bulk`, `envelope.decode_bulk`) pack this way. The envelope's earlier form, a byte mask
@@ -21,6 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+
+from client.protocol.native import NATIVE
 
 VIEW_INLINE = 12                     # a binary view holds a value of up to 12 bytes in the view itself
 VIEW_SIZE = 16
@@ -65,6 +69,12 @@ def views(buffers: Sequence[Buffer], which: I64, starts: I64, ends: I64) -> U8:
 
 def packed(buffers: Sequence[Buffer], which: I64, starts: I64, ends: I64) -> pa.Array:
     """The ranges back to back as a pa.binary() array (pa.large_binary() past 2 GiB in all)."""
+    if NATIVE is not None:
+        data, bounds = _native_parts(buffers, which, starts, ends)
+        large = int(bounds[-1]) > MAX_BINARY
+        offsets = pa.py_buffer(bounds if large else bounds.astype(np.int32))
+        return pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), len(bounds) - 1,
+                                     [None, offsets, pa.py_buffer(data)])
     n = len(starts)
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
@@ -77,7 +87,20 @@ def packed(buffers: Sequence[Buffer], which: I64, starts: I64, ends: I64) -> pa.
 
 def packed_parts(buffers: Sequence[Buffer], which: I64, starts: I64, ends: I64) -> tuple[U8, I64]:
     """`packed` as numpy: (the packed bytes, their n + 1 offsets from 0)."""
+    if NATIVE is not None:
+        data, bounds = _native_parts(buffers, which, starts, ends)
+        return np.frombuffer(data, dtype=np.uint8), bounds
     return array_parts(packed(buffers, which, starts, ends))
+
+
+def _native_parts(buffers: Sequence[Buffer], which: I64, starts: I64, ends: I64) -> tuple[bytes, I64]:
+    """(packed bytes, n + 1 int64 offsets) from the native module's one pass."""
+    assert NATIVE is not None
+    one = len(buffers) == 1
+    index = np.zeros(0, dtype=np.int64) if one else np.ascontiguousarray(which, dtype=np.int64)
+    data, bounds = NATIVE.pack_ranges(list(buffers), index, np.ascontiguousarray(starts, dtype=np.int64),
+                                      np.ascontiguousarray(ends, dtype=np.int64))
+    return data, np.frombuffer(bounds, dtype=np.int64)
 
 
 def array_parts(array: pa.Array) -> tuple[U8, I64]:

@@ -14,6 +14,14 @@
        the entries data[offsets[i]:offsets[i + 1]] whose keep[i] (one byte each) is set, back to back:
        a striped write set's entries for one bookie, or the residues a striped reader asked a bookie for.
 
+   verify_crc32c(data, starts, ends, ledger_ids, entry_ids) -> bytes
+       one byte per packaged entry data[starts[i]:ends[i]]: 1 if its header names ledger ledger_ids[i]
+       (or ledger_ids[0] for all, given one) and entry entry_ids[i] and its CRC32C digest matches, else 0
+       (a reader's whole check of a received batch, without an index array per header field).
+   pack_ranges(buffers, which, starts, ends) -> (bytes, bytearray)
+       the ranges buffers[which[i]][starts[i]:ends[i]] back to back, and their n + 1 offsets from 0 as
+       native int64s: a column of payloads for Arrow in one copy per range.
+
    pack_varints(values) -> bytes
        the protobuf varints of int64 values back to back (a packed repeated field's body; a negative value
        takes ten bytes, as protobuf writes it): an AddRequest's entry ids and sizes, a range read's.
@@ -237,6 +245,130 @@ done:
     return out;
 }
 
+static int64_t get_be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static uint32_t get_be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static PyObject *verify_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer data = {0}, starts = {0}, ends = {0}, ledgers = {0}, entries = {0};
+    PyObject *starts_obj, *ends_obj, *ledgers_obj, *entries_obj, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*OOOO", &data, &starts_obj, &ends_obj, &ledgers_obj, &entries_obj)
+        || int64_buffer(starts_obj, &starts, "starts") < 0 || int64_buffer(ends_obj, &ends, "ends") < 0
+        || int64_buffer(ledgers_obj, &ledgers, "ledger_ids") < 0 || int64_buffer(entries_obj, &entries, "entry_ids") < 0)
+        goto done;
+    Py_ssize_t n = starts.len / 8, nl = ledgers.len / 8;
+    const int64_t *s = (const int64_t *)starts.buf, *e = (const int64_t *)ends.buf;
+    const int64_t *lid = (const int64_t *)ledgers.buf, *eid = (const int64_t *)entries.buf;
+    if (ends.len != starts.len || entries.len != starts.len || (nl != n && nl != 1)) {
+        PyErr_SetString(PyExc_ValueError, "starts, ends and entry_ids must have one length; ledger_ids that "
+                                          "length or one");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0 || s[i] + HEADER_LENGTH + CRC_LENGTH > e[i] || e[i] > data.len) {
+            PyErr_Format(PyExc_ValueError, "entry %zd (%lld..%lld) does not hold a header and digest inside data",
+                         i, (long long)s[i], (long long)e[i]);
+            goto done;
+        }
+    }
+    out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL)
+        goto done;
+    unsigned char *ok = (unsigned char *)PyBytes_AS_STRING(out);
+    const unsigned char *d = (const unsigned char *)data.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *p = d + s[i];
+        size_t skip = HEADER_LENGTH + CRC_LENGTH;
+        ok[i] = get_be64(p) == lid[nl == 1 ? 0 : i] && get_be64(p + 8) == eid[i]
+                && checksum(p, HEADER_LENGTH, p + skip, (size_t)(e[i] - s[i]) - skip) == get_be32(p + HEADER_LENGTH);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&entries);
+    PyBuffer_Release(&ledgers);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+static PyObject *pack_ranges(PyObject *self, PyObject *args) {
+    Py_buffer which = {0}, starts = {0}, ends = {0};
+    PyObject *buffers_obj, *which_obj, *starts_obj, *ends_obj, *seq = NULL, *data = NULL, *offsets = NULL;
+    PyObject *out = NULL;
+    Py_buffer *bufs = NULL;
+    Py_ssize_t k = 0, got = 0;
+    if (!PyArg_ParseTuple(args, "OOOO", &buffers_obj, &which_obj, &starts_obj, &ends_obj)
+        || int64_buffer(which_obj, &which, "which") < 0 || int64_buffer(starts_obj, &starts, "starts") < 0
+        || int64_buffer(ends_obj, &ends, "ends") < 0)
+        goto done;
+    seq = PySequence_Fast(buffers_obj, "buffers must be a sequence");
+    if (seq == NULL)
+        goto done;
+    k = PySequence_Fast_GET_SIZE(seq);
+    bufs = PyMem_Calloc(k ? (size_t)k : 1, sizeof(Py_buffer));
+    if (bufs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < k; got++)
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+            goto done;
+    Py_ssize_t n = starts.len / 8;
+    const int64_t *w = (const int64_t *)which.buf, *s = (const int64_t *)starts.buf, *e = (const int64_t *)ends.buf;
+    if (ends.len != starts.len || (which.len != starts.len && !(which.len == 0 && k == 1))) {
+        PyErr_SetString(PyExc_ValueError, "starts, ends and which must have one length (which may be empty "
+                                          "with one buffer)");
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t b = which.len ? w[i] : 0;
+        if (b < 0 || b >= k || s[i] < 0 || e[i] < s[i] || e[i] > bufs[b].len) {
+            PyErr_Format(PyExc_ValueError, "range %zd (buffer %lld, %lld..%lld) does not lie inside its buffer",
+                         i, (long long)b, (long long)s[i], (long long)e[i]);
+            goto done;
+        }
+        total += (Py_ssize_t)(e[i] - s[i]);
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    offsets = PyByteArray_FromStringAndSize(NULL, (n + 1) * 8);
+    if (data == NULL || offsets == NULL)
+        goto done;
+    unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(data);
+    int64_t *off = (int64_t *)PyByteArray_AS_STRING(offsets);
+    Py_BEGIN_ALLOW_THREADS
+    int64_t at = 0;
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *src = (const unsigned char *)bufs[which.len ? w[i] : 0].buf;
+        memcpy(dst + at, src + s[i], (size_t)(e[i] - s[i]));
+        at += e[i] - s[i];
+        off[i + 1] = at;
+    }
+    Py_END_ALLOW_THREADS
+    out = PyTuple_Pack(2, data, offsets);
+done:
+    Py_XDECREF(data);
+    Py_XDECREF(offsets);
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&which);
+    return out;
+}
+
 static PyObject *pack_varints(PyObject *self, PyObject *args) {
     Py_buffer values = {0};
     PyObject *values_obj, *out = NULL;
@@ -344,6 +476,8 @@ static PyMethodDef methods[] = {
     {"package_crc32c", package_crc32c, METH_VARARGS, "Package entries with CRC32C digests, back to back."},
     {"crc32c_entries", crc32c_entries, METH_VARARGS, "CRC32C of header + payload of each packaged entry."},
     {"gather", gather, METH_VARARGS, "The kept entries of back-to-back entries, back to back."},
+    {"verify_crc32c", verify_crc32c, METH_VARARGS, "Whether each packaged entry names its ledger and entry and its CRC32C matches."},
+    {"pack_ranges", pack_ranges, METH_VARARGS, "Ranges of several buffers back to back, and their offsets."},
     {"pack_varints", pack_varints, METH_VARARGS, "Protobuf varints of int64 values, back to back."},
     {"unpack_varints", unpack_varints, METH_VARARGS, "Back-to-back protobuf varints as uint64 (a bytearray)."},
     {"implementation", implementation, METH_NOARGS, "'sse4.2' or 'table': how the checksum is computed."},

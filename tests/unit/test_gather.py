@@ -42,7 +42,29 @@ def test_each_range_comes_out_whole_and_in_order(case) -> None:
     assert offsets.tolist() == np.cumsum([0] + [len(e) for e in expected]).tolist()
 
 
-def test_past_two_gib_the_result_takes_64_bit_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+@settings(max_examples=200, deadline=None)
+@given(ranges())
+def test_the_native_pass_and_the_numpy_views_pack_the_same(case) -> None:
+    """With and without the native module (`pack_ranges`, else binary views cast by Arrow): the same
+    array and the same (data, offsets)."""
+    assert gather.NATIVE is not None, "client.protocol._native was not built"
+    buffers, picks = case
+    which, starts, ends = (np.array([p[i] for p in picks], dtype=np.int64) for i in range(3))
+    native = gather.packed(buffers, which, starts, ends)
+    native_parts = gather.packed_parts(buffers, which, starts, ends)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gather, "NATIVE", None)
+        numpy_made = gather.packed(buffers, which, starts, ends)
+        numpy_parts = gather.packed_parts(buffers, which, starts, ends)
+    assert native.equals(numpy_made)
+    assert bytes(native_parts[0]) == bytes(numpy_parts[0])
+    assert native_parts[1].tolist() == numpy_parts[1].tolist()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_past_two_gib_the_result_takes_64_bit_offsets(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    if not native:
+        monkeypatch.setattr(gather, "NATIVE", None)
     monkeypatch.setattr(gather, "MAX_BINARY", 10)
     buffers = [b"0123456789abcdefghij", b"XY"]
     array = _pack(buffers, [(0, 0, 20), (1, 0, 2), (0, 3, 3)])

@@ -1,6 +1,6 @@
 """R7: the native module's packaging and checksums (client/protocol/_native.c) give byte for byte what the
 one-entry-at-a-time path gives, with either of its CRC32C implementations; its calls refuse bad input.
-(Its gather is held to Arrow's in tests/unit/test_bulk.py.)"""
+(Its gather is held to Arrow's in tests/unit/test_bulk.py, its pack_ranges to numpy's in test_gather.py.)"""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from client.protocol.bulk import package_bulk
 from client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
 from client.protocol.metadata import DigestType
 from client.protocol.native import NATIVE
-from client.reader import verify_entries
+from client.reader import crc32c_verified, verify_entries
 
 CRC = DigestManager(DigestType.CRC32C, b"pw")
 
@@ -93,6 +93,44 @@ def test_r7_without_the_module_verification_checks_each_entry(monkeypatch: pytes
         verify_entries(CRC, 3, np.arange(3, dtype=np.int64), starts, ends, bytes(broken))
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(0, 200), min_size=1, max_size=30), seed=st.integers(0, 2**32 - 1),
+       flips=st.lists(st.tuples(st.integers(0, 29), st.integers(0, 235)), max_size=4),
+       per_entry=st.booleans())
+def test_r7_native_header_and_digest_check_agrees_with_numpy_on_every_entry(
+        implementation: str, monkeypatch: pytest.MonkeyPatch, sizes: list[int], seed: int,
+        flips: list[tuple[int, int]], per_entry: bool) -> None:
+    """verify_crc32c (ids and digest in one native pass) flags exactly the entries the numpy check flags,
+    with one ledger for all or one per entry (a ReadRanges batch), whatever bytes were flipped."""
+    import client.reader
+    data, offsets = entries_of(sizes, seed)
+    packed, packaged = package_bulk(CRC, 9, 40, -1, 0, data, offsets)
+    starts, ends = packaged[:-1].copy(), packaged[1:].copy()
+    broken = bytearray(packed)
+    for entry, at in flips:
+        if entry < len(sizes):
+            broken[int(starts[entry]) + at % int(ends[entry] - starts[entry])] ^= 0x10
+    entry_ids = np.arange(40, 40 + len(sizes), dtype=np.int64)
+    ledgers = np.full(len(sizes), 9, dtype=np.int64) if per_entry else 9
+    native = crc32c_verified(ledgers, entry_ids, starts, ends, bytes(broken))
+    monkeypatch.setattr(client.reader, "NATIVE", None)
+    by_numpy = crc32c_verified(ledgers, entry_ids, starts, ends, bytes(broken))
+    assert native is not None and by_numpy is not None
+    assert native.tolist() == by_numpy.tolist()
+    assert native.all() == (bytes(broken) == packed)
+
+
+def test_r7_native_check_refuses_an_entry_of_another_ledger_or_position() -> None:
+    data, offsets = entries_of([20, 20], 5)
+    packed, packaged = package_bulk(CRC, 9, 40, -1, 0, data, offsets)
+    starts, ends = packaged[:-1].copy(), packaged[1:].copy()
+    assert NATIVE is not None
+    check = NATIVE.verify_crc32c
+    assert list(check(packed, starts, ends, np.array([9]), np.array([40, 41]))) == [1, 1]
+    assert list(check(packed, starts, ends, np.array([9, 8]), np.array([40, 41]))) == [1, 0]
+    assert list(check(packed, starts, ends, np.array([9]), np.array([41, 41]))) == [0, 1]
+
+
 def test_native_calls_refuse_bad_input() -> None:
     assert NATIVE is not None
     data, offsets = entries_of([5, 5], 3)
@@ -110,5 +148,18 @@ def test_native_calls_refuse_bad_input() -> None:
         NATIVE.gather(data, np.array([0, 2, 4, 6], dtype=np.int64), np.array([True, False]))
     with pytest.raises(ValueError, match="inside data"):
         NATIVE.gather(data, np.array([0, 2, 40], dtype=np.int64), np.array([True, False]))
+    one, two = np.array([0], dtype=np.int64), np.array([0, 1], dtype=np.int64)
+    with pytest.raises(ValueError, match="header and digest"):
+        NATIVE.verify_crc32c(data, one, np.array([10], dtype=np.int64), one, one)
+    with pytest.raises(ValueError, match="one length"):
+        NATIVE.verify_crc32c(data, one, one, two, one)
+    with pytest.raises(ValueError, match="inside its buffer"):
+        NATIVE.pack_ranges([data, b"ab"], two, two, np.array([1, 3], dtype=np.int64))
+    with pytest.raises(ValueError, match="inside its buffer"):
+        NATIVE.pack_ranges([data], np.array([1], dtype=np.int64), one, one)
+    with pytest.raises(ValueError, match="one length"):
+        NATIVE.pack_ranges([data, data], one, two, two)
+    with pytest.raises(TypeError, match="sequence"):
+        NATIVE.pack_ranges(7, one, one, one)
     with pytest.raises(ValueError, match="no CRC32C implementation"):
         NATIVE.use_implementation("abacus")
