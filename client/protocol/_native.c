@@ -80,6 +80,12 @@ static uint32_t checksum(const unsigned char *a, size_t na, const unsigned char 
     return ~extend(extend(0xFFFFFFFFu, a, na), b, nb);
 }
 
+/* The digest of a packaged entry of `size` bytes at p: its header, then its payload after the digest. */
+static uint32_t entry_checksum(const unsigned char *p, size_t size, size_t header_length, size_t digest_length) {
+    size_t skip = header_length + digest_length;
+    return checksum(p, header_length, p + skip, size - skip);
+}
+
 static void put_be64(unsigned char *out, int64_t value) {
     uint64_t v = (uint64_t)value;
     for (int i = 7; i >= 0; i--) {
@@ -119,6 +125,19 @@ static int check_offsets(const int64_t *off, Py_ssize_t n, Py_ssize_t len) {
     for (Py_ssize_t i = 0; i < n; i++) {
         if (off[i + 1] < off[i]) {
             PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Checks each packaged entry data[s[i]:e[i]] lies inside a buffer of `len` bytes and holds at least
+   `overhead` bytes (its header and digest). */
+static int check_entries(const int64_t *s, const int64_t *e, Py_ssize_t n, Py_ssize_t len, Py_ssize_t overhead) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0 || s[i] + overhead > e[i] || e[i] > len) {
+            PyErr_Format(PyExc_ValueError, "entry %zd (%lld..%lld) does not hold a header and digest inside data",
+                         i, (long long)s[i], (long long)e[i]);
             return -1;
         }
     }
@@ -173,24 +192,16 @@ static PyObject *crc32c_entries(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "starts and ends must have one length; lengths must not be negative");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || s[i] + header_length + digest_length > e[i] || e[i] > data.len) {
-            PyErr_Format(PyExc_ValueError, "entry %zd (%lld..%lld) does not hold a header and digest inside data",
-                         i, (long long)s[i], (long long)e[i]);
-            goto done;
-        }
-    }
+    if (check_entries(s, e, n, data.len, header_length + digest_length) < 0)
+        goto done;
     out = PyBytes_FromStringAndSize(NULL, n * 4);
     if (out == NULL)
         goto done;
     uint32_t *crc = (uint32_t *)PyBytes_AS_STRING(out);
     const unsigned char *d = (const unsigned char *)data.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *p = d + s[i];
-        size_t skip = (size_t)(header_length + digest_length);
-        crc[i] = checksum(p, (size_t)header_length, p + skip, (size_t)(e[i] - s[i]) - skip);
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        crc[i] = entry_checksum(d + s[i], (size_t)(e[i] - s[i]), (size_t)header_length, (size_t)digest_length);
     Py_END_ALLOW_THREADS
 done:
     PyBuffer_Release(&ends);
@@ -271,13 +282,8 @@ static PyObject *verify_crc32c(PyObject *self, PyObject *args) {
                                           "length or one");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || s[i] + HEADER_LENGTH + CRC_LENGTH > e[i] || e[i] > data.len) {
-            PyErr_Format(PyExc_ValueError, "entry %zd (%lld..%lld) does not hold a header and digest inside data",
-                         i, (long long)s[i], (long long)e[i]);
-            goto done;
-        }
-    }
+    if (check_entries(s, e, n, data.len, HEADER_LENGTH + CRC_LENGTH) < 0)
+        goto done;
     out = PyBytes_FromStringAndSize(NULL, n);
     if (out == NULL)
         goto done;
@@ -286,9 +292,8 @@ static PyObject *verify_crc32c(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *p = d + s[i];
-        size_t skip = HEADER_LENGTH + CRC_LENGTH;
         ok[i] = get_be64(p) == lid[nl == 1 ? 0 : i] && get_be64(p + 8) == eid[i]
-                && checksum(p, HEADER_LENGTH, p + skip, (size_t)(e[i] - s[i]) - skip) == get_be32(p + HEADER_LENGTH);
+                && entry_checksum(p, (size_t)(e[i] - s[i]), HEADER_LENGTH, CRC_LENGTH) == get_be32(p + HEADER_LENGTH);
     }
     Py_END_ALLOW_THREADS
 done:
