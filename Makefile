@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py client/protocol/_native.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,delta]' --config-settings editable_mode=compat
-	$(BIN)/python -m spark_connector.worker_path install   # Spark's Python processes: compiled pyspark
+	$(BIN)/python -m bkledger.spark_connector.worker_path install   # Spark's Python processes: compiled pyspark
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -31,7 +31,7 @@ test: $(STAMP) lint
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy bookie client bench spark_connector pyspark_bkledger.py examples tests
+	$(BIN)/mypy -p bkledger -p bench -p examples -p tests -m pyspark_bkledger
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
@@ -51,9 +51,9 @@ sim-mutants: $(STAMP)
 		$(if $(JOBS),--jobs $(JOBS))
 
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \
+	$(BIN)/python -m grpc_tools.protoc -Ibkledger/proto=proto --python_out=. --pyi_out=. --grpc_python_out=. \
 		proto/bookie.proto proto/formats.proto
-	rm -f proto/formats_pb2_grpc.py
+	rm -f bkledger/proto/formats_pb2_grpc.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run

@@ -7,6 +7,6 @@ call resolve the format in its own session (`spark_connector.active_session`):
     import pyspark_bkledger  # noqa: F401
 """
 
-from spark_connector.datasource import BkLedgerDataSource as DefaultSource
+from bkledger.spark_connector.datasource import BkLedgerDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -20,9 +20,9 @@ from bench.bookie_session import PASSWORD, BookieSession, WrittenLedger, bookie_
 from bench.core import MB, Context, KiB, Row, size_label
 from bench.disk import measure_fsync_limit
 from bench.syscount import SyscallCounter
-from client.bookie_client import BookieClient
-from client.protocol.digest import make_digest, master_key, package_batch
-from proto import bookie_pb2 as pb
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.protocol.digest import make_digest, master_key, package_batch
+from bkledger.proto import bookie_pb2 as pb
 
 ENTRY_SIZES = (1024, 100)
 BATCH_ENTRIES = {1024: 256, 100: 500}

@@ -17,9 +17,9 @@ from pathlib import Path
 from bench.bookie_add import ENTRY_SIZES, BenchError, write_ledger
 from bench.bookie_session import PASSWORD, BookieSession, WrittenLedger, bookie_session
 from bench.core import MB, Context, MiB, Row, size_label
-from client.bookie_client import BookieClient
-from client.protocol.digest import make_digest, unpack_batch
-from proto import bookie_pb2 as pb
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.protocol.digest import make_digest, unpack_batch
+from bkledger.proto import bookie_pb2 as pb
 
 READ_TIMEOUT = 600.0
 

@@ -20,8 +20,8 @@ from bench.bookie_add import BenchError
 from bench.bookie_session import CONF_OVERRIDES
 from bench.cluster3 import ENTRY_SIZE, PASSWORD, ClientSizes
 from bench.core import Context, MiB, Row, size_label
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
 
 QUARTERS = 4
 ACK_TIMEOUT = 300.0

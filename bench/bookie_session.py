@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 from bench.core import Context
-from bookie import config as bkconfig
-from bookie.local.cluster import BookieProcess, LocalCluster
+from bkledger.bookie import config as bkconfig
+from bkledger.bookie.local.cluster import BookieProcess, LocalCluster
 
 # journalSyncData=true: every acknowledged add is behind an fdatasync. Everything else is the default
 # (journalMaxGroupWaitMSec=2, journalBufferedWritesThreshold=512 KiB, flushInterval=5000 from LocalCluster).

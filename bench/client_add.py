@@ -44,9 +44,9 @@ from bench.cluster3 import (
 from bench.core import MB, Context, KiB, Row, size_label
 from bench.disk import measure_fsync_limit
 from bench.syscount import SyscallCounter
-from bookie import config as bkconfig
-from client import BookKeeper
-from client.ledger_handle import LedgerHandle
+from bkledger.bookie import config as bkconfig
+from bkledger.client import BookKeeper
+from bkledger.client.ledger_handle import LedgerHandle
 
 FDATASYNC = "syscalls:sys_enter_fdatasync"
 TOTAL_IN_FLIGHT = 20_000

@@ -34,7 +34,7 @@ from bench.cluster3 import (
 )
 from bench.core import MB, Context, Row, size_label
 from bench.disk import DiskMeter, disk_rows, measure_fsync_limit
-from client import BookKeeper
+from bkledger.client import BookKeeper
 
 BULK_ENTRIES = 1000
 ACK_TIMEOUT = 120.0

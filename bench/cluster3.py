@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from bench.bookie_session import journal_write_bytes, start_cluster
 from bench.core import Context, KiB, MiB
-from bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster
 
 _KEY = "cluster3"
 PASSWORD = b"pw"

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from bench.core import MB, Context, Row, size_label
-from bookie.direct_append import DirectAppender, open_direct
-from bookie.files import write_all
+from bkledger.bookie.direct_append import DirectAppender, open_direct
+from bkledger.bookie.files import write_all
 
 MIN_GROUPS = 3
 SECTOR = 512          # /proc/diskstats counts 512-byte sectors on every device

@@ -35,10 +35,10 @@ from bench.cluster3 import (
     cluster_session,
 )
 from bench.core import MB, Context, Row, size_label
-from client import BookKeeper
-from client.bookie_client import BookieClient
-from client.ledger_handle import LedgerHandle
-from proto import bookie_pb2 as pb
+from bkledger.client import BookKeeper
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.ledger_handle import LedgerHandle
+from bkledger.proto import bookie_pb2 as pb
 
 READ_TIMEOUT = 600.0
 LAC_WAIT = 0.5

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from bench.core import MB, Context, Row
-from bookie.local.cluster import LocalCluster
-from client.log.core.meta import LogMetadata
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client.log.core.meta import LogMetadata
 
 NAME = "log_scale"
 SIZES = {"full": (1_000, 10_000, 100_000), "quick": (500, 2_000, 10_000), "tiny": (100, 300, 1_000)}
@@ -37,8 +37,8 @@ VALUE = 100
 
 
 def _fill(store: Any, name: str, upto: int, have: int) -> None:
-    from client.log.core import meta as lm
-    from client.log.store import update_logs
+    from bkledger.client.log.core import meta as lm
+    from bkledger.client.log.store import update_logs
 
     while have < upto:
         count = min(BATCH, upto - have)
@@ -54,8 +54,8 @@ def _fill(store: Any, name: str, upto: int, have: int) -> None:
 
 def _commit_ms(store: Any, names: list[str], next_id: int, repeats: int) -> dict[str, float]:
     """Median ms of a commit to each log; the logs take turns, commit by commit (ids from next_id on)."""
-    from client.log.core import meta as lm
-    from client.log.store import update_logs
+    from bkledger.client.log.core import meta as lm
+    from bkledger.client.log.store import update_logs
 
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(repeats):
@@ -74,10 +74,10 @@ def _commit_ms(store: Any, names: list[str], next_id: int, repeats: int) -> dict
 
 
 def metadata_rows(ctx: Context, uri: str) -> list[Row]:
-    from client.meta.store import MetadataStore
-    from spark_connector.batch_reader import discover_schema, plan
-    from spark_connector.clients import drop_client
-    from spark_connector.options import parse_read_options
+    from bkledger.client.meta.store import MetadataStore
+    from bkledger.spark_connector.batch_reader import discover_schema, plan
+    from bkledger.spark_connector.clients import drop_client
+    from bkledger.spark_connector.options import parse_read_options
 
     sizes = SIZES.get(ctx.settings.mode, SIZES["quick"])
     repeats = COMMITS.get(ctx.settings.mode, 15)
@@ -125,7 +125,7 @@ def _small_ledgers(bk: Any, count: int) -> list[int]:
 
 def data_rows(ctx: Context, cluster: LocalCluster) -> list[Row]:
     from bench.spark_batch import start_spark
-    from client import BookKeeper, append_ledgers
+    from bkledger.client import BookKeeper, append_ledgers
 
     count = SMALL.get(ctx.settings.mode, 1_000)
     uri = cluster.metadata_service_uri

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.bookie_add import _write
 from bench.bookie_session import CONF_OVERRIDES
 from bench.core import Context, Row
-from bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster
 
 ENTRY_SIZE = 100
 ROUNDS = 2

@@ -22,8 +22,8 @@ from pathlib import Path
 from bench.bookie_add import BenchError
 from bench.cluster3 import ACK_QUORUM, ENSEMBLE, PASSWORD, WRITE_QUORUM, ClientSizes, ClusterSession, cluster_session
 from bench.core import Context, Row
-from client import BookKeeper
-from client.config import ClientConfig
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
 
 PAUSED_BOOKIE = 1
 WRITER_TIMEOUT = 120.0

@@ -14,7 +14,7 @@ import signal
 import sys
 from concurrent.futures import Future
 
-from client import BookKeeper
+from bkledger.client import BookKeeper
 
 PAYLOAD_SIZE = 1024
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from bench.bookie_session import CONF_OVERRIDES
 from bench.core import MB, Context, KiB, MiB, Row
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
-from client.admin import Admin
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
+from bkledger.client.admin import Admin
 
 ENTRY_SIZE = 4 * KiB
 LEDGERS = 8

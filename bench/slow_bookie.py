@@ -23,9 +23,9 @@ from collections.abc import Iterator
 
 from bench.core import Context, Row
 from bench.spark_batch import start_spark
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
-from client.config import ClientConfig
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
 
 NAME = "slow_bookie"
 SIZES = {"tiny": (300, 200), "quick": (800, 2_000), "full": (50_000, 50_000)}   # (ledger entries, log rows)

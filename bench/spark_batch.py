@@ -31,7 +31,7 @@ from typing import Any
 from bench.core import MB, Context, Row
 from bench.disk import DiskMeter, disk_rows, measure_fsync_limit
 from bench.spark_floor import measure_in_fresh_process
-from bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = {"full": 1_000_000, "quick": 100_000, "tiny": 10_000}

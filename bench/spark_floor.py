@@ -34,7 +34,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_connector.batch_reader import read_schema
+from bkledger.spark_connector.batch_reader import read_schema
 
 NAME = "bkledger_bench_noop"
 BATCH_ROWS = 4096

@@ -19,10 +19,10 @@ from concurrent.futures import Future
 from bench.bookie_session import CONF_OVERRIDES
 from bench.cluster3 import ACK_QUORUM, ENSEMBLE, ENTRY_SIZE, PASSWORD, WRITE_QUORUM, ClientSizes, cluster_session
 from bench.core import MB, Context, Row, size_label
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
-from client.config import ClientConfig
-from client.ledger_handle import LedgerHandle
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
+from bkledger.client.ledger_handle import LedgerHandle
 
 NAME = "tls"
 IN_FLIGHT = 20_000

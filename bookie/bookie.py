@@ -22,12 +22,12 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bookie import records_io
-from bookie.config import BookieConfig
-from bookie.core import decisions
-from bookie.core import records as rec
-from bookie.journal import Journal, LogMark
-from bookie.storage import LedgerStorage, StorageError
+from bkledger.bookie import records_io
+from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.core import decisions
+from bkledger.bookie.core import records as rec
+from bkledger.bookie.journal import Journal, LogMark
+from bkledger.bookie.storage import LedgerStorage, StorageError
 
 log = logging.getLogger("bkledger.bookie")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bookie.config import BookieConfig
+    from bkledger.bookie.config import BookieConfig
 
 DEFAULT_LOCAL_DIR = "var/local-cluster"
 
@@ -43,7 +43,7 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
 
 def _run_with_conf(args: argparse.Namespace, command: str, run: Callable[[BookieConfig], int]) -> int:
     """Load `--conf` (+ `--set` overrides) and run a daemon with it; a bad config is one line, exit 2."""
-    from bookie.config import ConfigError, load
+    from bkledger.bookie.config import ConfigError, load
 
     _setup_logging(args.verbose)
     try:
@@ -55,33 +55,33 @@ def _run_with_conf(args: argparse.Namespace, command: str, run: Callable[[Bookie
 
 
 def cmd_bookie(args: argparse.Namespace) -> int:
-    from bookie.stop_signals import block_stop_signals
+    from bkledger.bookie.stop_signals import block_stop_signals
 
     block_stop_signals()  # before imports that start threads (numpy's BLAS pool): see bookie.stop_signals
-    from bookie.service import run_bookie
+    from bkledger.bookie.service import run_bookie
 
     return _run_with_conf(args, "bookie", run_bookie)
 
 
 def cmd_autorecovery(args: argparse.Namespace) -> int:
-    from bookie.stop_signals import block_stop_signals
+    from bkledger.bookie.stop_signals import block_stop_signals
 
     block_stop_signals()  # before imports that start threads (numpy's BLAS pool): see bookie.stop_signals
-    from bookie.autorecovery.daemon import run_autorecovery
+    from bkledger.bookie.autorecovery.daemon import run_autorecovery
 
     return _run_with_conf(args, "autorecovery", run_autorecovery)
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
-    from bookie.shell import cmd_shell as run_shell
+    from bkledger.bookie.shell import cmd_shell as run_shell
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     return run_shell(args)
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from bookie.local.cluster import ClusterError, LocalCluster
-    from client.errors import BKError
+    from bkledger.bookie.local.cluster import ClusterError, LocalCluster
+    from bkledger.client.errors import BKError
 
     try:
         if args.action == "up":
@@ -145,10 +145,10 @@ def _print_http(bookies: list[dict[str, Any]]) -> None:
 
 def cmd_log(args: argparse.Namespace) -> int:
     """`bkledger log list|describe NAME|tail NAME|compact NAME`: the logs under a metadata service URI."""
-    from client import BookKeeper
-    from client.errors import BKError
-    from client.log.core.meta import Position
-    from client.log.logs import describe_log
+    from bkledger.client import BookKeeper
+    from bkledger.client.errors import BKError
+    from bkledger.client.log.core.meta import Position
+    from bkledger.client.log.logs import describe_log
 
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     if args.action != "list" and not args.name:
@@ -186,7 +186,7 @@ def log_compact(bk: Any, args: argparse.Namespace) -> int:
     """`bkledger log compact NAME`: progress on stderr like the shell's recover/decommission (a bar on a
     terminal, lines otherwise, nothing with --json); the first Ctrl-C stops between two runs (what was
     copied so far is swapped in, the log stays whole), prints what was done and exits 130."""
-    from bookie.progress import Progress, stop_on_interrupt
+    from bkledger.bookie.progress import Progress, stop_on_interrupt
 
     with Progress("compact", json_output=args.json) as progress, stop_on_interrupt(progress):
         done = bk.compact_log(args.name, target_bytes=args.target_bytes, min_ledgers=args.min_ledgers,
@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=cmd_autorecovery)
 
-    from bookie.shell import add_shell_parser
+    from bkledger.bookie.shell import add_shell_parser
 
     add_shell_parser(sub)
     sub.choices["shell"].set_defaults(func=cmd_shell)

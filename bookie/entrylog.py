@@ -21,8 +21,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from bookie.direct_append import ALIGN, DirectAppender, open_direct
-from bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
+from bkledger.bookie.direct_append import ALIGN, DirectAppender, open_direct
+from bkledger.bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
 
 MAGIC = b"BKLO"
 VERSION = 1

@@ -31,11 +31,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from bookie.config import BookieConfig
-from bookie.storage import LedgerStorage
-from client.errors import BKError, NoSuchLedgerError
-from client.meta.store import MetadataStore
-from client.meta.underreplication import UnderReplicationManager
+from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.storage import LedgerStorage
+from bkledger.client.errors import BKError, NoSuchLedgerError
+from bkledger.client.meta.store import MetadataStore
+from bkledger.client.meta.underreplication import UnderReplicationManager
 
 log = logging.getLogger("bkledger.gc")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
-    from bookie.service import BookieServer
+    from bkledger.bookie.service import BookieServer
 
 log = logging.getLogger("bkledger.http")
 REGISTRATION_WAIT_S = 10.0   # a mode change through the admin API waits this long for ZooKeeper to show it
@@ -235,7 +235,7 @@ def _put_read_only(server: BookieServer, body: Any) -> Reply:
 
 
 def _autorecovery_routes(server: BookieServer) -> dict[str, Route]:
-    from client.meta.underreplication import UnderReplicationManager
+    from bkledger.client.meta.underreplication import UnderReplicationManager
 
     def ur() -> UnderReplicationManager:
         return UnderReplicationManager(server.store)
@@ -279,7 +279,7 @@ def start_bookie_http(server: BookieServer) -> list[AdminHttpServer]:
     """Start what the configuration asks for (nothing by default) and hook the metrics into the bookie."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    from bookie.metrics import BookieCollector, ServerStats, new_registry
+    from bkledger.bookie.metrics import BookieCollector, ServerStats, new_registry
 
     cfg = server.config
     if not cfg.prometheusStatsHttpPort and not cfg.httpServerEnabled:

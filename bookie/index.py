@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bookie.core.index_pages import SLOT_SIZE, PageGeometry, Slots
-from bookie.core.records import crc32c
-from bookie.entrylog import StorageError
-from bookie.files import fsync_dir
+from bkledger.bookie.core.index_pages import SLOT_SIZE, PageGeometry, Slots
+from bkledger.bookie.core.records import crc32c
+from bkledger.bookie.entrylog import StorageError
+from bkledger.bookie.files import fsync_dir
 
 _META = struct.Struct("<4sIBq")  # magic, version, fenced, max_lac
 _META_MAGIC = b"BKLM"

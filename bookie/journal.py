@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
-from bookie.direct_append import DirectAppender, open_direct
-from bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
+from bkledger.bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
+from bkledger.bookie.direct_append import DirectAppender, open_direct
+from bkledger.bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
 

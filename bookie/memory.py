@@ -17,8 +17,8 @@ glibc's `mallopt` (`client.heap`, which the Spark connector's Python workers use
 
 from __future__ import annotations
 
-from client import heap
-from client.heap import M_MMAP_THRESHOLD, M_TOP_PAD, M_TRIM_THRESHOLD
+from bkledger.client import heap
+from bkledger.client.heap import M_MMAP_THRESHOLD, M_TOP_PAD, M_TRIM_THRESHOLD
 
 BOOKIE_THRESHOLDS: heap.Thresholds = {
     M_MMAP_THRESHOLD: ("MALLOC_MMAP_THRESHOLD_", 16 << 20),

@@ -26,9 +26,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from bookie.autorecovery.daemon import AutoRecovery
-    from bookie.http_admin import AdminHttpServer
-    from bookie.service import BookieServer
+    from bkledger.bookie.autorecovery.daemon import AutoRecovery
+    from bkledger.bookie.http_admin import AdminHttpServer
+    from bkledger.bookie.service import BookieServer
 
 log = logging.getLogger("bkledger.metrics")
 
@@ -250,7 +250,7 @@ def start_autorecovery_metrics(daemon: AutoRecovery) -> AdminHttpServer | None:
     the daemon's work matters more than its metrics."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    from bookie.http_admin import AdminHttpServer, metrics_routes
+    from bkledger.bookie.http_admin import AdminHttpServer, metrics_routes
 
     cfg = daemon.config
     if not cfg.prometheusStatsHttpPort:

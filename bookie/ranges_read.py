@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from bookie.storage import LedgerStorage, StorageError
-from proto import bookie_pb2 as pb
+from bkledger.bookie.storage import LedgerStorage, StorageError
+from bkledger.proto import bookie_pb2 as pb
 
 log = logging.getLogger("bkledger.server")
 First = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bytes | bytearray | memoryview] | None | Exception

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from bookie.journal import LogMark, read_mark_file, write_mark_file
+from bkledger.bookie.journal import LogMark, read_mark_file, write_mark_file
 
 MARK_FILE = "lastMark"
 

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from client.meta.store import MetadataStore
+from bkledger.client.meta.store import MetadataStore
 
 log = logging.getLogger("bkledger.bookie")
 

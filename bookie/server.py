@@ -20,15 +20,15 @@ import numpy as np
 import numpy.typing as npt
 from google.protobuf.message import Message
 
-from bookie import ranges_read
-from bookie.add_request import AddBatchView, parse_add_request
-from bookie.bookie import Bookie
-from bookie.core import decisions
-from bookie.metrics import NO_STATS, NoServerStats
-from bookie.storage import Batch, StorageError
-from client.protocol import wire
-from proto import bookie_pb2 as pb
-from proto import bookie_pb2_grpc as pb_grpc
+from bkledger.bookie import ranges_read
+from bkledger.bookie.add_request import AddBatchView, parse_add_request
+from bkledger.bookie.bookie import Bookie
+from bkledger.bookie.core import decisions
+from bkledger.bookie.metrics import NO_STATS, NoServerStats
+from bkledger.bookie.storage import Batch, StorageError
+from bkledger.client.protocol import wire
+from bkledger.proto import bookie_pb2 as pb
+from bkledger.proto import bookie_pb2_grpc as pb_grpc
 
 log = logging.getLogger("bkledger.server")
 

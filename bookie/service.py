@@ -19,22 +19,22 @@ from pathlib import Path
 
 import grpc
 
-from bookie import tuning
-from bookie.bookie import Bookie, dirs_have_data
-from bookie.config import BookieConfig, ConfigError
-from bookie.core import decisions
-from bookie.core.cookie import Cookie, CookieError, decide
-from bookie.gc import GarbageCollector
-from bookie.http_admin import AdminHttpServer, start_bookie_http
-from bookie.memory import pin_malloc_thresholds
-from bookie.registration import Registrar, call_bounded
-from bookie.server import GRPC_OPTIONS, BookieService, add_to_server
-from bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
-from bookie.tls import server_credentials
-from client.errors import InvalidOptionError
-from client.meta.errors import RegistrationAbandonedError
-from client.meta.store import MetadataStore
-from client.meta.zkauth import zk_auth
+from bkledger.bookie import tuning
+from bkledger.bookie.bookie import Bookie, dirs_have_data
+from bkledger.bookie.config import BookieConfig, ConfigError
+from bkledger.bookie.core import decisions
+from bkledger.bookie.core.cookie import Cookie, CookieError, decide
+from bkledger.bookie.gc import GarbageCollector
+from bkledger.bookie.http_admin import AdminHttpServer, start_bookie_http
+from bkledger.bookie.memory import pin_malloc_thresholds
+from bkledger.bookie.registration import Registrar, call_bounded
+from bkledger.bookie.server import GRPC_OPTIONS, BookieService, add_to_server
+from bkledger.bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
+from bkledger.bookie.tls import server_credentials
+from bkledger.client.errors import InvalidOptionError
+from bkledger.client.meta.errors import RegistrationAbandonedError
+from bkledger.client.meta.store import MetadataStore
+from bkledger.client.meta.zkauth import zk_auth
 
 log = logging.getLogger("bkledger.bookie")
 GC_STOP_WAIT_S = 10.0   # shutdown waits this long for a garbage-collection round to end

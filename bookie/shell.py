@@ -22,12 +22,12 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from bookie.progress import Progress, stop_on_interrupt
-from client import BookKeeper
-from client.admin import Admin, ReplicationStats
-from client.config import ClientConfig
-from client.errors import BKError
-from client.protocol.metadata import LedgerMetadata
+from bkledger.bookie.progress import Progress, stop_on_interrupt
+from bkledger.client import BookKeeper
+from bkledger.client.admin import Admin, ReplicationStats
+from bkledger.client.config import ClientConfig
+from bkledger.client.errors import BKError
+from bkledger.client.protocol.metadata import LedgerMetadata
 
 DEFAULT_LOCAL_DIR = "var/local-cluster"
 
@@ -84,13 +84,13 @@ def resolve_uri(args: argparse.Namespace) -> str:
     if args.uri:
         return str(args.uri)
     if args.conf:
-        from bookie.config import ConfigError, load
+        from bkledger.bookie.config import ConfigError, load
 
         try:
             return load(Path(args.conf)).metadataServiceUri
         except ConfigError as exc:
             raise ShellError(str(exc)) from None
-    from bookie.local.cluster import ClusterError, LocalCluster
+    from bkledger.bookie.local.cluster import ClusterError, LocalCluster
 
     try:
         return LocalCluster.load(args.dir).metadata_service_uri
@@ -100,21 +100,21 @@ def resolve_uri(args: argparse.Namespace) -> str:
 
 def security_options(args: argparse.Namespace) -> dict[str, Any]:
     """TLS and ZooKeeper settings: --client-conf, else the bookie configuration's, else the local cluster's."""
-    from client.config import SECURITY_KEYS, read_properties
+    from bkledger.client.config import SECURITY_KEYS, read_properties
 
     if getattr(args, "client_conf", None):
         return dict(read_properties(Path(args.client_conf)))
     if args.uri:
         return {}
     if args.conf:
-        from bookie.config import ConfigError, load
+        from bkledger.bookie.config import ConfigError, load
 
         try:
             bookie_conf = load(Path(args.conf))
         except ConfigError as exc:
             raise ShellError(str(exc)) from None
         return {k: getattr(bookie_conf, k) for k in SECURITY_KEYS}
-    from bookie.local.cluster import ClusterError, LocalCluster
+    from bkledger.bookie.local.cluster import ClusterError, LocalCluster
 
     try:
         return dict(LocalCluster.load(args.dir).client_options)
@@ -361,7 +361,7 @@ def cmd_lostbookierecoverydelay(args: argparse.Namespace) -> int:
 
 
 def cmd_sweepjobs(args: argparse.Namespace) -> int:
-    from client.log.logs import delete_uncommitted, uncommitted_job_ledgers
+    from bkledger.client.log.logs import delete_uncommitted, uncommitted_job_ledgers
 
     with connect(args) as bk:
         found = uncommitted_job_ledgers(bk, args.older_than, args.log)

@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bookie.core.index_pages import Page, PageCache, PageGeometry, PageKey, Slots
-from bookie.core.records import add_batch_data_offset, add_batch_parts, be64_at
-from bookie.entrylog import EntryLogger, StorageError
-from bookie.files import fsync_dir
-from bookie.index import (
+from bkledger.bookie.core.index_pages import Page, PageCache, PageGeometry, PageKey, Slots
+from bkledger.bookie.core.records import add_batch_data_offset, add_batch_parts, be64_at
+from bkledger.bookie.entrylog import EntryLogger, StorageError
+from bkledger.bookie.files import fsync_dir
+from bkledger.bookie.index import (
     SCAN_SLOTS,
     LedgerIndex,
     empty_slots,
@@ -43,7 +43,7 @@ from bookie.index import (
     write_meta,
     write_pages,
 )
-from client.protocol.bulk import gather_entries
+from bkledger.client.protocol.bulk import gather_entries
 
 __all__ = ["DEFAULT_PAGE_LIMIT", "DEFAULT_PAGE_SIZE", "LedgerStorage", "StorageError"]
 

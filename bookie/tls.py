@@ -18,9 +18,9 @@ import time
 
 import grpc
 
-from bookie.config import BookieConfig, ConfigError
-from client.errors import InvalidOptionError
-from client.tls import TlsSettings, private_key, read_file, settings_of, validate
+from bkledger.bookie.config import BookieConfig, ConfigError
+from bkledger.client.errors import InvalidOptionError
+from bkledger.client.tls import TlsSettings, private_key, read_file, settings_of, validate
 
 log = logging.getLogger("bkledger.bookie.tls")
 

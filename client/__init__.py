@@ -1,12 +1,12 @@
 """bkledger's client: ledgers replicated over ensembles of bookies, metadata in ZooKeeper.
 
-    from client import BookKeeper
+    from bkledger.client import BookKeeper
     bk = BookKeeper("zk://127.0.0.1:2181/ledgers")
     w = bk.open_log_writer("orders"); pos = w.append(b"...")     # logs made of ledgers (client.log.logs)
 """
 
-from client.bookkeeper import BookKeeper
-from client.errors import (
+from bkledger.client.bookkeeper import BookKeeper
+from bkledger.client.errors import (
     BadPasswordError,
     BKError,
     BookieTlsError,
@@ -29,11 +29,11 @@ from client.errors import (
     NotEnoughBookiesError,
     ReadBeyondLastEntryError,
 )
-from client.ledger_handle import LedgerEntry, LedgerHandle
-from client.log.core.meta import LogMetadata, Position
-from client.log.logs import append_ledgers, append_ledgers_to_logs
-from client.log.reader import LogReader, LogRecord
-from client.log.writer import LogWriter
+from bkledger.client.ledger_handle import LedgerEntry, LedgerHandle
+from bkledger.client.log.core.meta import LogMetadata, Position
+from bkledger.client.log.logs import append_ledgers, append_ledgers_to_logs
+from bkledger.client.log.reader import LogReader, LogRecord
+from bkledger.client.log.writer import LogWriter
 
 __all__ = [
     "BKError",

@@ -31,15 +31,15 @@ from typing import Any, TypeVar
 
 import grpc
 
-from client.bookie_client import BookieClient
-from client.bookkeeper import BookKeeper, ClientContext
-from client.errors import BKError, BookieUnavailableError, NoSuchLedgerError
-from client.meta.underreplication import UnderReplicationManager
-from client.progress import NO_PROGRESS, ProgressSink
-from client.protocol.digest import DigestManager, make_digest, master_key, unpack_batch
-from client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
-from client.protocol.write_set import bookie_holds, entries_for_index
-from proto import bookie_pb2 as pb
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.bookkeeper import BookKeeper, ClientContext
+from bkledger.client.errors import BKError, BookieUnavailableError, NoSuchLedgerError
+from bkledger.client.meta.underreplication import UnderReplicationManager
+from bkledger.client.progress import NO_PROGRESS, ProgressSink
+from bkledger.client.protocol.digest import DigestManager, make_digest, master_key, unpack_batch
+from bkledger.client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
+from bkledger.client.protocol.write_set import bookie_holds, entries_for_index
+from bkledger.proto import bookie_pb2 as pb
 
 log = logging.getLogger("bkledger.admin")
 

@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
-from client.errors import BookieTlsError, BookieUnavailableError
-from client.protocol import wire
-from client.tls import TlsSettings, rejection
-from proto import bookie_pb2 as pb
-from proto import bookie_pb2_grpc as pb_grpc
+from bkledger.client.errors import BookieTlsError, BookieUnavailableError
+from bkledger.client.protocol import wire
+from bkledger.client.tls import TlsSettings, rejection
+from bkledger.proto import bookie_pb2 as pb
+from bkledger.proto import bookie_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from client.protocol.range_batch import RangeBatchView
+    from bkledger.client.protocol.range_batch import RangeBatchView
 
     IntArray = npt.NDArray[np.int64]
 
@@ -445,7 +445,7 @@ StatusCallback = Callable[[str, pb.AddAck], None]
 
 
 def _parse_range_batch(raw: bytes) -> RangeBatchView:
-    from client.protocol.range_batch import parse_range_batch  # imports numpy: not at the client's import
+    from bkledger.client.protocol.range_batch import parse_range_batch  # imports numpy: not at the client's import
 
     return parse_range_batch(raw)
 

@@ -10,16 +10,16 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from client.bookie_client import BookieClient
-from client.errors import (
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.errors import (
     BKError,
     BookieTlsError,
     BookieUnavailableError,
     LedgerRecoveryError,
     NotEnoughBookiesError,
 )
-from client.meta.store import MetadataStore
-from client.tls import TlsSettings, channel_credentials
+from bkledger.client.meta.store import MetadataStore
+from bkledger.client.tls import TlsSettings, channel_credentials
 
 log = logging.getLogger("bkledger.client")
 

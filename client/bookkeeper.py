@@ -20,25 +20,25 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from client.bookies import BookiePool
-from client.config import ClientConfig
-from client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
-from client.ledger_handle import LedgerHandle
-from client.log.logs import LogsMixin
-from client.meta.store import METADATA_BATCH, MetadataStore
-from client.meta.zkauth import zk_auth
-from client.metrics import NO_METRICS, ClientMetrics, client_metrics
-from client.placement import PlacementPolicy, RandomPlacementPolicy
-from client.protocol import transforms
-from client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
-from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
-from client.protocol.speculative import BookieHealth, SpeculativePolicy
-from client.ranges_reader import NoRanges, read_ranges
-from client.reader import LedgerReader, ReadChunk
-from client.recovery_driver import RecoveryRun
-from client.runtime import EventLoopThread
-from client.tls import channel_credentials, settings_of
-from client.writer import LedgerWriter
+from bkledger.client.bookies import BookiePool
+from bkledger.client.config import ClientConfig
+from bkledger.client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
+from bkledger.client.ledger_handle import LedgerHandle
+from bkledger.client.log.logs import LogsMixin
+from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
+from bkledger.client.meta.zkauth import zk_auth
+from bkledger.client.metrics import NO_METRICS, ClientMetrics, client_metrics
+from bkledger.client.placement import PlacementPolicy, RandomPlacementPolicy
+from bkledger.client.protocol import transforms
+from bkledger.client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
+from bkledger.client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from bkledger.client.protocol.speculative import BookieHealth, SpeculativePolicy
+from bkledger.client.ranges_reader import NoRanges, read_ranges
+from bkledger.client.reader import LedgerReader, ReadChunk
+from bkledger.client.recovery_driver import RecoveryRun
+from bkledger.client.runtime import EventLoopThread
+from bkledger.client.tls import channel_credentials, settings_of
+from bkledger.client.writer import LedgerWriter
 
 log = logging.getLogger("bkledger.client")
 COMPRESSIONS = ("", "none", "lz4")
@@ -232,7 +232,7 @@ class BookKeeper(LogsMixin):
             md, version = await RecoveryRun(self._ctx, md, password, rules).run()
         lac = md.last_entry_id
         if md.state is not LedgerState.CLOSED:
-            from client.protocol.digest import make_digest
+            from bkledger.client.protocol.digest import make_digest
 
             lac = await LedgerReader(self._ctx, md, make_digest(md.digest_type, password)).read_lac()
         return LedgerHandle(self._ctx, md, version, password, lac=lac)

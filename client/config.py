@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from client.errors import InvalidOptionError
+from bkledger.client.errors import InvalidOptionError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ imports no transport or metadata library, so the protocol core can raise these e
 
 from __future__ import annotations
 
-from client.protocol.status import StatusCode
+from bkledger.client.protocol.status import StatusCode
 
 
 class BKError(Exception):

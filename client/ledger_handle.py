@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING
 
 import lz4.block
 
-from client.add_future import AddFuture
-from client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError
-from client.protocol.digest import Buffer, make_digest
-from client.protocol.metadata import LedgerMetadata, LedgerState
-from client.protocol.reads import check_read_range
-from client.ranges_reader import RangeRead
-from client.reader import LedgerReader, ReadChunk
-from client.writer import LedgerWriter
+from bkledger.client.add_future import AddFuture
+from bkledger.client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError
+from bkledger.client.protocol.digest import Buffer, make_digest
+from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
+from bkledger.client.protocol.reads import check_read_range
+from bkledger.client.ranges_reader import RangeRead
+from bkledger.client.reader import LedgerReader, ReadChunk
+from bkledger.client.writer import LedgerWriter
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from client.bookkeeper import ClientContext
-    from client.protocol.bulk import Bulk
+    from bkledger.client.bookkeeper import ClientContext
+    from bkledger.client.protocol.bulk import Bulk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +118,7 @@ class LedgerHandle:
         (maxOutstandingAdds; a bulk takes one slot per entry)."""
         if self._writer is None:
             raise LedgerClosedError(f"ledger {self.ledger_id} was opened for reading; create a ledger to write")
-        from client.protocol.bulk import check_bulk  # numpy: imported on first use, not with the client
+        from bkledger.client.protocol.bulk import check_bulk  # numpy: imported on first use, not with the client
 
         bulk = check_bulk(data, offsets, self._ctx.config.maxEntrySize, copy=copy)
         if self.metadata.compression == "lz4":
@@ -251,7 +251,7 @@ def _compress_bulk(bulk: Bulk) -> Bulk:
     """lz4 compresses each entry on its own (a reader decompresses entry by entry): one pass per entry."""
     import numpy as np
 
-    from client.protocol.bulk import Bulk
+    from bkledger.client.protocol.bulk import Bulk
 
     parts = []
     bounds = bulk.offsets.tolist()

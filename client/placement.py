@@ -10,7 +10,7 @@ import random
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
-from client.errors import NotEnoughBookiesError
+from bkledger.client.errors import NotEnoughBookiesError
 
 
 class PlacementPolicy(Protocol):

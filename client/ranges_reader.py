@@ -30,18 +30,25 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from client.bookie_client import BookieClient
-from client.errors import BKError, DigestMismatchError
-from client.protocol.metadata import DigestType
-from client.protocol.reads import held_run, read_order
-from client.protocol.speculative import SpeculativePolicy
-from client.reader import RANGE_BATCH_BYTES, LedgerReader, ReadChunk, crc32c_verified, entry_bounds, verify_entries
-from proto import bookie_pb2 as pb
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.errors import BKError, DigestMismatchError
+from bkledger.client.protocol.metadata import DigestType
+from bkledger.client.protocol.reads import held_run, read_order
+from bkledger.client.protocol.speculative import SpeculativePolicy
+from bkledger.client.reader import (
+    RANGE_BATCH_BYTES,
+    LedgerReader,
+    ReadChunk,
+    crc32c_verified,
+    entry_bounds,
+    verify_entries,
+)
+from bkledger.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
-    from client.ledger_handle import LedgerHandle
-    from client.protocol.range_batch import RangeBatchView
-    from client.reader import I64
+    from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.protocol.range_batch import RangeBatchView
+    from bkledger.client.reader import I64
 
 log = logging.getLogger("bkledger.client")
 

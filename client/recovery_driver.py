@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from client.errors import BKError, LedgerRecoveryError
-from client.protocol import transforms
-from client.protocol.digest import make_digest, master_key
-from client.protocol.metadata import LedgerMetadata, LedgerState
-from client.protocol.pending_adds import NeedEnsembleChange
-from client.protocol.recovery import (
+from bkledger.client.errors import BKError, LedgerRecoveryError
+from bkledger.client.protocol import transforms
+from bkledger.client.protocol.digest import make_digest, master_key
+from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
+from bkledger.client.protocol.pending_adds import NeedEnsembleChange
+from bkledger.client.protocol.recovery import (
     DEFAULT_RULES,
     CloseLedger,
     LedgerRecovery,
@@ -32,11 +32,11 @@ from client.protocol.recovery import (
     SendRecoveryRead,
     WriteBack,
 )
-from client.protocol.status import StatusCode
-from proto import bookie_pb2 as pb
+from bkledger.client.protocol.status import StatusCode
+from bkledger.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
-    from client.bookkeeper import ClientContext
+    from bkledger.client.bookkeeper import ClientContext
 
 RANGE_ENTRIES = 16     # entries per recovery range read: 16 x 5 MiB (the largest entry) fit in fenceTimeout
 

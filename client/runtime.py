@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from client.errors import ClientClosedError
+from bkledger.client.errors import ClientClosedError
 
 T = TypeVar("T")
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import grpc
 
-from client.errors import BKError
-from client.protocol.speculative import (
+from bkledger.client.errors import BKError
+from bkledger.client.protocol.speculative import (
     BookieHealth,
     CancelReads,
     MarkSlow,
@@ -25,10 +25,10 @@ from client.protocol.speculative import (
     SpeculativeAction,
     SpeculativePolicy,
 )
-from client.protocol.status import StatusCode
+from bkledger.client.protocol.status import StatusCode
 
 if TYPE_CHECKING:
-    from client.bookies import BookiePool
+    from bkledger.client.bookies import BookiePool
 
 T = TypeVar("T")
 #: An attempt returns (status, value): EOK with the verified value, or the status that says why not.

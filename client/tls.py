@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from client.errors import BookieTlsError, InvalidOptionError
+from bkledger.client.errors import BookieTlsError, InvalidOptionError
 
 TLS_FACTORY_CLASS = "org.apache.bookkeeper.tls.TLSContextFactory"
 FACTORY_NAMES = (TLS_FACTORY_CLASS, "TLSContextFactory")

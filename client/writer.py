@@ -24,12 +24,12 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from client.errors import BKError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
-from client.protocol import transforms
-from client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
-from client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
-from client.protocol.metadata import LedgerMetadata, LedgerState
-from client.protocol.pending_adds import (
+from bkledger.client.errors import BKError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
+from bkledger.client.protocol import transforms
+from bkledger.client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
+from bkledger.client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
+from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
+from bkledger.client.protocol.pending_adds import (
     CompleteAdds,
     FailAdds,
     NeedEnsembleChange,
@@ -38,12 +38,12 @@ from client.protocol.pending_adds import (
     SendAdd,
     SendAdds,
 )
-from client.protocol.write_set import write_set
-from proto import bookie_pb2 as pb
+from bkledger.client.protocol.write_set import write_set
+from bkledger.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
-    from client.bookkeeper import ClientContext
-    from client.protocol.bulk import Bulk, Offsets
+    from bkledger.client.bookkeeper import ClientContext
+    from bkledger.client.protocol.bulk import Bulk, Offsets
 
     IntArray = Offsets
 
@@ -306,7 +306,7 @@ class LedgerWriter:
         write sets (R5) as one request: a mask per bookie and one native gather, no Python object per entry."""
         import numpy as np
 
-        from client.protocol.bulk import gather_entries, striped_targets  # numpy: only once bulks are used
+        from bkledger.client.protocol.bulk import gather_entries, striped_targets  # numpy: only once bulks are used
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         ids = np.arange(batch.first, batch.last + 1, dtype=np.int64)
         sizes = np.diff(offsets)
@@ -316,7 +316,7 @@ class LedgerWriter:
                        own_request=True)
 
     def _package_bulk(self, bulk: Bulk, first: int, lac: int) -> list[_SentBatch]:
-        from client.protocol.bulk import chunk_bounds, package_bulk  # numpy: only once bulks are used
+        from bkledger.client.protocol.bulk import chunk_bounds, package_bulk  # numpy: only once bulks are used
 
         out: list[_SentBatch] = []
 

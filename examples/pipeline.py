@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROWS = 50_000
@@ -46,7 +46,7 @@ def make_session(app: str = "bkledger-demo") -> Any:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     from pyspark.sql import SparkSession
 
-    from spark_connector.datasource import BkLedgerDataSource
+    from bkledger.spark_connector.datasource import BkLedgerDataSource
 
     spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.pyspark.python", sys.executable)
@@ -87,7 +87,7 @@ def batch_append(spark: Any, uri: str, rows: int) -> float:
 
 def stream_per_minute(spark: Any, uri: str, checkpoint: str, max_per_trigger: int) -> tuple[int, float]:
     """The streaming query; returns (micro-batches, seconds)."""
-    from spark_connector.batch_reader import read_schema
+    from bkledger.spark_connector.batch_reader import read_schema
 
     started = time.monotonic()
     orders = (spark.readStream.format("bkledger").schema(read_schema(True))

@@ -13,8 +13,8 @@ import logging
 import tempfile
 import time
 
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper, LedgerFencedError
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper, LedgerFencedError
 
 
 def ledger_tour(uri: str) -> None:

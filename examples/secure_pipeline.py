@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
-from client.config import ClientConfig
-from client.errors import BKError
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
+from bkledger.client.errors import BKError
 from examples.pipeline import banner, make_session
 
 LOG = "secure_orders"
@@ -34,7 +34,7 @@ LOG = "secure_orders"
 
 def shell(cluster: LocalCluster, *verb: str) -> dict[str, Any]:
     """`bkledger shell VERB --dir <cluster dir> --json`: the shell takes the cluster's client settings."""
-    done = subprocess.run([sys.executable, "-m", "bookie.cli", "shell", *verb, "--dir", str(cluster.base_dir),
+    done = subprocess.run([sys.executable, "-m", "bkledger.bookie.cli", "shell", *verb, "--dir", str(cluster.base_dir),
                            "--json"], capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"bkledger shell {' '.join(verb)} failed: {done.stderr.strip()}")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster
 
 try:
     from examples.pipeline import generate_orders
@@ -76,7 +76,7 @@ def make_session(delta: str) -> Any:
 
 
 def orders_stream(spark: Any, uri: str, log: str) -> Any:
-    from spark_connector.batch_reader import read_schema
+    from bkledger.spark_connector.batch_reader import read_schema
 
     return (spark.readStream.format("bkledger").schema(read_schema(True)).option("metadataServiceUri", uri)
             .option("log", log).option("maxEntriesPerTrigger", "2000").load()

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import bookie_pb2 as proto_dot_bookie__pb2
+from bkledger.proto import bookie_pb2 as bkledger_dot_proto_dot_bookie__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/bookie_pb2_grpc.py depends on'
+        + ' but the generated code in bkledger/proto/bookie_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,48 +36,48 @@ class BookieStub:
         """
         self.AddStream = channel.stream_stream(
                 '/bkledger.v1.Bookie/AddStream',
-                request_serializer=proto_dot_bookie__pb2.AddRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.AddResponse.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.AddRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.AddResponse.FromString,
                 _registered_method=True)
         self.Read = channel.unary_unary(
                 '/bkledger.v1.Bookie/Read',
-                request_serializer=proto_dot_bookie__pb2.ReadRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.ReadResponse.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
                 _registered_method=True)
         self.ReadRange = channel.unary_stream(
                 '/bkledger.v1.Bookie/ReadRange',
-                request_serializer=proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.ReadRangeBatch.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangeBatch.FromString,
                 _registered_method=True)
         self.ReadRanges = channel.unary_stream(
                 '/bkledger.v1.Bookie/ReadRanges',
-                request_serializer=proto_dot_bookie__pb2.ReadRangesRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.ReadRangeBatch.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangesRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangeBatch.FromString,
                 _registered_method=True)
         self.ReadLac = channel.unary_unary(
                 '/bkledger.v1.Bookie/ReadLac',
-                request_serializer=proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.ReadLacResponse.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
                 _registered_method=True)
         self.WriteLac = channel.unary_unary(
                 '/bkledger.v1.Bookie/WriteLac',
-                request_serializer=proto_dot_bookie__pb2.WriteLacRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.WriteLacResponse.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.WriteLacRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.WriteLacResponse.FromString,
                 _registered_method=True)
         self.ForceLedger = channel.unary_unary(
                 '/bkledger.v1.Bookie/ForceLedger',
-                request_serializer=proto_dot_bookie__pb2.ForceLedgerRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.ForceLedgerResponse.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.ForceLedgerRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.ForceLedgerResponse.FromString,
                 _registered_method=True)
         self.GetBookieInfo = channel.unary_unary(
                 '/bkledger.v1.Bookie/GetBookieInfo',
-                request_serializer=proto_dot_bookie__pb2.GetBookieInfoRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.GetBookieInfoResponse.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.GetBookieInfoRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.GetBookieInfoResponse.FromString,
                 _registered_method=True)
         self.GetListOfEntries = channel.unary_unary(
                 '/bkledger.v1.Bookie/GetListOfEntries',
-                request_serializer=proto_dot_bookie__pb2.GetListOfEntriesRequest.SerializeToString,
-                response_deserializer=proto_dot_bookie__pb2.GetListOfEntriesResponse.FromString,
+                request_serializer=bkledger_dot_proto_dot_bookie__pb2.GetListOfEntriesRequest.SerializeToString,
+                response_deserializer=bkledger_dot_proto_dot_bookie__pb2.GetListOfEntriesResponse.FromString,
                 _registered_method=True)
 
 
@@ -143,48 +143,48 @@ def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'AddStream': grpc.stream_stream_rpc_method_handler(
                     servicer.AddStream,
-                    request_deserializer=proto_dot_bookie__pb2.AddRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.AddResponse.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.AddRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.AddResponse.SerializeToString,
             ),
             'Read': grpc.unary_unary_rpc_method_handler(
                     servicer.Read,
-                    request_deserializer=proto_dot_bookie__pb2.ReadRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.ReadResponse.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
             ),
             'ReadRange': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadRange,
-                    request_deserializer=proto_dot_bookie__pb2.ReadRangeRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.ReadRangeBatch.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangeRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangeBatch.SerializeToString,
             ),
             'ReadRanges': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadRanges,
-                    request_deserializer=proto_dot_bookie__pb2.ReadRangesRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.ReadRangeBatch.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangesRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadRangeBatch.SerializeToString,
             ),
             'ReadLac': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadLac,
-                    request_deserializer=proto_dot_bookie__pb2.ReadLacRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.ReadLacResponse.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.ReadLacRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.ReadLacResponse.SerializeToString,
             ),
             'WriteLac': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteLac,
-                    request_deserializer=proto_dot_bookie__pb2.WriteLacRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.WriteLacResponse.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.WriteLacRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.WriteLacResponse.SerializeToString,
             ),
             'ForceLedger': grpc.unary_unary_rpc_method_handler(
                     servicer.ForceLedger,
-                    request_deserializer=proto_dot_bookie__pb2.ForceLedgerRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.ForceLedgerResponse.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.ForceLedgerRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.ForceLedgerResponse.SerializeToString,
             ),
             'GetBookieInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetBookieInfo,
-                    request_deserializer=proto_dot_bookie__pb2.GetBookieInfoRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.GetBookieInfoResponse.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.GetBookieInfoRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.GetBookieInfoResponse.SerializeToString,
             ),
             'GetListOfEntries': grpc.unary_unary_rpc_method_handler(
                     servicer.GetListOfEntries,
-                    request_deserializer=proto_dot_bookie__pb2.GetListOfEntriesRequest.FromString,
-                    response_serializer=proto_dot_bookie__pb2.GetListOfEntriesResponse.SerializeToString,
+                    request_deserializer=bkledger_dot_proto_dot_bookie__pb2.GetListOfEntriesRequest.FromString,
+                    response_serializer=bkledger_dot_proto_dot_bookie__pb2.GetListOfEntriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -212,8 +212,8 @@ class Bookie:
             request_iterator,
             target,
             '/bkledger.v1.Bookie/AddStream',
-            proto_dot_bookie__pb2.AddRequest.SerializeToString,
-            proto_dot_bookie__pb2.AddResponse.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.AddRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.AddResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -239,8 +239,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/Read',
-            proto_dot_bookie__pb2.ReadRequest.SerializeToString,
-            proto_dot_bookie__pb2.ReadResponse.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -266,8 +266,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/ReadRange',
-            proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
-            proto_dot_bookie__pb2.ReadRangeBatch.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadRangeBatch.FromString,
             options,
             channel_credentials,
             insecure,
@@ -293,8 +293,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/ReadRanges',
-            proto_dot_bookie__pb2.ReadRangesRequest.SerializeToString,
-            proto_dot_bookie__pb2.ReadRangeBatch.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadRangesRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadRangeBatch.FromString,
             options,
             channel_credentials,
             insecure,
@@ -320,8 +320,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/ReadLac',
-            proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
-            proto_dot_bookie__pb2.ReadLacResponse.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -347,8 +347,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/WriteLac',
-            proto_dot_bookie__pb2.WriteLacRequest.SerializeToString,
-            proto_dot_bookie__pb2.WriteLacResponse.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.WriteLacRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.WriteLacResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -374,8 +374,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/ForceLedger',
-            proto_dot_bookie__pb2.ForceLedgerRequest.SerializeToString,
-            proto_dot_bookie__pb2.ForceLedgerResponse.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.ForceLedgerRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.ForceLedgerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -401,8 +401,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/GetBookieInfo',
-            proto_dot_bookie__pb2.GetBookieInfoRequest.SerializeToString,
-            proto_dot_bookie__pb2.GetBookieInfoResponse.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.GetBookieInfoRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.GetBookieInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -428,8 +428,8 @@ class Bookie:
             request,
             target,
             '/bkledger.v1.Bookie/GetListOfEntries',
-            proto_dot_bookie__pb2.GetListOfEntriesRequest.SerializeToString,
-            proto_dot_bookie__pb2.GetListOfEntriesResponse.FromString,
+            bkledger_dot_proto_dot_bookie__pb2.GetListOfEntriesRequest.SerializeToString,
+            bkledger_dot_proto_dot_bookie__pb2.GetListOfEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

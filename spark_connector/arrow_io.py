@@ -20,12 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_connector import envelope as env
-from spark_connector.envelope import I64, U8, Bools
-from spark_connector.gather import array_parts, packed
+from bkledger.spark_connector import envelope as env
+from bkledger.spark_connector.envelope import I64, U8, Bools
+from bkledger.spark_connector.gather import array_parts, packed
 
 if TYPE_CHECKING:
-    from client.reader import Spans
+    from bkledger.client.reader import Spans
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 Payloads = Sequence[memoryview | bytes]

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
 
-from client import (
+from bkledger.client import (
     BadPasswordError,
     BookKeeper,
     DataLossError,
@@ -38,17 +38,17 @@ from client import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
-from client.log.core import meta as lm
-from client.ranges_reader import Read, chunks_ahead
-from client.reader import ReadChunk
-from spark_connector import envelope as env
-from spark_connector.arrow_io import chunk_to_batch, rows_to_batch
-from spark_connector.clients import planning_client, shared_client
-from spark_connector.coalesce import CoalescedPartition, coalesce
-from spark_connector.kafka_options import TimeBound, check_named_logs, for_log
-from spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids, spans_of
-from spark_connector.options import BkLedgerOptionError, ReadOptions, SourceOptions
-from spark_connector.planning import (
+from bkledger.client.log.core import meta as lm
+from bkledger.client.ranges_reader import Read, chunks_ahead
+from bkledger.client.reader import ReadChunk
+from bkledger.spark_connector import envelope as env
+from bkledger.spark_connector.arrow_io import chunk_to_batch, rows_to_batch
+from bkledger.spark_connector.clients import planning_client, shared_client
+from bkledger.spark_connector.coalesce import CoalescedPartition, coalesce
+from bkledger.spark_connector.kafka_options import TimeBound, check_named_logs, for_log
+from bkledger.spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids, spans_of
+from bkledger.spark_connector.options import BkLedgerOptionError, ReadOptions, SourceOptions
+from bkledger.spark_connector.planning import (
     Bounds,
     LedgerPartition,
     LedgerView,
@@ -56,8 +56,8 @@ from spark_connector.planning import (
     recorded_entry_bytes,
     resolve_bounds,
 )
-from spark_connector.pushdown import Pushed, absorb, empty
-from spark_connector.time_seek import TimeProbe
+from bkledger.spark_connector.pushdown import Pushed, absorb, empty
+from bkledger.spark_connector.time_seek import TimeProbe
 
 log = logging.getLogger("bkledger.spark")
 

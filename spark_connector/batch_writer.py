@@ -35,15 +35,15 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
-from client import BookKeeper, InvalidOptionError, LogNotFoundError
-from client.ledger_handle import LedgerHandle
-from client.log.logs import JOB_KEY, LOG_KEY
-from spark_connector import envelope as env
-from spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
-from spark_connector.clients import planning_client, shared_client
-from spark_connector.envelope import I64, U8
-from spark_connector.log_commit import commit_to_logs
-from spark_connector.options import BkLedgerOptionError, WriteOptions
+from bkledger.client import BookKeeper, InvalidOptionError, LogNotFoundError
+from bkledger.client.ledger_handle import LedgerHandle
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY
+from bkledger.spark_connector import envelope as env
+from bkledger.spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
+from bkledger.spark_connector.clients import planning_client, shared_client
+from bkledger.spark_connector.envelope import I64, U8
+from bkledger.spark_connector.log_commit import commit_to_logs
+from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions
 
 log = logging.getLogger("bkledger.spark")
 

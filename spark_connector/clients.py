@@ -17,10 +17,10 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from client import BookKeeper, heap
-from client.config import ClientConfig
-from client.errors import ClientClosedError
-from client.meta.errors import MetadataStoreError
+from bkledger.client import BookKeeper, heap
+from bkledger.client.config import ClientConfig
+from bkledger.client.errors import ClientClosedError
+from bkledger.client.meta.errors import MetadataStoreError
 
 Settings = tuple[tuple[str, str], ...]
 _lock = threading.Lock()

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
-from spark_connector.planning import UNKNOWN_ENTRY_BYTES, LedgerPartition
+from bkledger.spark_connector.planning import UNKNOWN_ENTRY_BYTES, LedgerPartition
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from spark_connector import active_session
+from bkledger.spark_connector import active_session
 
 active_session.install()
 
@@ -33,29 +33,29 @@ class BkLedgerDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The columns, discovered from the log's ledgers; accepts batch and streaming read options."""
-        from spark_connector.batch_reader import discover_schema
-        from spark_connector.stream_source import discovery_options
+        from bkledger.spark_connector.batch_reader import discover_schema
+        from bkledger.spark_connector.stream_source import discovery_options
 
         return discover_schema(discovery_options(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from spark_connector.batch_reader import reader_for
-        from spark_connector.options import parse_read_options
+        from bkledger.spark_connector.batch_reader import reader_for
+        from bkledger.spark_connector.options import parse_read_options
 
         return reader_for(parse_read_options(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from spark_connector.batch_writer import plan_writer
-        from spark_connector.options import parse_write_options
+        from bkledger.spark_connector.batch_writer import plan_writer
+        from bkledger.spark_connector.options import parse_write_options
 
         return plan_writer(parse_write_options(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from spark_connector.stream_sink import stream_writer
+        from bkledger.spark_connector.stream_sink import stream_writer
 
         return stream_writer(self.options, schema, overwrite)
 
     def streamReader(self, schema: StructType) -> Any:
-        from spark_connector.stream_source import stream_reader
+        from bkledger.spark_connector.stream_source import stream_reader
 
         return stream_reader(self.options, schema)

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from client.log.core import meta as lm
-from spark_connector.gather import packed_parts
+from bkledger.client.log.core import meta as lm
+from bkledger.spark_connector.gather import packed_parts
 
 ENVELOPE_KEY = lm.ENVELOPE_KEY              # the log records what it names (client.log.core.meta)
 NONE = 0

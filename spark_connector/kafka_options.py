@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
-from spark_connector.options import (
+from bkledger.spark_connector.options import (
     DEFAULT_MAX_ENTRIES_PER_PARTITION,
     DEFAULT_TARGET_PARTITION_BYTES,
     BkLedgerOptionError,

@@ -23,9 +23,9 @@ import contextlib
 import logging
 from collections.abc import Mapping
 
-from client import BookKeeper, append_ledgers_to_logs
-from client.errors import InvalidLogUpdateError, LogNotFoundError, LogUpdateConflictError
-from client.log.core.meta import late_ledgers
+from bkledger.client import BookKeeper, append_ledgers_to_logs
+from bkledger.client.errors import InvalidLogUpdateError, LogNotFoundError, LogUpdateConflictError
+from bkledger.client.log.core.meta import late_ledgers
 
 log = logging.getLogger("bkledger.spark")
 

@@ -18,9 +18,9 @@ import dataclasses
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 
-from spark_connector.coalesce import CoalescedPartition
-from spark_connector.planning import Bounds, LedgerPartition
-from spark_connector.pushdown import Pushed
+from bkledger.spark_connector.coalesce import CoalescedPartition
+from bkledger.spark_connector.planning import Bounds, LedgerPartition
+from bkledger.spark_connector.pushdown import Pushed
 
 Probe = Callable[[int, int], "int | None"]       # (ledger id, entry id) -> timestamp in us, None if none
 Spot = tuple[int, int]                            # (ledger id, entry id)

@@ -21,11 +21,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
 
-from client import InvalidOptionError
-from client.config import SECURITY_KEYS
+from bkledger.client import InvalidOptionError
+from bkledger.client.config import SECURITY_KEYS
 
 if TYPE_CHECKING:
-    from spark_connector.kafka_options import LogChoice, TimeBound
+    from bkledger.spark_connector.kafka_options import LogChoice, TimeBound
 
 PositionSpec = Literal["earliest", "latest"] | dict[int, int]
 EARLIEST = -2
@@ -240,7 +240,7 @@ def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = 
     check_known(options, (*COMMON, *READ, *WRITE, *extra_known), "reads")
     opts = _lowered(options)
     source = parse_source(options)
-    from spark_connector.kafka_options import check_raw_ledger_reads, parse_log_reads
+    from bkledger.spark_connector.kafka_options import check_raw_ledger_reads, parse_log_reads
 
     if source.ledgers is None:
         return parse_log_reads(opts, source)

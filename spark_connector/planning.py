@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
-from client import DataLossError
-from spark_connector.options import EARLIEST, LATEST, BkLedgerOptionError, PositionSpec
+from bkledger.client import DataLossError
+from bkledger.spark_connector.options import EARLIEST, LATEST, BkLedgerOptionError, PositionSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from client import BookKeeper
-from client.meta.errors import ZNodeExistsError
+from bkledger.client import BookKeeper
+from bkledger.client.meta.errors import ZNodeExistsError
 
 NONE = -1
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from client import BookKeeper, DataLossError, LogNotFoundError
-from client.log.core.meta import logical_ledgers, time_spans
-from spark_connector.batch_reader import ledger_view, recorded_view
-from spark_connector.narrowing import first_at_or_after
-from spark_connector.options import ReadOptions
-from spark_connector.planning import LedgerPartition, LedgerView, plan_partitions
-from spark_connector.stream_positions import BEFORE_ANY, Pos, Segment, ranges, readable_end
-from spark_connector.time_seek import TimeProbe
+from bkledger.client import BookKeeper, DataLossError, LogNotFoundError
+from bkledger.client.log.core.meta import logical_ledgers, time_spans
+from bkledger.spark_connector.batch_reader import ledger_view, recorded_view
+from bkledger.spark_connector.narrowing import first_at_or_after
+from bkledger.spark_connector.options import ReadOptions
+from bkledger.spark_connector.planning import LedgerPartition, LedgerView, plan_partitions
+from bkledger.spark_connector.stream_positions import BEFORE_ANY, Pos, Segment, ranges, readable_end
+from bkledger.spark_connector.time_seek import TimeProbe
 
 log = logging.getLogger("bkledger.spark.stream")
 

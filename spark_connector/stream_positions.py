@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from spark_connector.options import EARLIEST, BkLedgerOptionError, _position_map
+from bkledger.spark_connector.options import EARLIEST, BkLedgerOptionError, _position_map
 
 
 # ---- positions and offsets -----------------------------------------------------------------------

@@ -39,8 +39,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from client import BookKeeper
-from spark_connector.batch_writer import (
+from bkledger.client import BookKeeper
+from bkledger.spark_connector.batch_writer import (
     BkLedgerBatchWriter,
     LedgerCommitMessage,
     ListedLedgers,
@@ -49,10 +49,10 @@ from spark_connector.batch_writer import (
     sweep_tagged,
     time_spans_of,
 )
-from spark_connector.clients import planning_client
-from spark_connector.log_commit import commit_to_logs
-from spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
-from spark_connector.sink_floor import NONE, record_sink_floor, sink_floor
+from bkledger.spark_connector.clients import planning_client
+from bkledger.spark_connector.log_commit import commit_to_logs
+from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
+from bkledger.spark_connector.sink_floor import NONE, record_sink_floor, sink_floor
 
 log = logging.getLogger("bkledger.spark.stream")
 

@@ -45,10 +45,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_connector.batch_reader import check_schema, coalesced, read_any
-from spark_connector.kafka_options import LogChoice, check_named_logs, for_log
-from spark_connector.narrowing import at_least
-from spark_connector.options import (
+from bkledger.spark_connector.batch_reader import check_schema, coalesced, read_any
+from bkledger.spark_connector.kafka_options import LogChoice, check_named_logs, for_log
+from bkledger.spark_connector.narrowing import at_least
+from bkledger.spark_connector.options import (
     EARLIEST,
     BkLedgerOptionError,
     ReadOptions,
@@ -57,9 +57,9 @@ from spark_connector.options import (
     parse_int,
     parse_read_options,
 )
-from spark_connector.planning import LedgerPartition, LedgerView
-from spark_connector.stream_cursor import LogCursor
-from spark_connector.stream_positions import (
+from bkledger.spark_connector.planning import LedgerPartition, LedgerView
+from bkledger.spark_connector.stream_cursor import LogCursor
+from bkledger.spark_connector.stream_positions import (
     BEFORE_ANY,
     Pos,
     Segment,
@@ -72,7 +72,7 @@ from spark_connector.stream_positions import (
 )
 
 if TYPE_CHECKING:
-    from client import BookKeeper
+    from bkledger.client import BookKeeper
 
 log = logging.getLogger("bkledger.spark.stream")
 
@@ -180,7 +180,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def bk(self) -> BookKeeper:
         if self._bk is None:
-            from spark_connector.clients import open_client
+            from bkledger.spark_connector.clients import open_client
 
             source = self.opts.read.source
             self._bk = open_client(source.metadata_service_uri, source.client_settings)

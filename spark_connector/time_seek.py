@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client import BookKeeper, LedgerHandle
-from spark_connector import envelope as env
-from spark_connector.planning import LedgerView
+from bkledger.client import BookKeeper, LedgerHandle
+from bkledger.spark_connector import envelope as env
+from bkledger.spark_connector.planning import LedgerView
 
 
 class TimeProbe:

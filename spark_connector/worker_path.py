@@ -14,7 +14,7 @@ package whose `<dir>` is also on sys.path: then the zip is a copy of that very p
 is what gets imported. Any other pyspark.zip (a Spark distribution's, under its own SPARK_HOME) is left
 alone. Set BKLEDGER_PYSPARK_ZIP=keep to keep the zip anyway. `make` installs it into .venv; elsewhere:
 
-    python -m spark_connector.worker_path install      # or: uninstall, status
+    python -m bkledger.spark_connector.worker_path install      # or: uninstall, status
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     elif verb == "status":
         print(f"{pth_path()}: {'installed' if installed() else 'not installed'}")
     else:
-        print("usage: python -m spark_connector.worker_path [install|uninstall|status]", file=sys.stderr)
+        print("usage: python -m bkledger.spark_connector.worker_path [install|uninstall|status]", file=sys.stderr)
         return 2
     return 0
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.zookeeper import ZooKeeperServer
-from client.meta.store import MetadataStore
+from bkledger.bookie.local.zookeeper import ZooKeeperServer
+from bkledger.client.meta.store import MetadataStore
 
 
 @pytest.fixture(scope="session")

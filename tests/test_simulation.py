@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.core.records import encode_add_batch, encode_fence, encode_ledger_key
+from bkledger.bookie.core.records import encode_add_batch, encode_fence, encode_ledger_key
 from tests.sim import SimOptions, run_seed
 from tests.sim.disk import SimJournal
 from tests.sim.mutations import BAR, MUTATIONS

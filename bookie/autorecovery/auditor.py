@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import time
 
-from bookie.core.lost_bookies import LostBookies
-from client.admin import Admin
+from bkledger.bookie.core.lost_bookies import LostBookies
+from bkledger.client.admin import Admin
 
 log = logging.getLogger("bkledger.auditor")
 

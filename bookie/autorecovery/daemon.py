@@ -24,17 +24,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from bookie.autorecovery.auditor import Auditor
-from bookie.autorecovery.worker import ReplicationWorker
-from bookie.config import BookieConfig
-from bookie.metrics import start_autorecovery_metrics
-from bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
-from client import BookKeeper
-from client.admin import Admin
-from client.config import SECURITY_KEYS, ClientConfig
-from client.errors import BKError
-from client.meta.store import Watch
-from client.meta.underreplication import UR_ELECTION, UR_LEDGERS
+from bkledger.bookie.autorecovery.auditor import Auditor
+from bkledger.bookie.autorecovery.worker import ReplicationWorker
+from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.metrics import start_autorecovery_metrics
+from bkledger.bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
+from bkledger.client import BookKeeper
+from bkledger.client.admin import Admin
+from bkledger.client.config import SECURITY_KEYS, ClientConfig
+from bkledger.client.errors import BKError
+from bkledger.client.meta.store import Watch
+from bkledger.client.meta.underreplication import UR_ELECTION, UR_LEDGERS
 
 log = logging.getLogger("bkledger.autorecovery")
 

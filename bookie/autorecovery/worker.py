@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import time
 
-from client.admin import Admin, ReplicationStats
-from client.errors import BKError
-from client.meta.underreplication import UnderReplicated
+from bkledger.client.admin import Admin, ReplicationStats
+from bkledger.client.errors import BKError
+from bkledger.client.meta.underreplication import UnderReplicated
 
 log = logging.getLogger("bkledger.replication")
 

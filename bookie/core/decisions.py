@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from bookie.core.records import be64_at
-from proto import bookie_pb2 as pb
+from bkledger.bookie.core.records import be64_at
+from bkledger.proto import bookie_pb2 as pb
 
 HEADER = struct.Struct(">qqqq")          # ledgerId | entryId | lastAddConfirmed | length
 HEADER_SIZE = HEADER.size                # 32 bytes; the digest and payload follow

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bookie import config as bkconfig
-from bookie.local.secure import SecureMaterial
-from bookie.local.zookeeper import ZooKeeperServer, free_port, pid_alive, stop_pid
-from client.config import CLIENT_CONF_ENV, ClientConfig
-from client.meta.store import MetadataStore
-from client.meta.zkauth import zk_auth
+from bkledger.bookie import config as bkconfig
+from bkledger.bookie.local.secure import SecureMaterial
+from bkledger.bookie.local.zookeeper import ZooKeeperServer, free_port, pid_alive, stop_pid
+from bkledger.client.config import CLIENT_CONF_ENV, ClientConfig
+from bkledger.client.meta.store import MetadataStore
+from bkledger.client.meta.zkauth import zk_auth
 
 log = logging.getLogger("bkledger.local")
 
@@ -250,7 +250,7 @@ class LocalCluster:
         """Run `bkledger <command> --conf <conf>` in its own session, output appended to `log`."""
         with open(log, "ab") as logf:
             child = subprocess.Popen(
-                [sys.executable, "-m", "bookie.cli", command, "--conf", conf, *(extra or [])],
+                [sys.executable, "-m", "bkledger.bookie.cli", command, "--conf", conf, *(extra or [])],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self._children[child.pid] = child

@@ -21,8 +21,8 @@ import os
 import secrets
 from pathlib import Path
 
-from bookie.local.certs import Authority, local_hosts
-from client.tls import TLS_FACTORY_CLASS
+from bkledger.bookie.local.certs import Authority, local_hosts
+from bkledger.client.tls import TLS_FACTORY_CLASS
 
 ZK_USER = "bkledger"
 SECURE_DIR = "secure"

@@ -29,17 +29,17 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from client.errors import (
+from bkledger.client.errors import (
     BKError,
     ClientClosedError,
     InvalidOptionError,
     LogUpdateConflictError,
     MetadataVersionError,
 )
-from client.log.core import compaction as cp
-from client.log.core import meta as lm
-from client.log.core.meta import LogLedger
-from client.log.store import (
+from bkledger.client.log.core import compaction as cp
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core.meta import LogLedger
+from bkledger.client.log.store import (
     LOG_UPDATE_ATTEMPTS,
     commit_changes,
     now_ms,
@@ -47,15 +47,15 @@ from client.log.store import (
     require_loaded,
     require_log,
 )
-from client.meta.zksession import ZkOp
-from client.progress import NO_PROGRESS, ProgressSink
-from client.protocol.metadata import LedgerMetadata
-from client.ranges_reader import Read, chunks_ahead
+from bkledger.client.meta.zksession import ZkOp
+from bkledger.client.progress import NO_PROGRESS, ProgressSink
+from bkledger.client.protocol.metadata import LedgerMetadata
+from bkledger.client.ranges_reader import Read, chunks_ahead
 
 if TYPE_CHECKING:
-    from client.bookkeeper import BookKeeper
-    from client.ledger_handle import LedgerHandle
-    from client.reader import ReadChunk
+    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.reader import ReadChunk
 
 log = logging.getLogger("bkledger.logs")
 JOB_KEY = "bkledger.job"

@@ -21,13 +21,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from client.errors import BKError, LiveLogWriterError
-from client.meta import log_leases
-from client.protocol.metadata import LedgerState
+from bkledger.client.errors import BKError, LiveLogWriterError
+from bkledger.client.meta import log_leases
+from bkledger.client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
-    from client.bookkeeper import BookKeeper
-    from client.log.core.meta import LogMetadata
+    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.core.meta import LogMetadata
 
 log = logging.getLogger("bkledger.logs")
 

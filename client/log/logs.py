@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, cast
 
-from client.errors import (
+from bkledger.client.errors import (
     BKError,
     ClientClosedError,
     DataLossError,
@@ -40,11 +40,11 @@ from client.errors import (
     LogWriterClosedError,
     NoSuchLedgerError,
 )
-from client.log.core import compaction as cp
-from client.log.core import meta as lm
-from client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
-from client.log.liveness import check_live_writer
-from client.log.store import (
+from bkledger.client.log.core import compaction as cp
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
+from bkledger.client.log.liveness import check_live_writer
+from bkledger.client.log.store import (
     LoadedLog,
     delete_log_znodes,
     now_ms,
@@ -54,16 +54,16 @@ from client.log.store import (
     update_log,
     update_logs,
 )
-from client.meta import log_leases
-from client.meta.errors import NoSuchNodeError
-from client.progress import NO_PROGRESS, ProgressSink
-from client.protocol.metadata import LedgerState
+from bkledger.client.meta import log_leases
+from bkledger.client.meta.errors import NoSuchNodeError
+from bkledger.client.progress import NO_PROGRESS, ProgressSink
+from bkledger.client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
-    from client.bookkeeper import BookKeeper
-    from client.log.compaction import CompactionResult, CompactionTask
-    from client.log.reader import LogReader, StartSpec
-    from client.log.writer import LogWriter
+    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.compaction import CompactionResult, CompactionTask
+    from bkledger.client.log.reader import LogReader, StartSpec
+    from bkledger.client.log.writer import LogWriter
 
 log = logging.getLogger("bkledger.logs")
 
@@ -332,7 +332,7 @@ class LogsMixin:
         """Become the writer of the log (R28): fence its last two ledgers, create a new ledger, CAS it into
         the list. LogFencedError if another writer changed the list meanwhile; LogNotFoundError if the log
         does not exist and create is False. A previous writer's further appends fail with LogFencedError."""
-        from client.log.writer import LogWriter
+        from bkledger.client.log.writer import LogWriter
 
         bk = _bk(self)
         bk._check_open()
@@ -346,7 +346,7 @@ class LogsMixin:
         """Read the log in order from `start` ("earliest", "latest" or a Position) without fencing: it tails
         the open ledger up to its LAC and follows new ledgers. A start whose ledgers were truncated raises
         DataLossError, or starts at the earliest available record if fail_on_data_loss is False."""
-        from client.log.reader import LogReader
+        from bkledger.client.log.reader import LogReader
 
         bk = _bk(self)
         bk._check_open()
@@ -425,7 +425,7 @@ class LogsMixin:
         one ledger each, same payloads in the same order, and swap them in with one CAS; positions keep
         working. The old ledgers are deleted after `grace_s` seconds (by a later run). `progress` hears of
         each run copied and may ask to stop between runs (`client.progress`). See `client.log.compaction`."""
-        from client.log.compaction import compact_log
+        from bkledger.client.log.compaction import compact_log
 
         bk = _bk(self)
         bk._check_open()
@@ -436,7 +436,7 @@ class LogsMixin:
                              target_bytes: int = 64 * 1024 * 1024, min_ledgers: int = 4,
                              grace_s: float = 600.0) -> CompactionTask:
         """Compact every log (or `names`) every `interval_s` seconds in a daemon thread; `.stop()` it."""
-        from client.log.compaction import CompactionTask
+        from bkledger.client.log.compaction import CompactionTask
 
         bk = _bk(self)
         bk._check_open()

@@ -23,15 +23,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
-from client.log.core import meta as lm
-from client.log.core.meta import LogMetadata, Position
-from client.log.store import log_path, require_log
+from bkledger.client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core.meta import LogMetadata, Position
+from bkledger.client.log.store import log_path, require_log
 
 if TYPE_CHECKING:
-    from client.bookkeeper import BookKeeper
-    from client.ledger_handle import LedgerHandle
-    from client.meta.zksession import Watch
+    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.meta.zksession import Watch
 
 log = logging.getLogger("bkledger.logs")
 StartSpec = Literal["earliest", "latest"] | Position

@@ -26,15 +26,15 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from client.errors import InvalidOptionError, LogNotFoundError, LogUpdateConflictError, MetadataVersionError
-from client.log.core import meta as lm
-from client.log.core import stored as st
-from client.log.core.meta import LogMetadata
-from client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
-from client.meta.zksession import ZkOp
+from bkledger.client.errors import InvalidOptionError, LogNotFoundError, LogUpdateConflictError, MetadataVersionError
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import stored as st
+from bkledger.client.log.core.meta import LogMetadata
+from bkledger.client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
+from bkledger.client.meta.zksession import ZkOp
 
 if TYPE_CHECKING:
-    from client.meta.store import MetadataStore
+    from bkledger.client.meta.store import MetadataStore
 
 LOG_UPDATE_ATTEMPTS = 50
 SNAPSHOT_ATTEMPTS = 20

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from client.errors import (
+from bkledger.client.errors import (
     BKError,
     LedgerClosedError,
     LedgerFencedError,
@@ -35,11 +35,11 @@ from client.errors import (
     MetadataConflictError,
     MetadataVersionError,
 )
-from client.log.core import meta as lm
-from client.log.core.meta import LogMetadata, Position
-from client.log.liveness import WriterLeases
-from client.log.logs import seal_tail
-from client.log.store import (
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core.meta import LogMetadata, Position
+from bkledger.client.log.liveness import WriterLeases
+from bkledger.client.log.logs import seal_tail
+from bkledger.client.log.store import (
     LoadedLog,
     commit_changes,
     create_log,
@@ -56,9 +56,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from client.bookkeeper import BookKeeper
-    from client.ledger_handle import LedgerHandle
-    from client.log.logs import RollPolicy
+    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.log.logs import RollPolicy
 
 log = logging.getLogger("bkledger.logs")
 CAS_ATTEMPTS = 50

@@ -12,7 +12,7 @@ CAS loop that gave up (UpdateConflictError) and a bookie's registration given up
 
 from __future__ import annotations
 
-from client.errors import (
+from bkledger.client.errors import (
     BKError,
     InvalidOptionError,
     MetadataConflictError,

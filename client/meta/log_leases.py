@@ -13,8 +13,8 @@ import contextlib
 import json
 from collections.abc import Mapping
 
-from client.meta.errors import MetadataFormatError, MetadataStoreError, NoSuchNodeError, ZNodeExistsError
-from client.meta.store import MetadataStore
+from bkledger.client.meta.errors import MetadataFormatError, MetadataStoreError, NoSuchNodeError, ZNodeExistsError
+from bkledger.client.meta.store import MetadataStore
 
 
 def lease_path(store: MetadataStore, log: str, ledger_id: int) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from client.meta.errors import MetadataFormatError
-from client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
-from client.protocol.wire import varint as encode_varint
-from proto import formats_pb2 as fpb
+from bkledger.client.meta.errors import MetadataFormatError
+from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
+from bkledger.client.protocol.wire import varint as encode_varint
+from bkledger.proto import formats_pb2 as fpb
 
 HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
 FORMAT_VERSION = 3

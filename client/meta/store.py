@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from client.meta import layout as lay
-from client.meta import serde
-from client.meta.errors import (
+from bkledger.client.meta import layout as lay
+from bkledger.client.meta import serde
+from bkledger.client.meta.errors import (
     LayoutMismatchError,
     LedgerExistsError,
     MetadataFormatError,
@@ -33,8 +33,8 @@ from client.meta.errors import (
     RegistrationAbandonedError,
     UpdateConflictError,
 )
-from client.meta.zkauth import ZkAuth
-from client.meta.zksession import (
+from bkledger.client.meta.zkauth import ZkAuth
+from bkledger.client.meta.zksession import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
@@ -43,8 +43,8 @@ from client.meta.zksession import (
     ZkSession,
     ZnodeStat,
 )
-from client.protocol.metadata import LedgerMetadata
-from proto import formats_pb2 as fpb
+from bkledger.client.protocol.metadata import LedgerMetadata
+from bkledger.proto import formats_pb2 as fpb
 
 _SEQ_LIMIT = 2**31 - 1          # ZooKeeper's sequence counter is a signed 32-bit int
 _HOB_KEEP = 3                   # LongZkLedgerIdGenerator keeps the newest 3 HOB directories

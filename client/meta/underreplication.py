@@ -25,9 +25,9 @@ import time
 
 from google.protobuf import text_format
 
-from client.meta.errors import MetadataVersionError, NoSuchNodeError, ZNodeExistsError
-from client.meta.store import MetadataStore
-from proto import formats_pb2 as fpb
+from bkledger.client.meta.errors import MetadataVersionError, NoSuchNodeError, ZNodeExistsError
+from bkledger.client.meta.store import MetadataStore
+from bkledger.proto import formats_pb2 as fpb
 
 UR = "underreplication"
 UR_LEDGERS = f"{UR}/ledgers"

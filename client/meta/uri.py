@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from client.meta.errors import InvalidOptionError
-from client.meta.layout import LedgerManagerType, ZkLayout
+from bkledger.client.meta.errors import InvalidOptionError
+from bkledger.client.meta.layout import LedgerManagerType, ZkLayout
 
 DEFAULT_ZK_PORT = 2181
 EXPECTED_FORM = ("expected zk[+flat|+hierarchical|+longhierarchical|+legacyhierarchical|+null]://"

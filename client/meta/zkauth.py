@@ -19,7 +19,7 @@ from typing import Any
 
 from kazoo.security import ACL, make_acl, make_digest_acl
 
-from client.errors import InvalidOptionError
+from bkledger.client.errors import InvalidOptionError
 
 DISCOVERY = ("LAYOUT", "INSTANCEID")
 

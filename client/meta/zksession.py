@@ -35,7 +35,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
-from client.meta.errors import (
+from bkledger.client.meta.errors import (
     MetadataAccessDeniedError,
     MetadataStoreError,
     MetadataVersionError,
@@ -43,10 +43,10 @@ from client.meta.errors import (
     ZNodeExistsError,
     ZNodeTooLargeError,
 )
-from client.meta.multiread import MAX_PATHS, MultiRead, ReadError
-from client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
-from client.meta.zkauth import ZkAuth
-from client.meta.zkpoll import PollingHandler
+from bkledger.client.meta.multiread import MAX_PATHS, MultiRead, ReadError
+from bkledger.client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
+from bkledger.client.meta.zkauth import ZkAuth
+from bkledger.client.meta.zkpoll import PollingHandler
 
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 JUTE_MAXBUFFER = 0xFFFFF        # ZooKeeper's default jute.maxbuffer: the largest request a server reads

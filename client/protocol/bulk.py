@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from client.errors import EntryTooLargeError, InvalidBulkError
-from client.protocol.digest import HEADER, HEADER_LENGTH, Buffer, DigestManager
-from client.protocol.metadata import DigestType
-from client.protocol.native import NATIVE
+from bkledger.client.errors import EntryTooLargeError, InvalidBulkError
+from bkledger.client.protocol.digest import HEADER, HEADER_LENGTH, Buffer, DigestManager
+from bkledger.client.protocol.metadata import DigestType
+from bkledger.client.protocol.native import NATIVE
 
 Offsets = npt.NDArray[np.int64]
 

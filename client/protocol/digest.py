@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 
 import google_crc32c
 
-from client.errors import DigestMismatchError
-from client.protocol.metadata import DigestType
+from bkledger.client.errors import DigestMismatchError
+from bkledger.client.protocol.metadata import DigestType
 
 Buffer = bytes | bytearray | memoryview
 

@@ -23,9 +23,9 @@ from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from client.errors import BadPasswordError, BKError, LedgerFencedError
-from client.protocol.status import StatusCode
-from client.protocol.write_set import all_write_sets, write_set
+from bkledger.client.errors import BadPasswordError, BKError, LedgerFencedError
+from bkledger.client.protocol.status import StatusCode
+from bkledger.client.protocol.write_set import all_write_sets, write_set
 
 if TYPE_CHECKING:
     import numpy as np

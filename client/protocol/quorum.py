@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from client.protocol.write_set import all_write_sets, write_set
+from bkledger.client.protocol.write_set import all_write_sets, write_set
 
 
 def coverage_threshold(write_quorum: int, ack_quorum: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 
-from client.errors import (
+from bkledger.client.errors import (
     BadPasswordError,
     BKError,
     NoSuchEntryError,
@@ -18,9 +18,9 @@ from client.errors import (
     ReadBeyondLastEntryError,
     error_for_status,
 )
-from client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
-from client.protocol.status import StatusCode
-from client.protocol.write_set import write_set
+from bkledger.client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
+from bkledger.client.protocol.status import StatusCode
+from bkledger.client.protocol.write_set import write_set
 
 
 def read_bound(md: LedgerMetadata, lac: int) -> int:

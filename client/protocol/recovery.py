@@ -28,10 +28,10 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
-from client.errors import BadPasswordError, BKError, DigestMismatchError, LedgerRecoveryError
-from client.protocol.digest import DigestManager, unpack_entry
-from client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
-from client.protocol.pending_adds import (
+from bkledger.client.errors import BadPasswordError, BKError, DigestMismatchError, LedgerRecoveryError
+from bkledger.client.protocol.digest import DigestManager, unpack_entry
+from bkledger.client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
+from bkledger.client.protocol.pending_adds import (
     AddAction,
     CompleteAdds,
     FailAdds,
@@ -40,10 +40,10 @@ from client.protocol.pending_adds import (
     Resend,
     SendAdd,
 )
-from client.protocol.quorum import coverage_threshold, covered
-from client.protocol.status import NEGATIVE_STATUSES, StatusCode
-from client.protocol.transforms import with_ensemble_change
-from client.protocol.write_set import write_set
+from bkledger.client.protocol.quorum import coverage_threshold, covered
+from bkledger.client.protocol.status import NEGATIVE_STATUSES, StatusCode
+from bkledger.client.protocol.transforms import with_ensemble_change
+from bkledger.client.protocol.write_set import write_set
 
 
 @dataclasses.dataclass(frozen=True)

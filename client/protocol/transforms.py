@@ -14,7 +14,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 
-from client.errors import (
+from bkledger.client.errors import (
     InvalidOptionError,
     InvalidQuorumError,
     LedgerClosedError,
@@ -22,7 +22,7 @@ from client.errors import (
     LedgerInRecoveryError,
     NotEnoughBookiesError,
 )
-from client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
+from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
 
 COMPRESSIONS = ("", "lz4")
 

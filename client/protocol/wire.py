@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from client.protocol.native import NATIVE
+from bkledger.client.protocol.native import NATIVE
 
 if TYPE_CHECKING:
     import numpy as np

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from client.bookie_client import BookieClient
-from client.protocol.digest import make_digest, master_key, package_batch
-from proto import bookie_pb2 as pb
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.protocol.digest import make_digest, master_key, package_batch
+from bkledger.proto import bookie_pb2 as pb
 
 T = TypeVar("T")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
-from client.config import ClientConfig
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
 
 FAST_CLIENT = {"addEntryTimeoutSec": 3.0, "readTimeout": 3.0, "fenceTimeout": 3.0}
 

@@ -11,8 +11,8 @@ import sys
 import threading
 from concurrent.futures import Future
 
-from client import BookKeeper
-from client.log.core.meta import Position
+from bkledger.client import BookKeeper
+from bkledger.client.log.core.meta import Position
 
 IN_FLIGHT = 64
 

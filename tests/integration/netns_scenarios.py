@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from client import BookKeeper
-from client.config import ClientConfig
-from client.meta.store import MetadataStore
-from client.protocol.metadata import LedgerState
-from proto import bookie_pb2 as pb
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
+from bkledger.client.meta.store import MetadataStore
+from bkledger.client.protocol.metadata import LedgerState
+from bkledger.proto import bookie_pb2 as pb
 from tests.integration import bookie_util
 from tests.integration.netns_world import (
     CLIENT_ADDRESS,

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from bookie import config as bkconfig
-from bookie.local.zookeeper import ZooKeeperServer
-from client.meta.store import MetadataStore
+from bkledger.bookie import config as bkconfig
+from bkledger.bookie.local.zookeeper import ZooKeeperServer
+from bkledger.client.meta.store import MetadataStore
 
 ZK_ADDRESS = "10.77.0.1"
 CLIENT_ADDRESS = "10.77.200.2"
@@ -95,7 +95,8 @@ class World:
         conf.write_text(bkconfig.render(bkconfig.from_mapping(values)))
         with open(home / "bookie.log", "ab") as log:
             self.procs[index] = subprocess.Popen(
-                ["ip", "netns", "exec", f"b{index}", sys.executable, "-m", "bookie.cli", "bookie", "--conf", str(conf)],
+                ["ip", "netns", "exec", f"b{index}", sys.executable, "-m", "bkledger.bookie.cli", "bookie",
+                 "--conf", str(conf)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def enter_client_namespace(self) -> None:

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.cluster import LocalCluster
-from bookie.local.zookeeper import stop_pid
-from client.admin import Admin, fragment_end
-from client.bookie_client import BookieClient
-from client.meta.underreplication import UnderReplicationManager
-from client.protocol.write_set import entries_for_index
-from proto import bookie_pb2 as pb
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.zookeeper import stop_pid
+from bkledger.client.admin import Admin, fragment_end
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.meta.underreplication import UnderReplicationManager
+from bkledger.client.protocol.write_set import entries_for_index
+from bkledger.proto import bookie_pb2 as pb
 from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.integration
@@ -194,7 +194,7 @@ def test_gc_frees_disk_of_deleted_ledgers(cluster_factory, bk_factory):
 
 
 def shell(uri: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "bookie.cli", "shell", *argv, "--uri", uri],
+    done = subprocess.run([sys.executable, "-m", "bkledger.bookie.cli", "shell", *argv, "--uri", uri],
                           capture_output=True, text=True, timeout=90, check=False)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
@@ -256,7 +256,7 @@ def test_shell_verbs_and_decommission(cluster_factory, bk_factory):
 def test_shell_sweepjobs_lists_then_deletes_only_uncommitted_job_ledgers(cluster_factory, bk_factory):
     """A job (Spark write, sink run) whose driver died before its commit leaves tagged ledgers outside
     the log: `sweepjobs` lists them, `--delete` deletes them; listed, untagged and young ones stay."""
-    from client.log.logs import JOB_KEY, LOG_KEY
+    from bkledger.client.log.logs import JOB_KEY, LOG_KEY
 
     cluster = cluster_factory(3)
     uri = cluster.metadata_service_uri

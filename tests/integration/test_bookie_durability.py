@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.cluster import ClusterError
-from client.protocol.digest import unpack_entry
-from proto import bookie_pb2 as pb
+from bkledger.bookie.local.cluster import ClusterError
+from bkledger.client.protocol.digest import unpack_entry
+from bkledger.proto import bookie_pb2 as pb
 from tests.integration.bookie_util import DIGEST, add, expected_payload, read, read_range
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ def test_fsync_failure_is_not_acknowledged(cluster_factory):
 
 
 def _readonly(cluster) -> list[str]:
-    from client.meta.store import MetadataStore
+    from bkledger.client.meta.store import MetadataStore
 
     with MetadataStore(cluster.metadata_service_uri) as store:
         return store.readonly_bookies()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.cluster import accepts
-from client.bookie_client import BookieClient
-from client.meta.store import MetadataStore
-from proto import bookie_pb2 as pb
+from bkledger.bookie.local.cluster import accepts
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.meta.store import MetadataStore
+from bkledger.proto import bookie_pb2 as pb
 from tests.integration.bookie_util import add, fenced_range, package, read, read_range, wait_for
 
 pytestmark = pytest.mark.integration
@@ -187,12 +187,12 @@ def test_bookie_stops_on_sigterm_even_with_zookeeper_gone(tmp_path):
     The disk check runs every 100 ms and kazoo has failed to reconnect twice before the SIGTERM: once the
     check asked ZooKeeper on the event loop, that call waited for the reconnection and the loop never saw
     the SIGTERM (1 run in 5 hung before the registration moved to its own thread)."""
-    from bookie.local.cluster import LocalCluster
+    from bkledger.bookie.local.cluster import LocalCluster
 
     cluster = LocalCluster(tmp_path / "own-zk")
     cluster.up(1, {"gcWaitTime": "0", "zkTimeout": "4000", "diskCheckInterval": "100"}, autorecovery=False)
     try:
-        from bookie.local.zookeeper import stop_pid
+        from bkledger.bookie.local.zookeeper import stop_pid
 
         stop_pid(cluster.zk_pid)
         log_path = Path(cluster.bookies[0].log)
@@ -231,8 +231,8 @@ def test_local_cluster_down_stops_everything_even_when_its_state_cannot_be_saved
     """A full disk (the state file cannot be written) must not leave bookies and daemons running."""
     import errno
 
-    from bookie.local.cluster import LocalCluster
-    from bookie.local.zookeeper import pid_alive
+    from bkledger.bookie.local.cluster import LocalCluster
+    from bkledger.bookie.local.zookeeper import pid_alive
 
     cluster = cluster_factory(2, autorecovery=True)
     pids = [p for b in cluster.bookies for p in (b.pid, b.autorecovery_pid)]

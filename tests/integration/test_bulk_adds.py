@@ -9,8 +9,8 @@ import uuid
 import numpy as np
 import pytest
 
-from client import EntryTooLargeError, InvalidBulkError, LedgerFencedError
-from client.protocol.metadata import LedgerState
+from bkledger.client import EntryTooLargeError, InvalidBulkError, LedgerFencedError
+from bkledger.client.protocol.metadata import LedgerState
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import (
+from bkledger.client import (
     BadPasswordError,
     EntryTooLargeError,
     InvalidQuorumError,
@@ -21,8 +21,8 @@ from client import (
     NotEnoughBookiesError,
     ReadBeyondLastEntryError,
 )
-from client.errors import ClientClosedError, LedgerClosedError
-from client.protocol.metadata import LedgerState
+from bkledger.client.errors import ClientClosedError, LedgerClosedError
+from bkledger.client.protocol.metadata import LedgerState
 from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.integration
@@ -319,8 +319,8 @@ def test_r13_a_read_on_a_connection_retired_under_it_fails_with_a_typed_error(cl
     """When the pool replaces a failed connection it closes the old channel, which cancels the calls still
     on it. Those calls must fail as BookieUnavailableError (a reader then reads elsewhere, R13), not as a
     bare CancelledError that ends the caller (a Spark task) without saying why."""
-    from client import BookKeeper
-    from client.errors import BookieUnavailableError
+    from bkledger.client import BookKeeper
+    from bkledger.client.errors import BookieUnavailableError
 
     cluster = cluster_factory(1)
     bookie_id = cluster.bookies[0].bookie_id

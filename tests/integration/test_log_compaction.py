@@ -15,15 +15,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookie.cli import main as cli_main
-from client import BookKeeper
-from client.errors import BKError, LogNotFoundError, LogUpdateConflictError, NoSuchLedgerError
-from client.log import compaction
-from client.log.core import compaction as cp
-from client.log.core.meta import Position
-from client.log.logs import append_ledgers
-from client.log.reader import LogRecord
-from client.log.store import log_path, now_ms
+from bkledger.bookie.cli import main as cli_main
+from bkledger.client import BookKeeper
+from bkledger.client.errors import BKError, LogNotFoundError, LogUpdateConflictError, NoSuchLedgerError
+from bkledger.client.log import compaction
+from bkledger.client.log.core import compaction as cp
+from bkledger.client.log.core.meta import Position
+from bkledger.client.log.logs import append_ledgers
+from bkledger.client.log.reader import LogRecord
+from bkledger.client.log.store import log_path, now_ms
 from tests.integration.conftest import start_cluster
 from tests.integration.test_progress import ctrl_c_after
 
@@ -193,7 +193,7 @@ def test_compaction_races_sink_commits(bk, name):
 
 
 def compact_cmd(uri: str, name: str, *argv: str) -> list[str]:
-    return [sys.executable, "-m", "bookie.cli", "log", "compact", name, "--uri", uri, "--grace-s", "0", *argv]
+    return [sys.executable, "-m", "bkledger.bookie.cli", "log", "compact", name, "--uri", uri, "--grace-s", "0", *argv]
 
 
 PROGRESS_ENV = {**os.environ, "BKLEDGER_PROGRESS_INTERVAL": "0"}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from client import BookKeeper
-from client.errors import LiveLogWriterError, LogFencedError
-from client.log.liveness import live_writer
-from client.meta import log_leases
+from bkledger.client import BookKeeper
+from bkledger.client.errors import LiveLogWriterError, LogFencedError
+from bkledger.client.log.liveness import live_writer
+from bkledger.client.meta import log_leases
 from tests.integration.conftest import start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from client.errors import MetadataVersionError
-from client.log.core import compaction as cp
-from client.log.core import meta as lm
-from client.log.core import stored as st
-from client.log.store import commit_changes, load_log, log_path, prepare_change, update_log, update_logs
-from client.meta.errors import MetadataStoreError, ZNodeTooLargeError
-from client.meta.store import MetadataStore
+from bkledger.client.errors import MetadataVersionError
+from bkledger.client.log.core import compaction as cp
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import stored as st
+from bkledger.client.log.store import commit_changes, load_log, log_path, prepare_change, update_log, update_logs
+from bkledger.client.meta.errors import MetadataStoreError, ZNodeTooLargeError
+from bkledger.client.meta.store import MetadataStore
 
 pytestmark = pytest.mark.integration
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from bookie.cli import main as cli_main
-from client import BookKeeper
-from client.errors import DataLossError, LogFencedError, NoSuchLedgerError
-from client.log.core.meta import Position
-from client.log.logs import append_ledgers
-from client.log.reader import LogRecord
+from bkledger.bookie.cli import main as cli_main
+from bkledger.client import BookKeeper
+from bkledger.client.errors import DataLossError, LogFencedError, NoSuchLedgerError
+from bkledger.client.log.core.meta import Position
+from bkledger.client.log.logs import append_ledgers
+from bkledger.client.log.reader import LogRecord
 from tests.integration.conftest import start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.zookeeper import ZooKeeperServer
-from client.meta import store as store_module
-from client.meta.errors import (
+from bkledger.bookie.local.zookeeper import ZooKeeperServer
+from bkledger.client.meta import store as store_module
+from bkledger.client.meta.errors import (
     LayoutMismatchError,
     LedgerExistsError,
     MetadataStoreError,
@@ -26,10 +26,10 @@ from client.meta.errors import (
     ZNodeExistsError,
     ZNodeTooLargeError,
 )
-from client.meta.layout import LedgerManagerType as M
-from client.meta.store import MetadataStore
-from client.meta.underreplication import UR_ELECTION, VOTE_PREFIX, UnderReplicationManager
-from client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
+from bkledger.client.meta.layout import LedgerManagerType as M
+from bkledger.client.meta.store import MetadataStore
+from bkledger.client.meta.underreplication import UR_ELECTION, VOTE_PREFIX, UnderReplicationManager
+from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
 
 pytestmark = pytest.mark.integration
 MANAGERS = [M.FLAT, M.LEGACY_HIERARCHICAL, M.HIERARCHICAL, M.LONG_HIERARCHICAL]
@@ -199,7 +199,7 @@ def test_a_server_without_multiread_gets_one_getdata_per_znode(
     """A request type the server does not know (as multiRead is to ZooKeeper before 3.6; here the same
     request sent with an opcode no server knows): the store falls back to one getData per znode, reads
     everything as written, and sends no multiRead afterwards."""
-    from client.meta import multiread
+    from bkledger.client.meta import multiread
 
     ids = [store.new_ledger_id() for _ in range(4)]
     for ledger_id in ids:

@@ -19,9 +19,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import BookKeeper
-from client.config import ClientConfig
-from client.metrics import NO_METRICS
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
+from bkledger.client.metrics import NO_METRICS
 from tests.integration.bookie_util import wait_for
 from tests.integration.conftest import FAST_CLIENT
 from tests.integration.ops_util import OnBookies
@@ -141,7 +141,7 @@ def test_admin_http_endpoints(cluster_factory):
     status, err = http(port, "/api/v1/bookie/state/readonly", method="PUT", body={"readOnly": True}, token="x")
     assert status == 403 and isinstance(err, dict) and "httpServerAdminToken" in err["error"]
     assert http(port, "/api/v1/bookie/state/readonly") == (200, {"readOnly": False})
-    status_text = subprocess.run([sys.executable, "-m", "bookie.cli", "local", "status", "--dir",
+    status_text = subprocess.run([sys.executable, "-m", "bkledger.bookie.cli", "local", "status", "--dir",
                                   str(cluster.base_dir)], capture_output=True, text=True, timeout=60, check=True).stdout
     for b in cluster.bookies:       # `local status` shows where each process serves
         assert f"http://127.0.0.1:{b.metrics_port}/metrics" in status_text

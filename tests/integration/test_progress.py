@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from client import BookKeeper
-from client.config import ClientConfig
+from bkledger.client import BookKeeper
+from bkledger.client.config import ClientConfig
 from tests.integration.conftest import FAST_CLIENT
 from tests.integration.ops_util import OnBookies
 from tests.integration.test_autorecovery import assert_fully_replicated
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 
 def shell_cmd(uri: str, *argv: str) -> list[str]:
-    return [sys.executable, "-m", "bookie.cli", "shell", *argv, "--uri", uri]
+    return [sys.executable, "-m", "bkledger.bookie.cli", "shell", *argv, "--uri", uri]
 
 
 def shell_env(interval: str = "0") -> dict[str, str]:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from client.bookie_client import BookieClient
+from bkledger.client.bookie_client import BookieClient
 from tests.integration.test_speculative_reads import paused
 
 pytestmark = pytest.mark.integration

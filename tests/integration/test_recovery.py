@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from client import LedgerFencedError, LedgerRecoveryError
-from client.errors import BKError
-from client.protocol.metadata import LedgerState
+from bkledger.client import LedgerFencedError, LedgerRecoveryError
+from bkledger.client.errors import BKError
+from bkledger.client.protocol.metadata import LedgerState
 from tests.integration.writer_proc import payload
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +93,7 @@ def test_r13_a_bookie_paused_between_reads_of_one_client_is_passed_over_without_
     """A reader that read from every bookie a moment ago (READY connections, as a Spark worker's shared
     client has) and then meets a paused one: the bookie has been quiet, so its first answer is awaited
     only the quiet wait (client.protocol.speculative), not speculativeReadTimeout (10 s here)."""
-    from client.protocol.speculative import QUIET_AFTER
+    from bkledger.client.protocol.speculative import QUIET_AFTER
     cluster = cluster_factory(3)
     ledger_id, ensemble = _closed_ledger(bk_factory(cluster.metadata_service_uri), e, qw, 2, 3000)
     reader = bk_factory(cluster.metadata_service_uri, speculativeReadTimeout=10_000, readTimeout=30.0)
@@ -193,7 +193,7 @@ def test_r13_a_cold_healthy_striped_read_reads_no_entry_one_at_a_time(cluster_fa
     (1,365 of 4,096 entries) was read entry by entry."""
     import numpy as np
 
-    from client.reader import LedgerReader
+    from bkledger.client.reader import LedgerReader
 
     cluster = cluster_factory(3)
     count = 40_000

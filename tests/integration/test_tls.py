@@ -22,14 +22,14 @@ from typing import Any
 import grpc
 import pytest
 
-from bookie.local.certs import Authority
-from bookie.local.cluster import LocalCluster
-from bookie.local.secure import SecureMaterial
-from client import BookKeeper
-from client.bookie_client import BookieClient
-from client.config import ClientConfig
-from client.errors import BookieTlsError
-from client.tls import TlsSettings, channel_credentials, settings_of
+from bkledger.bookie.local.certs import Authority
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.secure import SecureMaterial
+from bkledger.client import BookKeeper
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.config import ClientConfig
+from bkledger.client.errors import BookieTlsError
+from bkledger.client.tls import TlsSettings, channel_credentials, settings_of
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,7 @@ def test_expired_client_certificate_is_refused(tls_cluster, tmp_path):
 def test_shell_uses_the_secure_cluster_settings(tls_cluster):
     """With --dir the shell takes the cluster's client settings; with --uri, BKLEDGER_CLIENT_CONF; with
     --conf, the bookie configuration's TLS and ZooKeeper keys."""
-    cmd = [sys.executable, "-m", "bookie.cli", "shell", "simpletest", "-n", "20", "--json"]
+    cmd = [sys.executable, "-m", "bkledger.bookie.cli", "shell", "simpletest", "-n", "20", "--json"]
     by_dir = subprocess.run([*cmd, "--dir", str(tls_cluster.base_dir)], capture_output=True, text=True, timeout=120)
     assert by_dir.returncode == 0, by_dir.stderr
     assert json.loads(by_dir.stdout)["ok"] is True

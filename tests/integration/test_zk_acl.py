@@ -14,9 +14,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl_credential
 
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
-from client.meta.errors import MetadataAccessDeniedError
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
+from bkledger.client.meta.errors import MetadataAccessDeniedError
 from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.integration

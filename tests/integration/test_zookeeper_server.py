@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local import zookeeper as zkmod
-from bookie.local.zookeeper import ZooKeeperError, ZooKeeperServer, stop_pid
-from client.meta.store import MetadataStore
+from bkledger.bookie.local import zookeeper as zkmod
+from bkledger.bookie.local.zookeeper import ZooKeeperError, ZooKeeperServer, stop_pid
+from bkledger.client.meta.store import MetadataStore
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from client import BookKeeper
-from client.errors import BKError
+from bkledger.client import BookKeeper
+from bkledger.client.errors import BKError
 
 
 def payload(i: int) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from client.protocol.metadata import LedgerMetadata
+from bkledger.client.protocol.metadata import LedgerMetadata
 from tests.sim.messages import Envelope, MetaCas, MetaRead, MetaResponse, Payload
 from tests.sim.meta import ZK
 from tests.sim.net import Network

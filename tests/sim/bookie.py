@@ -22,9 +22,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from bookie.core import decisions
-from bookie.core import records as rec
-from client.protocol.status import NEGATIVE_STATUSES, StatusCode
+from bkledger.bookie.core import decisions
+from bkledger.bookie.core import records as rec
+from bkledger.client.protocol.status import NEGATIVE_STATUSES, StatusCode
 from tests.sim.disk import SimJournal
 from tests.sim.messages import AddRequest, AddResponse, Envelope, ReadRequest, ReadResponse
 from tests.sim.net import Network

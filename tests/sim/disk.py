@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from bookie.core.records import Record, iter_records
+from bkledger.bookie.core.records import Record, iter_records
 
 
 class SimJournal:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from client.protocol.metadata import LedgerMetadata
+from bkledger.client.protocol.metadata import LedgerMetadata
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ is shown to the oracle (fragments, CLOSED terminal).
 
 from __future__ import annotations
 
-from client.protocol.metadata import LedgerMetadata
+from bkledger.client.protocol.metadata import LedgerMetadata
 from tests.sim.messages import Envelope, MetaCas, MetaRead, MetaResponse
 from tests.sim.net import Network
 from tests.sim.oracle import Oracle

@@ -8,7 +8,7 @@ violates the oracle over a seed range (the bar: at least `BAR` of the seeds).
 
 from __future__ import annotations
 
-from client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from bkledger.client.protocol.recovery import DEFAULT_RULES, RecoveryRules
 
 #: The smallest share of seeds in which every mutant must violate the oracle.
 BAR = 0.03

@@ -14,8 +14,8 @@ metadata left OPEN (R12, R14), and a log writer that took over a tail ledger see
 
 from __future__ import annotations
 
-from client.protocol.metadata import LedgerMetadata, LedgerState
-from client.protocol.reads import read_order
+from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
+from bkledger.client.protocol.reads import read_order
 from tests.sim.world import World
 
 

@@ -12,11 +12,11 @@ Every entry it returns goes to the oracle (oracle 2 and 3). The final reader rea
 
 from __future__ import annotations
 
-from client.errors import DigestMismatchError
-from client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
-from client.protocol.metadata import LedgerMetadata, LedgerState
-from client.protocol.reads import EntryReadAttempt, check_read_range, read_bound, read_order
-from client.protocol.speculative import (
+from bkledger.client.errors import DigestMismatchError
+from bkledger.client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
+from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
+from bkledger.client.protocol.reads import EntryReadAttempt, check_read_range, read_bound, read_order
+from bkledger.client.protocol.speculative import (
     BookieHealth,
     MarkSlow,
     ReadDone,
@@ -26,7 +26,7 @@ from client.protocol.speculative import (
     SpeculativeAction,
     SpeculativePolicy,
 )
-from client.protocol.status import StatusCode
+from bkledger.client.protocol.status import StatusCode
 from tests.sim.actors import Actor
 from tests.sim.messages import Payload, ReadRequest, ReadResponse
 from tests.sim.net import Network

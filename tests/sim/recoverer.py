@@ -15,11 +15,11 @@ tail ledger and then declares it sealed at the recovered last entry (`Oracle.on_
 
 from __future__ import annotations
 
-from client.errors import BKError
-from client.protocol.digest import DigestManager, master_key
-from client.protocol.metadata import LedgerMetadata, LedgerState
-from client.protocol.pending_adds import NeedEnsembleChange
-from client.protocol.recovery import (
+from bkledger.client.errors import BKError
+from bkledger.client.protocol.digest import DigestManager, master_key
+from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
+from bkledger.client.protocol.pending_adds import NeedEnsembleChange
+from bkledger.client.protocol.recovery import (
     CloseLedger,
     LedgerRecovery,
     RecoveryAction,
@@ -29,8 +29,8 @@ from client.protocol.recovery import (
     SendRecoveryRead,
     WriteBack,
 )
-from client.protocol.status import StatusCode
-from client.protocol.transforms import (
+from bkledger.client.protocol.status import StatusCode
+from bkledger.client.protocol.transforms import (
     ConflictDecision,
     close_after_recovery,
     decide_recovery_close_conflict,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from client.protocol.digest import DigestManager, master_key
-from client.protocol.metadata import LedgerState
-from client.protocol.recovery import RecoveryRules
-from client.protocol.transforms import new_ledger_metadata
+from bkledger.client.protocol.digest import DigestManager, master_key
+from bkledger.client.protocol.metadata import LedgerState
+from bkledger.client.protocol.recovery import RecoveryRules
+from bkledger.client.protocol.transforms import new_ledger_metadata
 from tests.sim import swarm as swarms
 from tests.sim.bookie import SimBookie
 from tests.sim.faults import Faults

@@ -14,10 +14,10 @@ selects a broken writer: "ensemble-change-no-cas" (setData with version -1, i.e.
 
 from __future__ import annotations
 
-from client.errors import BKError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
-from client.protocol.digest import DigestManager, master_key, package_entry
-from client.protocol.metadata import LedgerMetadata
-from client.protocol.pending_adds import (
+from bkledger.client.errors import BKError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
+from bkledger.client.protocol.digest import DigestManager, master_key, package_entry
+from bkledger.client.protocol.metadata import LedgerMetadata
+from bkledger.client.protocol.pending_adds import (
     AddAction,
     CompleteAdds,
     FailAdds,
@@ -26,8 +26,8 @@ from client.protocol.pending_adds import (
     Resend,
     SendAdd,
 )
-from client.protocol.status import StatusCode
-from client.protocol.transforms import (
+from bkledger.client.protocol.status import StatusCode
+from bkledger.client.protocol.transforms import (
     ConflictDecision,
     closed,
     decide_ensemble_change_conflict,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.cluster import LocalCluster
-from spark_connector import clients
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.spark_connector import clients
 from tests.integration.conftest import start_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[Loc
 
 @pytest.fixture(scope="module")
 def bk(cluster: LocalCluster) -> Iterator:
-    from client import BookKeeper
+    from bkledger.client import BookKeeper
 
     client = BookKeeper(cluster.metadata_service_uri)
     yield client

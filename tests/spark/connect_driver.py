@@ -19,7 +19,7 @@ import threading
 def main(uri: str, log: str, checkpoint: str) -> None:
     from pyspark.sql import SparkSession
 
-    from spark_connector.batch_reader import read_schema
+    from bkledger.spark_connector.batch_reader import read_schema
 
     spark = (SparkSession.builder.remote("local[2]")
              .config("spark.connect.grpc.binding.address", "127.0.0.1")

@@ -23,8 +23,8 @@ PAUSE_S = 300.0
 def main(uri: str, ready: str, logs: list[str]) -> None:
     from pyspark.sql import SparkSession
 
-    from spark_connector.batch_writer import BkLedgerBatchWriter, ledgers_by_log
-    from spark_connector.datasource import BkLedgerDataSource
+    from bkledger.spark_connector.batch_writer import BkLedgerBatchWriter, ledgers_by_log
+    from bkledger.spark_connector.datasource import BkLedgerDataSource
 
     driver_pid = os.getpid()
 

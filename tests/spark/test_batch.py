@@ -9,9 +9,9 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from client import LogNotFoundError
-from spark_connector.batch_writer import JOB_KEY
-from spark_connector.datasource import BkLedgerDataSource
+from bkledger.client import LogNotFoundError
+from bkledger.spark_connector.batch_writer import JOB_KEY
+from bkledger.spark_connector.datasource import BkLedgerDataSource
 
 pytestmark = pytest.mark.spark
 
@@ -246,7 +246,7 @@ def test_bad_writes_fail_at_planning(spark, cluster, bk) -> None:
 def test_many_one_entry_ledgers_read_in_few_partitions_in_order(spark, cluster, bk) -> None:
     """300 one-entry ledgers (what streaming micro-batches leave): planned from the log's own records into
     one partition by default, a few with maxEntriesPerPartition, rows in log order either way."""
-    from client.log.logs import append_ledgers
+    from bkledger.client.log.logs import append_ledgers
 
     uri, log = cluster.metadata_service_uri, fresh("tiny")
     ids = []
@@ -282,7 +282,7 @@ def one_entry_ledger(bk, custom: dict[str, bytes]) -> int:
 
 def metadata_reads(monkeypatch) -> list[int]:
     """The ledger ids whose metadata `MetadataStore.read_ledgers` is asked for from now on, in order."""
-    from client.meta.store import MetadataStore
+    from bkledger.client.meta.store import MetadataStore
 
     read: list[int] = []
     real = MetadataStore.read_ledgers
@@ -300,11 +300,11 @@ def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, 
     first discovery reads every ledger's metadata (none carries the record envelope), a second reads none,
     and a ledger with the envelope appended since is found by reading it alone: the schema gains `key`
     and `timestamp`."""
-    from client.log.core import meta as lm
-    from client.log.logs import append_ledgers
-    from spark_connector import envelope as env
-    from spark_connector.batch_reader import discover_schema
-    from spark_connector.options import parse_read_options
+    from bkledger.client.log.core import meta as lm
+    from bkledger.client.log.logs import append_ledgers
+    from bkledger.spark_connector import envelope as env
+    from bkledger.spark_connector.batch_reader import discover_schema
+    from bkledger.spark_connector.options import parse_read_options
 
     uri, log = cluster.metadata_service_uri, fresh("schema")
     monkeypatch.setattr(lm, "recorded_envelope", lambda custom: None)      # as an older writer did
@@ -327,12 +327,12 @@ def test_schema_discovery_of_a_log_that_records_envelopes_reads_no_ledgers_metad
     the log records each one's envelope version, so discovering the schema reads no ledger's metadata
     through the batch path (the first ledger's is read alone, to check the password) and finds the
     envelope from the records alone."""
-    from client.log import logs
-    from client.log.compaction import compact_log
-    from spark_connector import batch_reader
-    from spark_connector import envelope as env
-    from spark_connector.batch_reader import discover_schema
-    from spark_connector.options import parse_read_options
+    from bkledger.client.log import logs
+    from bkledger.client.log.compaction import compact_log
+    from bkledger.spark_connector import batch_reader
+    from bkledger.spark_connector import envelope as env
+    from bkledger.spark_connector.batch_reader import discover_schema
+    from bkledger.spark_connector.options import parse_read_options
 
     uri, log = cluster.metadata_service_uri, fresh("recorded")
     with monkeypatch.context() as older:
@@ -360,10 +360,10 @@ def test_schema_discovery_of_a_log_that_records_envelopes_reads_no_ledgers_metad
 def test_schema_discovery_from_the_logs_records_still_checks_the_password(cluster, bk) -> None:
     """The envelope versions come from the log's records, but the first ledger's metadata is read all the
     same: a wrong password fails at `load()` with the typed error, as it does without recorded versions."""
-    from client.errors import BadPasswordError
-    from client.log import logs
-    from spark_connector.batch_reader import discover_schema
-    from spark_connector.options import parse_read_options
+    from bkledger.client.errors import BadPasswordError
+    from bkledger.client.log import logs
+    from bkledger.spark_connector.batch_reader import discover_schema
+    from bkledger.spark_connector.options import parse_read_options
 
     uri, log = cluster.metadata_service_uri, fresh("recorded-pw")
     assert logs.append_ledgers(bk, log, [one_entry_ledger(bk, {}) for _ in range(3)])

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import pyspark_bkledger  # noqa: F401 - what a threaded driver does once (see its docstring)
-from client import BookKeeper, LogFencedError, NoSuchLedgerError
-from client.log.logs import JOB_KEY, LOG_KEY
-from spark_connector.batch_reader import read_schema
-from spark_connector.batch_writer import sweep_tagged
-from spark_connector.log_commit import commit_ledgers
+from bkledger.client import BookKeeper, LogFencedError, NoSuchLedgerError
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY
+from bkledger.spark_connector.batch_reader import read_schema
+from bkledger.spark_connector.batch_writer import sweep_tagged
+from bkledger.spark_connector.log_commit import commit_ledgers
 from tests.integration.bookie_util import wait_for
 
 pytestmark = pytest.mark.spark

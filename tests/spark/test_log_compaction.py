@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from client.log.core.meta import Position
+from bkledger.client.log.core.meta import Position
 from tests.spark.test_streaming import Collector, fill, fresh, stream
 
 pytestmark = pytest.mark.spark

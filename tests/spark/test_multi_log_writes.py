@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from client import BookKeeper
-from client.log.logs import JOB_KEY, LOG_KEY, delete_uncommitted, uncommitted_job_ledgers
-from spark_connector.batch_reader import read_schema
-from spark_connector.log_commit import commit_to_logs
+from bkledger.client import BookKeeper
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY, delete_uncommitted, uncommitted_job_ledgers
+from bkledger.spark_connector.batch_reader import read_schema
+from bkledger.spark_connector.log_commit import commit_to_logs
 
 pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
@@ -215,8 +215,8 @@ def crashing_sink(crash_batch: int, when: str) -> type:
     """format("bkledger_crash_multi"): bkledger whose sink commit of `crash_batch` fails as if the driver
     died (no abort) before its transaction ("before": the ledgers are written, no log lists them) or
     after it ("after": the transaction landed, the reply is lost): Spark replays that batch."""
-    from spark_connector.datasource import BkLedgerDataSource
-    from spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
+    from bkledger.spark_connector.datasource import BkLedgerDataSource
+    from bkledger.spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
 
     class CrashingWriter(BkLedgerStreamWriter):
         def commit(self, messages, batchId) -> None:

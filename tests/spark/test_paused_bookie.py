@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster
 from tests.integration.conftest import start_cluster
 
 pytestmark = pytest.mark.spark
@@ -26,7 +26,7 @@ def own_cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator
 
 
 def test_r13_spark_read_with_a_paused_bookie(spark, own_cluster) -> None:
-    from client import BookKeeper
+    from bkledger.client import BookKeeper
 
     uri, log = own_cluster.metadata_service_uri, f"paused-{uuid.uuid4().hex[:8]}"
     with BookKeeper(uri) as bk:

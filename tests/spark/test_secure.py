@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookie.local.cluster import LocalCluster
-from client import BookKeeper
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
 
 pytestmark = pytest.mark.spark
 

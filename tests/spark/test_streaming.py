@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from client import BookKeeper
-from spark_connector import envelope
-from spark_connector.batch_reader import read_schema
-from spark_connector.stream_positions import (
+from bkledger.client import BookKeeper
+from bkledger.spark_connector import envelope
+from bkledger.spark_connector.batch_reader import read_schema
+from bkledger.spark_connector.stream_positions import (
     Pos,
     Segment,
     advance,
@@ -185,8 +185,8 @@ def crashing_source(crash_batch: int, when: str) -> type:
     as if the driver died there (no abort runs): before its CAS ("before": the ledgers are written,
     the log does not list them) or after it ("after": the CAS landed, the reply is lost). Defined
     inside a function, so Spark pickles it by value into its Python workers."""
-    from spark_connector.datasource import BkLedgerDataSource
-    from spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
+    from bkledger.spark_connector.datasource import BkLedgerDataSource
+    from bkledger.spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
 
     class CrashingWriter(BkLedgerStreamWriter):
         def commit(self, messages, batchId) -> None:
@@ -215,7 +215,7 @@ def crashing_source(crash_batch: int, when: str) -> type:
 
 def sink_ledgers_not_listed(bk, log_name: str) -> list[int]:
     """Ledgers written for this log by a sink's tasks (tagged with the job id) that the log does not list."""
-    from spark_connector.batch_writer import JOB_KEY, LOG_KEY
+    from bkledger.spark_connector.batch_writer import JOB_KEY, LOG_KEY
 
     listed = set(bk.log_metadata(log_name).ledger_ids)
     tags = {i: bk.ledger_metadata(i).custom_metadata for i in bk.list_ledgers() if i not in listed}
@@ -263,8 +263,8 @@ def test_sink_commit_is_idempotent(cluster, bk) -> None:
     """The same batch committed twice (Spark may do that) appends once and keeps its ledgers."""
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    from spark_connector.batch_writer import LedgerCommitMessage
-    from spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
+    from bkledger.spark_connector.batch_writer import LedgerCommitMessage
+    from bkledger.spark_connector.stream_sink import BkLedgerStreamWriter, stream_writer
 
     uri, dst = cluster.metadata_service_uri, fresh("idem")
     schema = StructType([StructField("value", BinaryType())])
@@ -289,9 +289,9 @@ def test_sink_commits_sweep_above_a_floor_that_lags_one_commit(cluster, bk) -> N
     floor in ZooKeeper; the floor it records is the watermark the commit before it took."""
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    from spark_connector.batch_writer import JOB_KEY, LOG_KEY, LedgerCommitMessage
-    from spark_connector.sink_floor import SinkFloor, record_sink_floor, sink_floor
-    from spark_connector.stream_sink import stream_writer
+    from bkledger.spark_connector.batch_writer import JOB_KEY, LOG_KEY, LedgerCommitMessage
+    from bkledger.spark_connector.sink_floor import SinkFloor, record_sink_floor, sink_floor
+    from bkledger.spark_connector.stream_sink import stream_writer
 
     uri, dst, tag = cluster.metadata_service_uri, fresh("floor"), "sink:floor-test"
     schema = StructType([StructField("value", BinaryType())])

@@ -10,7 +10,7 @@ import pyspark
 import pytest
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from spark_connector import worker_path
+from bkledger.spark_connector import worker_path
 
 pytestmark = pytest.mark.spark
 
@@ -42,7 +42,8 @@ class _WhichReader(DataSourceReader):
 
 def test_spark_python_processes_import_the_installed_pyspark(spark: Any) -> None:
     if not worker_path.installed():
-        pytest.skip("the .pth is not installed in this interpreter: python -m spark_connector.worker_path install")
+        pytest.skip("the .pth is not installed in this interpreter: "
+                    "python -m bkledger.spark_connector.worker_path install")
     spark.dataSource.register(_WhichPyspark)
     found = {row["process"]: row["pyspark"] for row in spark.read.format("which_pyspark").load().collect()}
     assert found == {"planner": pyspark.__file__, "worker": pyspark.__file__}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from client.add_future import AddFuture
+from bkledger.client.add_future import AddFuture
 
 
 def test_result_and_exception_once_done() -> None:

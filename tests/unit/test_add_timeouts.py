@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from client.errors import NotEnoughBookiesError
-from client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
-from client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, SendAdds
-from client.protocol.status import StatusCode
+from bkledger.client.errors import NotEnoughBookiesError
+from bkledger.client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
+from bkledger.client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, PendingAdds, SendAdds
+from bkledger.client.protocol.status import StatusCode
 
 
 def test_oldest_unanswered_request_per_bookie():

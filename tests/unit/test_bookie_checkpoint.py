@@ -8,11 +8,11 @@ import threading
 import time
 from pathlib import Path
 
-from bookie import records_io
-from bookie.bookie import Bookie
-from bookie.config import BookieConfig
-from bookie.core.index_pages import PageGeometry
-from bookie.storage import LedgerStorage
+from bkledger.bookie import records_io
+from bkledger.bookie.bookie import Bookie
+from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.core.index_pages import PageGeometry
+from bkledger.bookie.storage import LedgerStorage
 from tests.integration.bookie_util import package
 
 KEY = b"k" * 20

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.bookie_client import BookieClient, _Batch, _Queued
-from proto import bookie_pb2 as pb
+from bkledger.client.bookie_client import BookieClient, _Batch, _Queued
+from bkledger.proto import bookie_pb2 as pb
 
 KEY = b"k" * 20
 

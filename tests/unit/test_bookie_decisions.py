@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.core import decisions as d
-from bookie.core.cookie import Cookie, CookieError, decide
-from client.protocol.digest import make_digest, package_batch
-from proto import bookie_pb2 as pb
+from bkledger.bookie.core import decisions as d
+from bkledger.bookie.core.cookie import Cookie, CookieError, decide
+from bkledger.client.protocol.digest import make_digest, package_batch
+from bkledger.proto import bookie_pb2 as pb
 
 KEY = bytes(range(20))
 OTHER = bytes(20)

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from bookie.bookie import Bookie
-from bookie.config import BookieConfig
+from bkledger.bookie.bookie import Bookie
+from bkledger.bookie.config import BookieConfig
 from tests.integration.bookie_util import package
 
 KEY = b"k" * 20

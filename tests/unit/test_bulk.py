@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.errors import EntryTooLargeError, InvalidBulkError
-from client.protocol.bulk import check_bulk, chunk_bounds, package_bulk
-from client.protocol.digest import HEADER_LENGTH, make_digest, package_batch
+from bkledger.client.errors import EntryTooLargeError, InvalidBulkError
+from bkledger.client.protocol.bulk import check_bulk, chunk_bounds, package_bulk
+from bkledger.client.protocol.digest import HEADER_LENGTH, make_digest, package_batch
 
 
 def test_offsets_may_be_a_list_or_a_numpy_array_and_need_not_start_at_zero() -> None:
@@ -88,8 +88,8 @@ def test_package_bulk_is_package_batch_byte_for_byte(payloads: list[bytes], dige
 def test_r5_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
     """R5 for a bulk chunk with E > Qw: the per-bookie masks are exactly SendAdds.targets, and each bookie's
     request holds its entries' bytes back to back."""
-    from client.protocol.bulk import gather_entries, striped_targets
-    from client.protocol.pending_adds import SendAdds
+    from bkledger.client.protocol.bulk import gather_entries, striped_targets
+    from bkledger.client.protocol.pending_adds import SendAdds
 
     first, count = 7, 20
     sizes = [(i * 5) % 11 for i in range(count)]
@@ -110,8 +110,8 @@ def test_r5_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
 def test_gather_entries_of_a_slice_of_a_larger_buffer(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Offsets need not start at 0 nor end at the buffer's end, and the buffer may be a memoryview; the
     native gather and Arrow's (used where the module was not built) give the same bytes."""
-    from client.protocol import bulk
-    from client.protocol.bulk import gather_entries
+    from bkledger.client.protocol import bulk
+    from bkledger.client.protocol.bulk import gather_entries
     if not native:
         monkeypatch.setattr(bulk, "NATIVE", None)
     elif bulk.NATIVE is None:

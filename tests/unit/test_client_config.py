@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.config import ClientConfig
-from client.errors import InvalidOptionError
+from bkledger.client.config import ClientConfig
+from bkledger.client.errors import InvalidOptionError
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("false", False), ("False", False), ("0", False), ("true", True),

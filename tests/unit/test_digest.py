@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.errors import DigestMismatchError
-from client.protocol.digest import (
+from bkledger.client.errors import DigestMismatchError
+from bkledger.client.protocol.digest import (
     HEADER_LENGTH,
     DigestManager,
     mac_key,
@@ -25,7 +25,7 @@ from client.protocol.digest import (
     unpack_entry,
     unpack_lac,
 )
-from client.protocol.metadata import DigestType
+from bkledger.client.protocol.metadata import DigestType
 
 ALL_TYPES = list(DigestType)
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bookie import journal as jmod
-from bookie.core import records as rec
-from bookie.direct_append import ALIGN, DirectAppender, open_direct
-from bookie.journal import Journal, LogMark
+from bkledger.bookie import journal as jmod
+from bkledger.bookie.core import records as rec
+from bkledger.bookie.direct_append import ALIGN, DirectAppender, open_direct
+from bkledger.bookie.journal import Journal, LogMark
 from tests.unit.test_journal import Waiter
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie import direct_append
-from bookie.direct_append import ALIGN, open_direct
-from bookie.entrylog import HEADER_SIZE, WRITE_BYTES, EntryLogger, StorageError
+from bkledger.bookie import direct_append
+from bkledger.bookie.direct_append import ALIGN, open_direct
+from bkledger.bookie.entrylog import HEADER_SIZE, WRITE_BYTES, EntryLogger, StorageError
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_connector import envelope as env
-from spark_connector.arrow_io import byte_parts, chunk_to_batch, timestamp_parts
+from bkledger.spark_connector import envelope as env
+from bkledger.spark_connector.arrow_io import byte_parts, chunk_to_batch, timestamp_parts
 
 records = st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)),
                              st.one_of(st.none(), st.integers(-(2**62), 2**62)),
@@ -75,7 +75,7 @@ def test_truncated_entries_are_rejected() -> None:
 @pytest.mark.parametrize("value", ["orders", "", "ünïcode", None])
 @pytest.mark.parametrize("n", [0, 1, 5])
 def test_repeated_string_column(value, n) -> None:
-    from spark_connector.arrow_io import repeated_string
+    from bkledger.spark_connector.arrow_io import repeated_string
 
     column = repeated_string(value, n)
     column.validate(full=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie import files
-from bookie.entrylog import EntryLogger, list_log_ids
-from bookie.journal import Journal, list_journal_ids
+from bkledger.bookie import files
+from bkledger.bookie.entrylog import EntryLogger, list_log_ids
+from bkledger.bookie.journal import Journal, list_journal_ids
 
 STEP = files.REMOVE_STEP_BYTES
 

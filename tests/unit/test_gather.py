@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_connector import gather
+from bkledger.spark_connector import gather
 
 
 @st.composite

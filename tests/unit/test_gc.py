@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bookie.config import BookieConfig
-from bookie.gc import GC_SHARE, GarbageCollector, next_round_wait
-from bookie.storage import LedgerStorage
-from client.errors import NoSuchLedgerError
+from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.gc import GC_SHARE, GarbageCollector, next_round_wait
+from bkledger.bookie.storage import LedgerStorage
+from bkledger.client.errors import NoSuchLedgerError
 
 
 def entry(ledger_id: int, entry_id: int, size: int = 2000) -> bytes:

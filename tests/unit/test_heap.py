@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = """
 import resource, sys, threading
-from client import heap
+from bkledger.client import heap
 if sys.argv[1] == "tuned":
     names = heap.keep_large_buffers()
     assert names == heap.keep_large_buffers() == ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]

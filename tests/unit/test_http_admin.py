@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bookie.config import ConfigError, from_mapping
-from bookie.http_admin import Route, Router
+from bkledger.bookie.config import ConfigError, from_mapping
+from bkledger.bookie.http_admin import Route, Router
 
 
 class Switch:

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bookie import index as idx
-from bookie.core.index_pages import SLOT_SIZE, Page, PageCache, PageGeometry
-from bookie.storage import LedgerStorage
+from bkledger.bookie import index as idx
+from bkledger.bookie.core.index_pages import SLOT_SIZE, Page, PageCache, PageGeometry
+from bkledger.bookie.storage import LedgerStorage
 
 PAGE_SIZE = 10 * SLOT_SIZE  # 10 entries per page
 LIMIT = 3

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie import journal as jmod
-from bookie.core import records as rec
-from bookie.journal import Journal, JournalClosedError, LogMark, read_mark_file, write_mark_file
+from bkledger.bookie import journal as jmod
+from bkledger.bookie.core import records as rec
+from bkledger.bookie.journal import Journal, JournalClosedError, LogMark, read_mark_file, write_mark_file
 
 
 class Waiter:

@@ -18,14 +18,14 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from spark_connector.coalesce import CoalescedPartition
-from spark_connector.kafka_options import LogChoice, for_log
-from spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids
-from spark_connector.options import BkLedgerOptionError, parse_read_options
-from spark_connector.planning import LedgerPartition
-from spark_connector.pushdown import absorb, empty
-from spark_connector.stream_positions import Pos, share
-from spark_connector.stream_source import parse_stream_options
+from bkledger.spark_connector.coalesce import CoalescedPartition
+from bkledger.spark_connector.kafka_options import LogChoice, for_log
+from bkledger.spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids
+from bkledger.spark_connector.options import BkLedgerOptionError, parse_read_options
+from bkledger.spark_connector.planning import LedgerPartition
+from bkledger.spark_connector.pushdown import absorb, empty
+from bkledger.spark_connector.stream_positions import Pos, share
+from bkledger.spark_connector.stream_source import parse_stream_options
 
 URI = "zk://127.0.0.1:2181/ledgers"
 

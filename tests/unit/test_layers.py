@@ -10,9 +10,21 @@ PURE_DIRS = [ROOT / "client" / "protocol", ROOT / "client" / "log" / "core", ROO
 FORBIDDEN_IN_CORE = {"asyncio", "grpc", "kazoo", "os", "time", "random", "threading", "socket", "subprocess"}
 
 
+OUR_PACKAGES = {"bookie", "client", "proto", "spark_connector"}
+
+
+def _layer_name(module: str) -> str:
+    """`bkledger.client.x` -> `client.x`: the layer rules speak of the repository's folders."""
+    return module.removeprefix("bkledger.")
+
+
 def _imported_modules(path: Path) -> list[tuple[int, str]]:
-    """Top-level names of every module imported anywhere in the file (also inside functions)."""
+    """Every module imported anywhere in the file (also inside functions), as `client.x` for `bkledger.client.x`."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [(line, _layer_name(module)) for line, module in _raw_imports(tree)]
+
+
+def _raw_imports(tree: ast.AST) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -60,3 +72,16 @@ def test_checker_catches_a_forbidden_import(tmp_path):
     sample.write_text("import os.path\nfrom time import monotonic\ndef f():\n    import random\n")
     names = {m.split(".")[0] for _, m in _imported_modules(sample)}
     assert {"os", "time", "random"} <= names
+
+
+def test_everything_imports_our_packages_under_the_one_root():
+    """`import client` (a job's own client.py) or `import proto` (proto-plus) must never be ours: every import
+    of our packages goes through `bkledger.`, in the shipped code, the tests, the examples and the bench."""
+    offending = []
+    for folder in [ROOT / name for name in (*sorted(OUR_PACKAGES), "tests", "examples", "bench")]:
+        for path in _python_files(folder):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for line, module in _raw_imports(tree):
+                if module.split(".")[0] in OUR_PACKAGES:
+                    offending.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not offending, "imports outside the bkledger root:\n" + "\n".join(offending)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.meta import layout as lay
-from client.meta.layout import LedgerManagerType as M
+from bkledger.client.meta import layout as lay
+from bkledger.client.meta.layout import LedgerManagerType as M
 
 ROOT = "/ledgers"
 

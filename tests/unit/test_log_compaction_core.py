@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from client.log.core import compaction as cp
-from client.log.core import meta as lm
-from client.log.core import stored as st
-from client.log.core.meta import LogLedger, LogMetadata, Position
+from bkledger.client.log.core import compaction as cp
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import stored as st
+from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position
 
 
 def log_of(*spec: tuple[int, int, int]) -> LogMetadata:

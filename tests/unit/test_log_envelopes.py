@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from client.log.core import compaction as cp
-from client.log.core import meta as lm
-from client.log.core import stored as st
-from client.log.core.meta import LogLedger, LogMetadata
-from spark_connector import envelope as env
-from spark_connector.batch_reader import ENVELOPE_AT_READ, recorded_view
-from spark_connector.options import parse_read_options
+from bkledger.client.log.core import compaction as cp
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import stored as st
+from bkledger.client.log.core.meta import LogLedger, LogMetadata
+from bkledger.spark_connector import envelope as env
+from bkledger.spark_connector.batch_reader import ENVELOPE_AT_READ, recorded_view
+from bkledger.spark_connector.options import parse_read_options
 
 
 def log_of(envelopes: dict[int, int | None]) -> LogMetadata:

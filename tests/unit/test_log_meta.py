@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from client.errors import InvalidLogUpdateError, InvalidPositionError
-from client.log.core import meta as lm
-from client.log.core.meta import LogMetadata, Position
+from bkledger.client.errors import InvalidLogUpdateError, InvalidPositionError
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core.meta import LogMetadata, Position
 
 
 def log_with(*spec: tuple[int, int | None, int | None], name: str = "orders") -> LogMetadata:

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from client.errors import InvalidLogUpdateError
-from client.log.core import meta as lm
-from client.log.core import stored as st
-from client.log.core.meta import LogLedger, LogMetadata, Position
+from bkledger.client.errors import InvalidLogUpdateError
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import stored as st
+from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position
 
 
 def sealed(ledger_id: int, first: int, entries: int = 1) -> LogLedger:

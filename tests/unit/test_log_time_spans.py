@@ -8,11 +8,11 @@ import json
 import math
 from collections.abc import Callable
 
-from client.log.core import compaction as cp
-from client.log.core import meta as lm
-from client.log.core import stored as st
-from client.log.core.meta import LogLedger, LogMetadata
-from spark_connector.narrowing import first_at_or_after
+from bkledger.client.log.core import compaction as cp
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import stored as st
+from bkledger.client.log.core.meta import LogLedger, LogMetadata
+from bkledger.spark_connector.narrowing import first_at_or_after
 
 
 def timed_log(count: int, entries: int = 1000, known: bool = True) -> LogMetadata:
@@ -167,9 +167,9 @@ def test_a_compacted_groups_span_only_rules_ledgers_out():
 def test_tasks_take_spans_from_the_timestamp_column_and_the_commit_maps_them_to_copies():
     import pyarrow as pa
 
-    from spark_connector.arrow_io import timestamp_range, widened
-    from spark_connector.batch_writer import LedgerCommitMessage, time_spans_of
-    from spark_connector.log_commit import _spans_of_copies
+    from bkledger.spark_connector.arrow_io import timestamp_range, widened
+    from bkledger.spark_connector.batch_writer import LedgerCommitMessage, time_spans_of
+    from bkledger.spark_connector.log_commit import _spans_of_copies
 
     ms = pa.array([5, None, 2, 9], pa.timestamp("ms", tz="UTC"))
     assert timestamp_range(ms) == (2000, 9000)                    # microseconds, nulls skipped

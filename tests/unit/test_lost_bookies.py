@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bookie.core.lost_bookies import LostBookies
+from bkledger.bookie.core.lost_bookies import LostBookies
 
 A, B, C, D = "a:1", "b:1", "c:1", "d:1"
 

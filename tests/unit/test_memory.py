@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bookie import memory
+from bkledger.bookie import memory
 
 
 def test_pinned_unless_the_environment_chose(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,15 +6,15 @@ import dataclasses
 
 import pytest
 
-from client.errors import (
+from bkledger.client.errors import (
     InvalidOptionError,
     InvalidQuorumError,
     LedgerClosedError,
     LedgerFencedError,
     NotEnoughBookiesError,
 )
-from client.protocol.metadata import DigestType, Fragment, LedgerState
-from client.protocol.transforms import (
+from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerState
+from bkledger.client.protocol.transforms import (
     ConflictDecision,
     close_after_recovery,
     closed,

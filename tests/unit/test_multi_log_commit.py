@@ -9,11 +9,11 @@ import dataclasses
 
 import pytest
 
-from client.errors import InvalidLogUpdateError
-from client.log import store as ls
-from client.log.core import meta as lm
-from client.log.core import stored as st
-from client.log.core.meta import LogLedger, LogMetadata
+from bkledger.client.errors import InvalidLogUpdateError
+from bkledger.client.log import store as ls
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import stored as st
+from bkledger.client.log.core.meta import LogLedger, LogMetadata
 
 
 def log_with(name: str, *ids: int, markers: dict[str, int] | None = None) -> LogMetadata:

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from client.meta.multiread import ERROR, GET_DATA, MULTI_READ, MultiRead, ReadError
+from bkledger.client.meta.multiread import ERROR, GET_DATA, MULTI_READ, MultiRead, ReadError
 
 HEADER = struct.Struct("!iBi")
 STAT = struct.Struct("!qqqqiiiqiiq")

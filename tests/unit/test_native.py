@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.errors import DigestMismatchError
-from client.protocol import bulk
-from client.protocol.bulk import package_bulk
-from client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
-from client.protocol.metadata import DigestType
-from client.protocol.native import NATIVE
-from client.reader import crc32c_verified, verify_entries
+from bkledger.client.errors import DigestMismatchError
+from bkledger.client.protocol import bulk
+from bkledger.client.protocol.bulk import package_bulk
+from bkledger.client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
+from bkledger.client.protocol.metadata import DigestType
+from bkledger.client.protocol.native import NATIVE
+from bkledger.client.reader import crc32c_verified, verify_entries
 
 CRC = DigestManager(DigestType.CRC32C, b"pw")
 
@@ -81,11 +81,11 @@ def test_r7_native_verification_finds_one_flipped_byte(implementation: str, wher
 
 
 def test_r7_without_the_module_verification_checks_each_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    import client.reader
+    import bkledger.client.reader
     data, offsets = entries_of([50, 60, 70], 4)
     packed, packaged = package_bulk(CRC, 3, 0, -1, 0, data, offsets)
     starts, ends = packaged[:-1].copy(), packaged[1:].copy()
-    monkeypatch.setattr(client.reader, "NATIVE", None)
+    monkeypatch.setattr(bkledger.client.reader, "NATIVE", None)
     verify_entries(CRC, 3, np.arange(3, dtype=np.int64), starts, ends, packed)
     broken = bytearray(packed)
     broken[int(ends[2]) - 1] ^= 1
@@ -102,7 +102,7 @@ def test_r7_native_header_and_digest_check_agrees_with_numpy_on_every_entry(
         flips: list[tuple[int, int]], per_entry: bool) -> None:
     """verify_crc32c (ids and digest in one native pass) flags exactly the entries the numpy check flags,
     with one ledger for all or one per entry (a ReadRanges batch), whatever bytes were flipped."""
-    import client.reader
+    import bkledger.client.reader
     data, offsets = entries_of(sizes, seed)
     packed, packaged = package_bulk(CRC, 9, 40, -1, 0, data, offsets)
     starts, ends = packaged[:-1].copy(), packaged[1:].copy()
@@ -113,7 +113,7 @@ def test_r7_native_header_and_digest_check_agrees_with_numpy_on_every_entry(
     entry_ids = np.arange(40, 40 + len(sizes), dtype=np.int64)
     ledgers = np.full(len(sizes), 9, dtype=np.int64) if per_entry else 9
     native = crc32c_verified(ledgers, entry_ids, starts, ends, bytes(broken))
-    monkeypatch.setattr(client.reader, "NATIVE", None)
+    monkeypatch.setattr(bkledger.client.reader, "NATIVE", None)
     by_numpy = crc32c_verified(ledgers, entry_ids, starts, ends, bytes(broken))
     assert native is not None and by_numpy is not None
     assert native.tolist() == by_numpy.tolist()

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.errors import LedgerFencedError, NotEnoughBookiesError
-from client.protocol.pending_adds import (
+from bkledger.client.errors import LedgerFencedError, NotEnoughBookiesError
+from bkledger.client.protocol.pending_adds import (
     VECTOR_MIN,
     CompleteAdds,
     FailAdds,
@@ -19,8 +19,8 @@ from client.protocol.pending_adds import (
     Resend,
     SendAdd,
 )
-from client.protocol.status import StatusCode
-from client.protocol.write_set import write_set
+from bkledger.client.protocol.status import StatusCode
+from bkledger.client.protocol.write_set import write_set
 
 
 def test_adds_complete_in_order_once_qa_acked():

@@ -13,7 +13,7 @@ import termios
 
 import pytest
 
-from bookie.progress import Progress, choose_mode, human_bytes, stop_on_interrupt
+from bkledger.bookie.progress import Progress, choose_mode, human_bytes, stop_on_interrupt
 
 
 def run(progress: Progress) -> None:

@@ -13,12 +13,13 @@ GENERATED = ["bookie_pb2.py", "bookie_pb2.pyi", "bookie_pb2_grpc.py", "formats_p
 def test_generated_protobuf_code_is_current(tmp_path: Path) -> None:
     from grpc_tools import protoc
 
+    # as `make proto` does: the folder proto/ is generated as bkledger/proto (the import root)
     sources = [str(ROOT / "proto" / "bookie.proto"), str(ROOT / "proto" / "formats.proto")]
-    args = ["protoc", f"-I{ROOT}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+    args = ["protoc", f"-Ibkledger/proto={ROOT / 'proto'}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
             f"--grpc_python_out={tmp_path}", *sources]
     assert protoc.main(args) == 0
-    stale = [name for name in GENERATED
-             if (tmp_path / "proto" / name).read_text() != (ROOT / "proto" / name).read_text()]
+    made = tmp_path / "bkledger" / "proto"
+    stale = [name for name in GENERATED if (made / name).read_text() != (ROOT / "proto" / name).read_text()]
     if stale:
         pytest.fail(f"proto/{', proto/'.join(stale)} differ from what proto/*.proto makes: run `make proto` "
                     "and commit the result")

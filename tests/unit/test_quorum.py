@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from client.protocol.quorum import ack_quorum_reached, coverage_threshold, covered, entry_negative
-from client.protocol.write_set import write_set
+from bkledger.client.protocol.quorum import ack_quorum_reached, coverage_threshold, covered, entry_negative
+from bkledger.client.protocol.write_set import write_set
 
 
 def _oracle_covered(responded: set[int], e: int, qw: int, qa: int) -> bool:

@@ -13,18 +13,18 @@ from pathlib import Path
 import grpc
 import pytest
 
-from bookie import ranges_read
-from bookie.ranges_read import Failed, Packed, Range
-from bookie.storage import LedgerStorage
-from client.bookie_client import BookieClient
-from client.protocol.metadata import Fragment, LedgerMetadata
-from client.protocol.reads import held_run
-from client.protocol.speculative import BookieHealth, SpeculativePolicy
-from client.protocol.transforms import new_ledger_metadata
-from client.protocol.write_set import write_set
-from client.ranges_reader import NoRanges, RangeRead, chunks_ahead, read_ranges
-from client.reader import ReadChunk
-from proto import bookie_pb2 as pb
+from bkledger.bookie import ranges_read
+from bkledger.bookie.ranges_read import Failed, Packed, Range
+from bkledger.bookie.storage import LedgerStorage
+from bkledger.client.bookie_client import BookieClient
+from bkledger.client.protocol.metadata import Fragment, LedgerMetadata
+from bkledger.client.protocol.reads import held_run
+from bkledger.client.protocol.speculative import BookieHealth, SpeculativePolicy
+from bkledger.client.protocol.transforms import new_ledger_metadata
+from bkledger.client.protocol.write_set import write_set
+from bkledger.client.ranges_reader import NoRanges, RangeRead, chunks_ahead, read_ranges
+from bkledger.client.reader import ReadChunk
+from bkledger.proto import bookie_pb2 as pb
 
 BOOKIES = ("b0:1", "b1:1", "b2:1")
 
@@ -234,7 +234,7 @@ def test_an_unreadable_index_while_reading_ranges_together_fails_only_its_own_ra
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An index page that cannot be read (an I/O error) in the pass over many ranges: the ranges are then
     read one by one, and only the range whose page fails gets EIO; the others are answered."""
-    from bookie import storage as storage_module
+    from bkledger.bookie import storage as storage_module
 
     written = storage_with(tmp_path, {i: [0] for i in range(1, 5)})
     written.flush()                                                           # the index pages on disk

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
-from client.protocol.metadata import DigestType
-from client.reader import ReadChunk, Segment, Spans, entry_bounds, in_order
-from spark_connector import batch_reader as br
-from spark_connector import envelope as env
-from spark_connector.arrow_io import rows_to_batch, spans_array
+from bkledger.client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
+from bkledger.client.protocol.metadata import DigestType
+from bkledger.client.reader import ReadChunk, Segment, Spans, entry_bounds, in_order
+from bkledger.spark_connector import batch_reader as br
+from bkledger.spark_connector import envelope as env
+from bkledger.spark_connector.arrow_io import rows_to_batch, spans_array
 
 DIGEST = DigestManager(DigestType.CRC32C, b"pw")
 OVERHEAD = HEADER_LENGTH + DIGEST.mac_length

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.errors import DigestMismatchError
-from client.protocol.digest import DigestManager, package_batch
-from client.protocol.metadata import DigestType
-from client.protocol.write_set import write_set
-from client.reader import covering_indices, entry_bounds, first_holders, verified_payloads
+from bkledger.client.errors import DigestMismatchError
+from bkledger.client.protocol.digest import DigestManager, package_batch
+from bkledger.client.protocol.metadata import DigestType
+from bkledger.client.protocol.write_set import write_set
+from bkledger.client.reader import covering_indices, entry_bounds, first_holders, verified_payloads
 
 
 def _batch(kind: DigestType, payloads: list[bytes], first: int = 10) -> tuple[DigestManager, bytes, np.ndarray]:
@@ -104,7 +104,7 @@ def test_importing_the_client_starts_no_numpy_threads() -> None:
 def test_r13_covering_bookies_are_asked_for_the_entries_they_first_hold_and_together_for_all(e, qw) -> None:
     """E > Qw: each covering bookie is asked only for the residues it is the first covering holder of
     (ReadRangeRequest.residue_*), and the masks split 0..E-1 among them exactly once."""
-    from client.reader import owned_residues
+    from bkledger.client.reader import owned_residues
     covering = covering_indices(e, qw)
     owner = np.array(first_holders(e, qw, covering), dtype=np.int64)
     masks = [owned_residues(owner, p) for p in range(len(covering))]
@@ -121,7 +121,7 @@ def test_a_bookie_sends_only_the_asked_residues_cut_from_one_read(tmp_path: Path
     in batches whose limits count what is sent (the entries left out do not use up a batch)."""
     import struct
 
-    from bookie.storage import LedgerStorage
+    from bkledger.bookie.storage import LedgerStorage
     ids = list(range(10, 60))
 
     def entry(e: int) -> bytes:
@@ -143,7 +143,7 @@ def test_a_bookie_sends_only_the_asked_residues_cut_from_one_read(tmp_path: Path
 
 
 def test_a_batch_ends_at_whichever_limit_comes_first() -> None:
-    from bookie.storage import batch_end
+    from bkledger.bookie.storage import batch_end
     sent_bytes = np.cumsum([10, 0, 10, 0, 50, 10])        # entries 1 and 3 are left out
     sent_count = np.cumsum([1, 0, 1, 0, 1, 1])
     assert batch_end(sent_bytes, sent_count, 0, 20, 100) == 4     # two sent entries, and what lies between
@@ -158,7 +158,7 @@ def test_a_striped_piece_holds_about_read_batch_bytes_once_the_entry_size_is_kno
     from types import SimpleNamespace
     from typing import Any
 
-    from client.reader import STRIPE_CHUNK, LedgerReader, ReadChunk
+    from bkledger.client.reader import STRIPE_CHUNK, LedgerReader, ReadChunk
     no_context: Any = SimpleNamespace()                  # sizing a piece needs neither connections nor metadata
     metadata: Any = SimpleNamespace(ledger_id=1)
     reader = LedgerReader(no_context, metadata, DigestManager(DigestType.CRC32C, b"p"))

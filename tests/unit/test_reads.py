@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from client.errors import NoSuchEntryError, ReadBeyondLastEntryError
-from client.protocol.reads import EntryReadAttempt, check_read_range, fragment_ranges, read_bound, read_order
-from client.protocol.status import StatusCode
-from client.protocol.transforms import closed, new_ledger_metadata, with_ensemble_change
+from bkledger.client.errors import NoSuchEntryError, ReadBeyondLastEntryError
+from bkledger.client.protocol.reads import EntryReadAttempt, check_read_range, fragment_ranges, read_bound, read_order
+from bkledger.client.protocol.status import StatusCode
+from bkledger.client.protocol.transforms import closed, new_ledger_metadata, with_ensemble_change
 
 
 def _md():

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookie.core import records as rec
+from bkledger.bookie.core import records as rec
 
 
 def _all(buf: bytes, start: int = 0) -> tuple[list[tuple[int, rec.Record]], int]:

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.errors import BadPasswordError, LedgerRecoveryError
-from client.protocol.digest import DigestManager, package_entry
-from client.protocol.metadata import LedgerMetadata
-from client.protocol.pending_adds import NeedEnsembleChange
-from client.protocol.recovery import (
+from bkledger.client.errors import BadPasswordError, LedgerRecoveryError
+from bkledger.client.protocol.digest import DigestManager, package_entry
+from bkledger.client.protocol.metadata import LedgerMetadata
+from bkledger.client.protocol.pending_adds import NeedEnsembleChange
+from bkledger.client.protocol.recovery import (
     CloseLedger,
     LedgerRecovery,
     Phase,
@@ -25,15 +25,15 @@ from client.protocol.recovery import (
     SendRecoveryRead,
     WriteBack,
 )
-from client.protocol.status import StatusCode
-from client.protocol.transforms import (
+from bkledger.client.protocol.status import StatusCode
+from bkledger.client.protocol.transforms import (
     close_after_recovery,
     closed,
     new_ledger_metadata,
     to_in_recovery,
     with_ensemble_change,
 )
-from client.protocol.write_set import write_set
+from bkledger.client.protocol.write_set import write_set
 
 DIGEST = DigestManager("crc32c", b"pw")
 LEDGER = 7

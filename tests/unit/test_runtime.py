@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from client.runtime import EventLoopThread
+from bkledger.client.runtime import EventLoopThread
 
 
 def test_stop_cancels_leftover_tasks_so_none_is_destroyed_pending(caplog: pytest.LogCaptureFixture) -> None:

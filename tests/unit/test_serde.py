@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.meta import serde
-from client.meta.errors import MetadataFormatError
-from client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
-from proto import formats_pb2 as fpb
+from bkledger.client.meta import serde
+from bkledger.client.meta.errors import MetadataFormatError
+from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
+from bkledger.proto import formats_pb2 as fpb
 
 
 def sample(**changes: object) -> LedgerMetadata:

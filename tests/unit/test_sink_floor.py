@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_connector.sink_floor import NONE, SinkFloor, parse_floor
+from bkledger.spark_connector.sink_floor import NONE, SinkFloor, parse_floor
 
 TAG = "sink:s1"
 

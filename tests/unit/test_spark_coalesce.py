@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from spark_connector.coalesce import CoalescedPartition, coalesce
-from spark_connector.planning import (
+from bkledger.spark_connector.coalesce import CoalescedPartition, coalesce
+from bkledger.spark_connector.planning import (
     UNKNOWN_ENTRY_BYTES,
     LedgerView,
     piece_entries,

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from bench.spark_floor import BATCH_ROWS, NoopDataSource, NoopReader, value_sizes
-from spark_connector.batch_reader import BASE_COLUMNS
+from bkledger.spark_connector.batch_reader import BASE_COLUMNS
 
 ARROW = {"log": pa.string(), "ledger_id": pa.int64(), "entry_id": pa.int64(), "value": pa.binary()}
 

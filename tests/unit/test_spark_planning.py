@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from client import DataLossError
-from spark_connector.options import BkLedgerOptionError, parse_read_options, parse_write_options
-from spark_connector.planning import LedgerView, fragment_ranges, plan_partitions, resolve_bounds, split_range
+from bkledger.client import DataLossError
+from bkledger.spark_connector.options import BkLedgerOptionError, parse_read_options, parse_write_options
+from bkledger.spark_connector.planning import LedgerView, fragment_ranges, plan_partitions, resolve_bounds, split_range
 
 URI = "zk://127.0.0.1:2181/ledgers"
 
@@ -121,7 +121,7 @@ def test_planning_holds_off_the_garbage_collector_and_restores_it():
     the switch as it found it, also when planning fails."""
     import gc
 
-    from spark_connector.batch_reader import gc_paused
+    from bkledger.spark_connector.batch_reader import gc_paused
 
     assert gc.isenabled()
     with gc_paused():
@@ -144,7 +144,7 @@ def test_a_task_reads_with_the_garbage_collector_held_off_and_restores_it(monkey
     switches it back on when it ends or when Spark stops taking its batches early (the generator closed)."""
     import gc
 
-    from spark_connector import batch_reader
+    from bkledger.spark_connector import batch_reader
 
     def fake(opts, partition, schema):
         yield gc.isenabled()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.protocol.speculative import (
+from bkledger.client.protocol.speculative import (
     DISABLED,
     BookieHealth,
     CancelReads,
@@ -17,7 +17,7 @@ from client.protocol.speculative import (
     SequenceRead,
     SpeculativePolicy,
 )
-from client.protocol.status import StatusCode
+from bkledger.client.protocol.status import StatusCode
 
 POLICY = SpeculativePolicy.from_ms(500)
 
@@ -176,8 +176,8 @@ def test_sequence_read_invariants(n, events):
 
 def test_client_settings_use_bookkeeper_names_and_parse_booleans():
     """speculativeReadTimeout in ms (0 disables), reorderReadSequenceEnabled as Spark/properties give it."""
-    from client.config import ClientConfig
-    from client.errors import InvalidOptionError
+    from bkledger.client.config import ClientConfig
+    from bkledger.client.errors import InvalidOptionError
 
     default = ClientConfig()
     assert default.speculativeReadTimeout == 500 and default.reorderReadSequenceEnabled
@@ -192,7 +192,7 @@ def test_client_settings_use_bookkeeper_names_and_parse_booleans():
 
 # ---- quiet bookies: a short wait for a first answer ----------------------------------------------
 def test_quiet_timeout_is_a_fifth_of_the_timeout_at_most_quiet_wait():
-    from client.protocol.speculative import QUIET_WAIT
+    from bkledger.client.protocol.speculative import QUIET_WAIT
     assert POLICY.first_wait(quiet=True) == pytest.approx(min(QUIET_WAIT, 0.1))   # a fifth of 0.5 s at most
     assert POLICY.first_wait(quiet=False) == pytest.approx(0.5)
     assert SpeculativePolicy.from_ms(100).first_wait(quiet=True) == pytest.approx(0.02)
@@ -226,7 +226,7 @@ def test_health_tells_quiet_bookies_by_when_they_last_answered():
 
 
 def test_a_quiet_stream_stalls_after_the_quiet_wait():
-    from client.protocol.speculative import stall_deadline, stalled
+    from bkledger.client.protocol.speculative import stall_deadline, stalled
     quiet = POLICY.first_wait(quiet=True)
     assert stall_deadline(1.0, POLICY, quiet=True) == pytest.approx(1.0 + quiet)
     assert stalled(1.0, 1.0 + quiet, POLICY, quiet=True) and not stalled(1.0, 1.0 + quiet, POLICY)
@@ -235,7 +235,7 @@ def test_a_quiet_stream_stalls_after_the_quiet_wait():
 def test_a_quiet_stream_far_behind_its_peers_stalls_sooner():
     """Parallel streams of one read: once a peer answered (after 5 ms), a quiet stream that has sent
     nothing is given up after PEER_FACTOR times that (at least QUIET_FLOOR), before the quiet timeout."""
-    from client.protocol.speculative import PEER_FACTOR, QUIET_FLOOR, stall_deadline, stalled
+    from bkledger.client.protocol.speculative import PEER_FACTOR, QUIET_FLOOR, stall_deadline, stalled
     quiet = POLICY.first_wait(quiet=True)
     assert stall_deadline(0.0, POLICY, True, peer_first=0.005) == pytest.approx(max(QUIET_FLOOR, PEER_FACTOR * 0.005))
     assert stall_deadline(0.0, POLICY, True, peer_first=0.0) == pytest.approx(QUIET_FLOOR)

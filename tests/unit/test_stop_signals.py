@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import os, signal, sys, threading, time
 sys.path.insert(0, {root!r})
-from bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
+from bkledger.bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
 if {early}:
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()   # started before the mask
 block_stop_signals()

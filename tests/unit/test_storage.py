@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bookie import index as idx
-from bookie.storage import LedgerStorage, StorageError
+from bkledger.bookie import index as idx
+from bkledger.bookie.storage import LedgerStorage, StorageError
 
 
 def entry(ledger_id: int, entry_id: int, lac: int = -1, payload: bytes | None = None) -> bytes:
@@ -221,7 +221,7 @@ def test_rejects_inconsistent_batch(dirs: list[Path]) -> None:
 
 def test_read_range_one_pread_per_adjacent_run(dirs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Two runs: two preads, straight into one buffer that holds the entries in order."""
-    from bookie.entrylog import EntryLogger
+    from bkledger.bookie.entrylog import EntryLogger
 
     st = LedgerStorage(dirs)
     add(st, 2, list(range(0, 50)))

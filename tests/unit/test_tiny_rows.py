@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from client.reader import ReadChunk
-from spark_connector import batch_reader as br
-from spark_connector.arrow_io import chunk_to_batch
-from spark_connector.planning import LedgerPartition
+from bkledger.client.reader import ReadChunk
+from bkledger.spark_connector import batch_reader as br
+from bkledger.spark_connector.arrow_io import chunk_to_batch
+from bkledger.spark_connector.planning import LedgerPartition
 
 SCHEMA = to_arrow_schema(br.read_schema(False), timezone="UTC")
 

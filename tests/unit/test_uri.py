@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from client.errors import InvalidOptionError
-from client.meta.layout import LedgerManagerType as M
-from client.meta.uri import parse_metadata_service_uri as parse
+from bkledger.client.errors import InvalidOptionError
+from bkledger.client.meta.layout import LedgerManagerType as M
+from bkledger.client.meta.uri import parse_metadata_service_uri as parse
 
 
 @pytest.mark.parametrize(("uri", "hosts", "root", "manager"), [

@@ -9,11 +9,11 @@ from google.protobuf.internal.decoder import _DecodeVarint  # type: ignore[attr-
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.ranges_read import Packed
-from bookie.server import add_ack_bytes, add_response_bytes, range_batch_bytes, ranges_batch_bytes
-from client.protocol import wire
-from client.protocol.native import NATIVE
-from proto import bookie_pb2 as pb
+from bkledger.bookie.ranges_read import Packed
+from bkledger.bookie.server import add_ack_bytes, add_response_bytes, range_batch_bytes, ranges_batch_bytes
+from bkledger.client.protocol import wire
+from bkledger.client.protocol.native import NATIVE
+from bkledger.proto import bookie_pb2 as pb
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1))

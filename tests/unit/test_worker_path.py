@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from spark_connector import worker_path
+from bkledger.spark_connector import worker_path
 
 
 def run_drop(path: list[str], environ: dict[str, str] | None = None) -> list[str]:

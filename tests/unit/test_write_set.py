@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.protocol.write_set import all_write_sets, bookie_holds, entries_for_index, write_set
+from bkledger.client.protocol.write_set import all_write_sets, bookie_holds, entries_for_index, write_set
 
 
 def test_write_set_round_robin():

@@ -7,16 +7,16 @@ import asyncio
 import types
 from typing import Any
 
-from client.add_future import AddFuture
-from client.config import ClientConfig
-from client.errors import LedgerFencedError
-from client.metrics import NO_METRICS
-from client.protocol.bulk import check_bulk
-from client.protocol.digest import make_digest, unpack_entry
-from client.protocol.pending_adds import Resend
-from client.protocol.transforms import new_ledger_metadata
-from client.writer import LedgerWriter
-from proto import bookie_pb2 as pb
+from bkledger.client.add_future import AddFuture
+from bkledger.client.config import ClientConfig
+from bkledger.client.errors import LedgerFencedError
+from bkledger.client.metrics import NO_METRICS
+from bkledger.client.protocol.bulk import check_bulk
+from bkledger.client.protocol.digest import make_digest, unpack_entry
+from bkledger.client.protocol.pending_adds import Resend
+from bkledger.client.protocol.transforms import new_ledger_metadata
+from bkledger.client.writer import LedgerWriter
+from bkledger.proto import bookie_pb2 as pb
 
 
 class FakeBookie:

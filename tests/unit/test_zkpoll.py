@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.handlers.utils import selector_select
 
-from client.meta.zkpoll import PollingHandler, poll_select
+from bkledger.client.meta.zkpoll import PollingHandler, poll_select
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from client.log.core.meta import LogLedger, LogMetadata
+from bkledger.client.log.core.meta import LogLedger, LogMetadata
 
 KEEP_TAIL = 2
 MAX_REPLACED = 1000          # ledgers one compacted ledger may stand for (its record stays small)

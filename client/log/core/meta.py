@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from client.errors import InvalidLogUpdateError, InvalidPositionError
+from bkledger.client.errors import InvalidLogUpdateError, InvalidPositionError
 
 FORMAT_VERSION = 1
 ENVELOPE_KEY = "bkledger.envelope"     # a ledger's custom metadata key naming its record envelope version

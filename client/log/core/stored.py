@@ -41,9 +41,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from client.errors import InvalidLogUpdateError
-from client.log.core import meta as lm
-from client.log.core.meta import LogLedger, LogMetadata, RetentionPolicy
+from bkledger.client.errors import InvalidLogUpdateError
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core.meta import LogLedger, LogMetadata, RetentionPolicy
 
 FORMAT = 2
 SEGMENT_LEDGERS = 256

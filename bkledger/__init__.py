@@ -1,0 +1,22 @@
+"""bkledger: a replicated, ledger-backed log store modelled on Apache BookKeeper, with a PySpark data source.
+
+One import root for everything the distribution ships, so that nothing in a user's environment shadows
+it or is shadowed by it (a job's own `client.py`, proto-plus's `proto`):
+
+    bkledger.client            the client: ledgers, logs, the BookKeeper facade
+    bkledger.bookie            the storage server, the `bkledger` command, the local cluster
+    bkledger.spark_connector   the `bkledger` Spark data source
+    bkledger.proto             the wire contract and its generated code
+
+In a source checkout these are the repository's top-level folders (this folder links to them); an
+installed wheel holds them under `bkledger/`.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("bkledger")
+except _metadata.PackageNotFoundError:  # a source checkout that was never installed
+    __version__ = "0+unknown"
