@@ -4,8 +4,9 @@ Mirrors BookKeeper's client stats (`bookkeeper_client_*`, a StatsLogger handed t
 `BookKeeper(uri, metrics_registry=registry)` with a `prometheus_client.CollectorRegistry` counts entries
 added and read, add failures, speculative reads, ensemble changes and ledger recoveries. Without a registry
 every counter is a no-op object (no prometheus import, nothing counted). The registry also gets
-prometheus_client's process, platform and GC collectors unless it has them (its default REGISTRY does). Call sites are one line each:
-`ctx.metrics.adds.inc(n)`. Several clients passing the same registry share its counters.
+prometheus_client's process, platform and GC collectors unless it has them (its default REGISTRY does).
+Call sites are one line each: `ctx.metrics.adds.inc(n)`. Several clients passing the same registry share
+its counters.
 """
 
 from __future__ import annotations
