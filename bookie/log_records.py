@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime
+import itertools
 import json
 import sys
 import time
@@ -200,14 +201,18 @@ def append(bk: BookKeeper, args: argparse.Namespace) -> int:
     first: Position | None = None
     last: Position | None = None
     count = 0
-    with bk.open_log_writer(args.name, ensemble_size=args.ensemble, write_quorum=args.write_quorum,
-                            ack_quorum=args.ack_quorum, password=args.password.encode(), envelope=env.V1) as writer:
-        for line in lines_of(args.files, sys.stdin.buffer):
-            pending.append(writer.append_async(record_of(line, args, timestamp)))
-            count += 1
-            if len(pending) >= MAX_IN_FLIGHT:
-                first, last = _settled(pending, first, last)
-        first, last = _settled(pending, first, last)
+    lines = lines_of(args.files, sys.stdin.buffer)
+    head = next(lines, None)                 # no input: no writer, no empty ledger in the log
+    if head is not None:
+        with bk.open_log_writer(args.name, ensemble_size=args.ensemble, write_quorum=args.write_quorum,
+                                ack_quorum=args.ack_quorum, password=args.password.encode(),
+                                envelope=env.V1) as writer:
+            for line in itertools.chain([head], lines):
+                pending.append(writer.append_async(record_of(line, args, timestamp)))
+                count += 1
+                if len(pending) >= MAX_IN_FLIGHT:
+                    first, last = _settled(pending, first, last)
+            first, last = _settled(pending, first, last)
     result = {"log": args.name, "records": count, "first": None if first is None else str(first),
               "last": None if last is None else str(last)}
     if args.json:

@@ -132,6 +132,8 @@ def test_create_retention_truncate_delete(home: Path):
     bad = run(home, "log", "retention", name, "--max-age", "soon", ok=False)
     assert bad.returncode == 2 and "--max-age" in bad.stderr
 
+    nothing = json.loads(run(home, "log", "append", name, "--json").stdout)     # empty stdin: no empty ledger
+    assert nothing["records"] == 0 and nothing["first"] is None
     for n in range(3):                           # three ledgers: each append opens a writer on a new one
         run(home, "log", "append", name, stdin=f"record {n}\n".encode())
     with bk_of(home) as bk:
