@@ -70,7 +70,8 @@ def test_append_then_tail_decodes_the_envelope_without_uri(home: Path):
     with bk_of(home) as bk:
         meta = bk.log_metadata(name)
         ledger = meta.ledgers[-1].ledger_id
-        assert env.version_of(bk.ledger_metadata(ledger).custom_metadata) == env.V1
+        assert env.version_of(bk.ledger_metadata(ledger).custom_metadata) == env.V1      # as Spark's writer
+        assert meta.ledgers[-1].envelope == env.V1           # and the log records it (readers skip a lookup)
         with bk.open_log_reader(name) as reader:
             payloads = [r.payload for r in reader.read(max_records=3, timeout=10)]
     ts_us = int(datetime.datetime(2026, 1, 31, 12, tzinfo=datetime.UTC).timestamp()) * 1_000_000
