@@ -180,7 +180,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"bkledger log {args.action}: {exc}", file=sys.stderr)
         return 2
-    except (ShellError, BKError, records.RecordError, TimeoutError, ValueError, OSError) as exc:
+    except (ShellError, BKError, records.RecordError, TimeoutError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             raise
         print(f"bkledger log {args.action}: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ import concurrent.futures
 import datetime
 import itertools
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -183,52 +184,74 @@ def record_of(line: bytes, args: argparse.Namespace, timestamp: int | None) -> b
 
 def append(bk: BookKeeper, args: argparse.Namespace) -> int:
     """Append each input line as one enveloped record through a log writer; a summary on stderr (stdout
-    with --json). Refuses to fence a live writer of the log unless --fence-writer."""
-    from bkledger.client.log.liveness import live_writer
+    with --json). Refuses to fence a live writer of the log unless --fence-writer. If appending fails
+    midway, stderr says how many records were acknowledged before the error."""
     from bkledger.spark_connector import envelope as env
 
     timestamp = parse_timestamp(args.timestamp)
-    if args.name not in bk.list_logs() and not args.create:
+    _check_target(bk, args)
+    acked = Acked()
+    lines = lines_of(args.files, sys.stdin.buffer)
+    head = next(lines, None)                 # no input: no writer, no empty ledger in the log
+    if head is not None:
+        try:
+            with bk.open_log_writer(args.name, ensemble_size=args.ensemble, write_quorum=args.write_quorum,
+                                    ack_quorum=args.ack_quorum, password=args.password.encode(),
+                                    envelope=env.V1) as writer:
+                for line in itertools.chain([head], lines):
+                    acked.pending.append(writer.append_async(record_of(line, args, timestamp)))
+                    if len(acked.pending) >= MAX_IN_FLIGHT:
+                        acked.settle()
+                acked.settle()
+        except BaseException:
+            if acked.count:
+                print(f"bkledger log append: {acked.count} records were acknowledged before the error "
+                      f"({acked.first} .. {acked.last}); the rest were maybe not written", file=sys.stderr)
+            raise
+    result = {"log": args.name, "records": acked.count, "first": None if acked.first is None else str(acked.first),
+              "last": None if acked.last is None else str(acked.last)}
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        span = f" ({acked.first} .. {acked.last})" if acked.first is not None else ""
+        print(f"appended {acked.count} records to log {args.name}{span}", file=sys.stderr)
+    return 0
+
+
+def _check_target(bk: BookKeeper, args: argparse.Namespace) -> None:
+    """The input files exist, the log exists (or --create), and no live writer would be fenced (or
+    --fence-writer); RecordError saying what to do otherwise."""
+    from bkledger.client.log.liveness import live_writer
+
+    for path in args.files:
+        if path != "-" and not os.path.isfile(path):
+            raise RecordError(f"{path}: no such file")
+    exists = args.name in bk.list_logs()
+    if not exists and not args.create:
         raise RecordError(f"log {args.name!r} does not exist: create it (bkledger log create {args.name}) or "
                           "add --create")
-    if args.name in bk.list_logs() and not args.fence_writer:
+    if exists and not args.fence_writer:
         holder = live_writer(bk, bk.log_metadata(args.name))
         if holder is not None:
             raise RecordError(f"log {args.name!r} has a live writer (ledger {holder['ledger_id']}, host "
                               f"{holder.get('host', '?')} pid {holder.get('pid', '?')}); appending would fence it "
                               "out: stop it, or add --fence-writer")
-    pending: list[concurrent.futures.Future[Position]] = []
-    first: Position | None = None
-    last: Position | None = None
-    count = 0
-    lines = lines_of(args.files, sys.stdin.buffer)
-    head = next(lines, None)                 # no input: no writer, no empty ledger in the log
-    if head is not None:
-        with bk.open_log_writer(args.name, ensemble_size=args.ensemble, write_quorum=args.write_quorum,
-                                ack_quorum=args.ack_quorum, password=args.password.encode(),
-                                envelope=env.V1) as writer:
-            for line in itertools.chain([head], lines):
-                pending.append(writer.append_async(record_of(line, args, timestamp)))
-                count += 1
-                if len(pending) >= MAX_IN_FLIGHT:
-                    first, last = _settled(pending, first, last)
-            first, last = _settled(pending, first, last)
-    result = {"log": args.name, "records": count, "first": None if first is None else str(first),
-              "last": None if last is None else str(last)}
-    if args.json:
-        print(json.dumps(result, sort_keys=True))
-    else:
-        span = f" ({first} .. {last})" if first is not None else ""
-        print(f"appended {count} records to log {args.name}{span}", file=sys.stderr)
-    return 0
 
 
-def _settled(pending: list[concurrent.futures.Future[Position]], first: Position | None,
-             last: Position | None) -> tuple[Position | None, Position | None]:
-    """Wait for the queued appends (in order); the first and last acknowledged positions so far."""
-    for fut in pending:
-        pos = fut.result(60)
-        first = pos if first is None else first
-        last = pos
-    pending.clear()
-    return first, last
+class Acked:
+    """The appends queued and those acknowledged so far (count, first and last position)."""
+
+    def __init__(self) -> None:
+        self.pending: list[concurrent.futures.Future[Position]] = []
+        self.count = 0
+        self.first: Position | None = None
+        self.last: Position | None = None
+
+    def settle(self) -> None:
+        """Wait for the queued appends, in order (each bounded by 60 s)."""
+        for fut in self.pending:
+            pos = fut.result(60)
+            self.first = pos if self.first is None else self.first
+            self.last = pos
+            self.count += 1
+        self.pending.clear()

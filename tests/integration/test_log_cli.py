@@ -101,6 +101,9 @@ def test_append_files_with_key_separator_and_readledger_decodes(home: Path, tmp_
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_bytes(b"user1\tclicked\nuser2\tleft\n")
     second.write_bytes(b"no separator here\n")
+    missing = run(home, "log", "append", name, str(first), str(tmp_path / "nope.txt"), "--create", ok=False)
+    assert missing.returncode == 1 and "nope.txt: no such file" in missing.stderr
+    assert name not in json.loads(run(home, "log", "list", "--json").stdout)       # checked before writing
     run(home, "log", "append", name, str(first), str(second), "--create", "--key-separator", "\t",
         "--timestamp", "1700000000000")
     with bk_of(home) as bk:
@@ -194,3 +197,34 @@ def test_version_and_list_json_elsewhere(home: Path, tmp_path: Path):
     nowhere = run(tmp_path, "log", "list", ok=False)
     assert nowhere.returncode == 1 and "bkledger local up" in nowhere.stderr
     assert os.path.isdir(home / "var" / "local-cluster")
+
+
+def test_append_failing_midway_says_what_was_acknowledged(cluster_factory):
+    """Bookies die (kill -9) while the console producer runs: it exits 1 with one line saying how many
+    records were acknowledged before the error, and those are in the log."""
+    cluster = cluster_factory(3)
+    name = new_name()
+    proc = subprocess.Popen([*CLI, "log", "append", name, "--create", "--dir", str(cluster.base_dir)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"before\n")
+        proc.stdin.flush()
+        with BookKeeper(cluster.metadata_service_uri, config=ClientConfig.from_options(FAST_CLIENT)) as bk:
+            deadline = time.monotonic() + 60
+            while name not in bk.list_logs() or not list(bk.open_log_reader(name).read(max_records=1, timeout=1)):
+                assert time.monotonic() < deadline, "the first record never became readable"
+            cluster.kill_bookie(1)
+            cluster.kill_bookie(2)
+            proc.stdin.write(b"after\n")
+            proc.stdin.close()
+            proc.wait(timeout=120)
+            assert proc.stderr is not None
+            err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    text = err.decode()
+    assert proc.returncode == 1, text
+    assert "1 records were acknowledged before the error (0:0 .. 0:0)" in text and "Traceback" not in text
