@@ -95,8 +95,10 @@ def cmd_local(args: argparse.Namespace) -> int:
             if args.secure:
                 print(f"secure: clients need export {_client_env(cluster)} (see local status --json)", file=sys.stderr)
         elif args.action == "down":
-            LocalCluster.load(args.dir).down()
-            print(f"local cluster in {args.dir} stopped")
+            LocalCluster.load(args.dir).down(wipe=args.wipe)
+            print(f"local cluster in {args.dir} stopped and deleted" if args.wipe else
+                  f"local cluster in {args.dir} stopped; its data is kept: `bkledger local up --dir {args.dir}` "
+                  "starts it again, `bkledger local down --wipe` deletes it")
         else:
             status = LocalCluster.load(args.dir).status()
             if args.json:
@@ -233,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")
     p.add_argument("--secure", action="store_true",
                    help="TLS with client certificates and ZooKeeper ACLs; material in DIR/secure (up)")
+    p.add_argument("--wipe", action="store_true", help="also delete the cluster's directory, data and all (down)")
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser("log", help="logs made of ledgers: list, describe, tail, compact")
