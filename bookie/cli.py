@@ -92,7 +92,7 @@ def cmd_local(args: argparse.Namespace) -> int:
                 cluster.down()              # leave nothing half-started behind
                 raise
             print(cluster.metadata_service_uri)
-            if args.secure:
+            if cluster.secure:
                 print(f"secure: clients need export {_client_env(cluster)} (see local status --json)", file=sys.stderr)
         elif args.action == "down":
             LocalCluster.load(args.dir).down(wipe=args.wipe)
@@ -229,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("local", help="a ZooKeeper and bookies on this machine")
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--bookies", type=int, default=3, help="number of bookies (up)")
+    p.add_argument("--bookies", type=int, default=None,
+                   help="number of bookies (up; default 3, or on a restart the kept ones)")
     p.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="where the cluster lives")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")

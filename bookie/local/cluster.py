@@ -145,7 +145,7 @@ class LocalCluster:
     # ---- up -------------------------------------------------------------------------------
     def up(
         self,
-        num_bookies: int = 3,
+        num_bookies: int | None = 3,
         conf_overrides: dict[str, str] | None = None,
         timeout: float = 60.0,
         zookeeper_port: int = 0,
@@ -161,7 +161,8 @@ class LocalCluster:
         `lostBookieRecoveryDelay=2` s and a 10 s `openLedgerRereplicationGracePeriod` (settable).
         `secure`: TLS with client certificates and ZooKeeper ACLs (bookie.local.secure).
         Over a directory that holds a stopped cluster, that cluster is restarted (`restart`); then
-        `zookeeper_port`, `root` and `scheme` are those kept, and `num_bookies` only adds bookies.
+        `zookeeper_port`, `root` and `scheme` are those kept, and `num_bookies` only adds bookies
+        (None: 3 for a new cluster, the kept ones on a restart).
         """
         overrides = dict(conf_overrides or {})
         if autorecovery is None:
@@ -169,12 +170,13 @@ class LocalCluster:
         self.autorecovery = autorecovery
         kept = self._kept()
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        if not secure and SecureMaterial(self.base_dir).exists:
-            raise ClusterError(f"{self.base_dir} holds a cluster made with --secure (its znodes have ACLs): "
-                               "start it with bkledger local up --secure, or use another --dir")
         if kept is not None:
             self.restart(kept, num_bookies, overrides, timeout, secure)
             return
+        if not secure and SecureMaterial(self.base_dir).exists:
+            raise ClusterError(f"{self.base_dir} holds a cluster made with --secure (its znodes have ACLs): "
+                               "start it with bkledger local up --secure, or use another --dir")
+        num_bookies = 3 if num_bookies is None else num_bookies
         self.secure = secure
         zk_properties = SecureMaterial(self.base_dir).ensure().zookeeper_properties() if secure else {}
         self.embedded_zookeeper = not zookeeper_port
@@ -202,12 +204,13 @@ class LocalCluster:
             raise ClusterError(f"a local cluster is already running in {self.base_dir} (bkledger local down)")
         return old
 
-    def restart(self, kept: LocalCluster, num_bookies: int, overrides: dict[str, str], timeout: float,
+    def restart(self, kept: LocalCluster, num_bookies: int | None, overrides: dict[str, str], timeout: float,
                 secure: bool) -> None:
         """Start the stopped cluster `kept` again: the same ZooKeeper port and data, each bookie with its
         configuration (port, id, directories; `overrides` applied on top), then `num_bookies` minus
-        those as new bookies. The autorecovery daemons start once every bookie is registered: an auditor
-        started earlier would take the bookies not yet back for lost."""
+        those as new bookies. A cluster made with `secure` restarts secure, with or without it. The
+        autorecovery daemons start once every bookie is registered: an auditor started earlier would
+        take the bookies not yet back for lost."""
         if secure and not kept.secure:
             raise ClusterError(f"{self.base_dir} holds a cluster made without --secure: start it without "
                                "--secure, or delete it (bkledger local down --wipe) and start a new one")
@@ -225,9 +228,12 @@ class LocalCluster:
         for proc in self.bookies:
             self._reconfigure(proc, overrides)
             self.start_bookie(proc.index)
-        if num_bookies > len(self.bookies):
-            log.warning("adding %d bookies to the %d kept", num_bookies - len(self.bookies), len(self.bookies))
-        while len(self.bookies) < num_bookies:
+        wanted = len(self.bookies) if num_bookies is None else num_bookies
+        if wanted != len(self.bookies):
+            log.warning("%d bookies asked for, %d kept: %s", wanted, len(self.bookies),
+                        "adding the others" if wanted > len(self.bookies) else
+                        "starting them all (bkledger shell decommission ID moves a bookie's data off it)")
+        while len(self.bookies) < wanted:
             self.add_bookie(overrides, autorecovery=False)
         self.save()
         self.wait_registered(timeout)
