@@ -228,8 +228,8 @@ class LocalCluster:
         for proc in self.bookies:
             self._reconfigure(proc, overrides)
             self.start_bookie(proc.index)
-        wanted = len(self.bookies) if num_bookies is None else num_bookies
-        if wanted != len(self.bookies):
+        wanted = (len(self.bookies) or 3) if num_bookies is None else num_bookies
+        if self.bookies and wanted != len(self.bookies):
             log.warning("%d bookies asked for, %d kept: %s", wanted, len(self.bookies),
                         "adding the others" if wanted > len(self.bookies) else
                         "starting them all (bkledger shell decommission ID moves a bookie's data off it)")
@@ -295,7 +295,10 @@ class LocalCluster:
             **(SecureMaterial(self.base_dir).bookie_options(index) if self.secure else {}),
             **conf_overrides,
         }
-        config = bkconfig.from_mapping(values)
+        try:
+            config = bkconfig.from_mapping(values)
+        except bkconfig.ConfigError as exc:
+            raise ClusterError(f"bookie-{index}'s configuration: {exc}") from None
         home.mkdir(parents=True, exist_ok=True)
         conf_path = home / "bookie.conf"
         conf_path.write_text(bkconfig.render(config))
