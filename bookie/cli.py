@@ -86,12 +86,16 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             cluster = LocalCluster(args.dir)
+            restarting = cluster.state_path.exists()
             try:
                 cluster.up(args.bookies, _overrides(args.set), secure=args.secure)
             except BaseException:
                 cluster.down()              # leave nothing half-started behind
                 raise
             print(cluster.metadata_service_uri)
+            if restarting:
+                print(f"restarted the cluster kept in {args.dir}: ZooKeeper and bookies on their kept ports, "
+                      f"with their ids and data ({len(cluster.bookies)} bookies)", file=sys.stderr)
             if cluster.secure:
                 print(f"secure: clients need export {_client_env(cluster)} (see local status --json)", file=sys.stderr)
         elif args.action == "down":

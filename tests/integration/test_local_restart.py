@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bkledger.bookie import config as bkconfig
-from bkledger.bookie.local.cluster import ClusterError, LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.bookie.local.zookeeper import free_port
 from bkledger.client import BookKeeper
 from bkledger.client.config import ClientConfig
@@ -83,27 +83,34 @@ def test_restart_keeps_bookies_ledgers_and_logs(tmp_path: Path) -> None:
         cluster.down()
 
 
+def _local(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bkledger.bookie.cli", "local", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
 def test_a_kept_port_taken_now_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    """A restart whose kept bookie port is held by another process names the port and the fix, starts
-    nothing and keeps the state; once the port is free the cluster starts; `down(wipe=True)` deletes it."""
-    cluster = LocalCluster(tmp_path / "cluster")
+    """`bkledger local up` over a kept cluster whose bookie port another process holds now names the port
+    and the fix, starts nothing and keeps the state; once the port is free it restarts the cluster (and
+    says so); `local down --wipe` deletes it."""
+    home = str(tmp_path / "cluster")
     try:
-        cluster.up(1, autorecovery=False)
-        cluster.down()
-        port = cluster.bookies[0].port
+        assert _local("up", "--dir", home, "--bookies", "1", "--set", "autoRecoveryDaemonEnabled=false").returncode == 0
+        down = _local("down", "--dir", home)
+        assert down.returncode == 0 and "data is kept" in down.stdout
+        port = LocalCluster.load(home).bookies[0].port
         with socket.create_server(("127.0.0.1", port)):
-            again = LocalCluster(tmp_path / "cluster")
-            with pytest.raises(ClusterError, match=rf"port {port}.*taken now.*local down --wipe"):
-                again.up(1, autorecovery=False)
-            again.down()          # what `local up` does after a failure: must keep the state intact
-        kept = LocalCluster.load(tmp_path / "cluster")
+            refused = _local("up", "--dir", home)
+        assert refused.returncode == 1
+        assert f"port {port}" in refused.stderr and "taken now" in refused.stderr
+        assert "local down --wipe" in refused.stderr and "Traceback" not in refused.stderr
+        kept = LocalCluster.load(home)
         assert kept.zk_pid == 0 and [b.port for b in kept.bookies] == [port]
-        cluster = LocalCluster(tmp_path / "cluster")
-        cluster.up(1, autorecovery=False)
-        assert cluster.bookies[0].port == port
+        again = _local("up", "--dir", home)
+        assert again.returncode == 0 and "restarted the cluster" in again.stderr, again.stderr
+        assert [b.port for b in LocalCluster.load(home).bookies] == [port]
     finally:
-        cluster.down(wipe=True)
-    assert not (tmp_path / "cluster").exists()
+        wiped = _local("down", "--wipe", "--dir", home)
+    assert wiped.returncode == 0 and not (tmp_path / "cluster").exists()
 
 
 def test_a_first_start_on_a_port_in_use_writes_no_cookie(tmp_path: Path, metadata_uri: str) -> None:
