@@ -93,7 +93,7 @@ def resolve_uri(args: argparse.Namespace) -> str:
     from bkledger.bookie.local.cluster import ClusterError, LocalCluster
 
     try:
-        return LocalCluster.load(args.dir).metadata_service_uri
+        return LocalCluster.load_running(args.dir).metadata_service_uri
     except ClusterError as exc:
         raise ShellError(f"give --uri or --conf ({exc})") from None
 

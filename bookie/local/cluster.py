@@ -119,6 +119,16 @@ class LocalCluster:
         ]
         return cluster
 
+    @classmethod
+    def load_running(cls, base_dir: Path | str) -> LocalCluster:
+        """`load`, and ClusterError at once if the cluster is stopped (its own ZooKeeper is not running),
+        rather than a client's wait for a ZooKeeper that is not there."""
+        cluster = cls.load(base_dir)
+        if cluster.embedded_zookeeper and not (cluster.zk_pid and pid_alive(cluster.zk_pid)):
+            raise ClusterError(f"the local cluster in {cluster.base_dir} is stopped: start it with bkledger local "
+                               f"up --dir {base_dir}")
+        return cluster
+
     def status(self) -> dict[str, Any]:
         return {
             "dir": str(self.base_dir),

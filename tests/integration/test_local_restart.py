@@ -98,6 +98,9 @@ def test_a_kept_port_taken_now_is_refused_before_anything_starts(tmp_path: Path)
         down = _local("down", "--dir", home)
         assert down.returncode == 0 and "data is kept" in down.stdout
         port = LocalCluster.load(home).bookies[0].port
+        shell = subprocess.run([sys.executable, "-m", "bkledger.bookie.cli", "shell", "listbookies", "--dir", home],
+                               capture_output=True, text=True, timeout=10)
+        assert shell.returncode == 1 and "is stopped" in shell.stderr     # at once, not after a ZooKeeper wait
         with socket.create_server(("127.0.0.1", port)):
             refused = _local("up", "--dir", home)
         assert refused.returncode == 1
