@@ -109,7 +109,7 @@ class LocalCluster:
         state = json.loads(cluster.state_path.read_text())
         cluster.zk_port = state["zookeeper"]["port"]
         cluster.zk_pid = state["zookeeper"]["pid"]
-        cluster.embedded_zookeeper = bool(state["zookeeper"].get("embedded", True))
+        cluster.embedded_zookeeper = bool(state["zookeeper"].get("embedded", cluster.zk_pid))  # older state: no key
         cluster.metadata_service_uri = state["metadataServiceUri"]
         cluster.autorecovery = bool(state.get("autorecovery", False))
         cluster.secure = bool(state.get("secure", False))
