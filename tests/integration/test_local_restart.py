@@ -3,16 +3,19 @@ bookie's port is checked before any cookie is written (R24: cookies bind a booki
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from bkledger.bookie import config as bkconfig
 from bkledger.bookie.local.cluster import LocalCluster
-from bkledger.bookie.local.zookeeper import free_port
+from bkledger.bookie.local.zookeeper import free_port, pid_alive
 from bkledger.client import BookKeeper
 from bkledger.client.config import ClientConfig
 from bkledger.client.meta.store import MetadataStore
@@ -79,6 +82,32 @@ def test_restart_keeps_bookies_ledgers_and_logs(tmp_path: Path) -> None:
             handle = bk.create_ledger(2, 2, 2, password=PASSWORD)
             handle.add_entry(b"new ledger", timeout=10)
             handle.close()
+    finally:
+        cluster.down()
+
+
+def test_restart_after_kill_9_of_every_process(tmp_path: Path) -> None:
+    """R24: after kill -9 of ZooKeeper and the bookie (no `down`), `up` over the directory finds the
+    stale pids dead, restarts with the kept ports and ids, and the journal's acknowledged entries read back."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    try:
+        cluster.up(1, autorecovery=False)
+        with BookKeeper(cluster.metadata_service_uri, config=FAST) as bk:
+            handle = bk.create_ledger(1, 1, 1, password=PASSWORD)
+            for i in range(10):
+                handle.add_entry(b"acked %d" % i, timeout=10)
+            ledger_id = handle.ledger_id
+        pids = [cluster.zk_pid, cluster.bookies[0].pid]     # the state file keeps naming them
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cluster = LocalCluster(tmp_path / "cluster")
+        cluster.up(autorecovery=False, timeout=90)
+        with BookKeeper(cluster.metadata_service_uri, config=FAST) as bk:
+            reader = bk.open_ledger(ledger_id, PASSWORD, recovery=True)
+            assert [e.payload for e in reader.read_entries(0, 9)] == [b"acked %d" % i for i in range(10)]
     finally:
         cluster.down()
 
