@@ -87,17 +87,23 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             cluster = LocalCluster(args.dir)
+            restarting = cluster.state_path.exists()
             try:
                 cluster.up(args.bookies, _overrides(args.set), secure=args.secure)
             except BaseException:
                 cluster.down()              # leave nothing half-started behind
                 raise
             print(cluster.metadata_service_uri)
-            if args.secure:
+            if restarting:
+                print(f"restarted the cluster kept in {args.dir}: ZooKeeper and bookies on their kept ports, "
+                      f"with their ids and data ({len(cluster.bookies)} bookies)", file=sys.stderr)
+            if cluster.secure:
                 print(f"secure: clients need export {_client_env(cluster)} (see local status --json)", file=sys.stderr)
         elif args.action == "down":
-            LocalCluster.load(args.dir).down()
-            print(f"local cluster in {args.dir} stopped")
+            LocalCluster.load(args.dir).down(wipe=args.wipe)
+            print(f"local cluster in {args.dir} stopped and deleted" if args.wipe else
+                  f"local cluster in {args.dir} stopped; its data is kept: `bkledger local up --dir {args.dir}` "
+                  "starts it again, `bkledger local down --wipe` deletes it")
         else:
             status = LocalCluster.load(args.dir).status()
             if args.json:
@@ -166,12 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("local", help="a ZooKeeper and bookies on this machine")
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--bookies", type=int, default=3, help="number of bookies (up)")
+    p.add_argument("--bookies", type=int, default=None,
+                   help="number of bookies (up; default 3, or on a restart the kept ones)")
     p.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="where the cluster lives")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")
     p.add_argument("--secure", action="store_true",
                    help="TLS with client certificates and ZooKeeper ACLs; material in DIR/secure (up)")
+    p.add_argument("--wipe", action="store_true", help="also delete the cluster's directory, data and all (down)")
     p.set_defaults(func=cmd_local)
 
     from bkledger.bookie.log_cli import add_log_parser

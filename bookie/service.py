@@ -1,6 +1,8 @@
 """The standalone bookie process: cookies, storage, the gRPC server, registration and disk checks.
 
-Mirrors BookKeeper's BookieServer: check cookies (R24) before touching storage, replay the journal,
+Mirrors BookKeeper's BookieServer: check that its ports can be bound (before anything is written: a
+first start on a taken port must not leave cookies under an id it cannot serve), check cookies (R24)
+before touching storage, replay the journal,
 listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral; `bookie.registration`
 keeps it, off the event loop). A disk-usage check turns the bookie read-only above `diskUsageThreshold`
 and back below `diskUsageLwmThreshold` (R25), re-registering it under `available/readonly`; a failed
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import socket
 from pathlib import Path
 
 import grpc
@@ -38,6 +41,35 @@ from bkledger.client.meta.zkauth import zk_auth
 
 log = logging.getLogger("bkledger.bookie")
 GC_STOP_WAIT_S = 10.0   # shutdown waits this long for a garbage-collection round to end
+
+
+class PortInUseError(OSError):
+    """A port the bookie is to serve on cannot be bound; the message names it and what to do."""
+
+
+def _serving_ports(config: BookieConfig) -> list[tuple[str, int]]:
+    ports = [("bookiePort", config.bookiePort)]
+    if config.prometheusStatsHttpPort:
+        ports.append(("prometheusStatsHttpPort", config.prometheusStatsHttpPort))
+    if config.httpServerEnabled:
+        ports.append(("httpServerPort", config.httpServerPort))
+    return ports
+
+
+def port_in_use(config: BookieConfig, key: str, port: int, why: str) -> PortInUseError:
+    fix = ("stop that process; the bookie's id holds its port, so a bookie with data must keep bookiePort"
+           if key == "bookiePort" else f"stop that process or set {key} to a free port")
+    return PortInUseError(f"cannot listen on {config.listenAddress}:{port} ({key}): {why}. Another process "
+                          f"holds it (ss -ltnp 'sport = :{port}' shows which): {fix}")
+
+
+def check_ports(config: BookieConfig) -> None:
+    """Before any cookie is written: every port this bookie serves on can be bound now."""
+    for key, port in _serving_ports(config):
+        try:
+            socket.create_server((config.listenAddress, port)).close()
+        except OSError as exc:
+            raise port_in_use(config, key, port, exc.strerror or str(exc)) from None
 
 
 def _cookie_dirs(config: BookieConfig) -> list[Path]:
@@ -152,6 +184,7 @@ class BookieServer:
         for sig in STOP_SIGNALS:    # the fallback (see bookie.stop_signals): wakes the loop itself
             self._loop.add_signal_handler(sig, self._on_stop_signal, FALLBACK.format(sig.name))
         cfg = self.config
+        check_ports(cfg)
         self.store.start()
         self.store.init_cluster()
         check_cookies(cfg, self.store)
@@ -161,10 +194,7 @@ class BookieServer:
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         add_to_server(self.service, self.server)
         address = f"{cfg.listenAddress}:{cfg.bookiePort}"
-        bound = (self.server.add_secure_port(address, self.credentials) if self.credentials
-                 else self.server.add_insecure_port(address))
-        if bound == 0:
-            raise OSError(f"cannot listen on {address}: the port is taken")
+        await self._bind(address)
         self.http = start_bookie_http(self)
         await self.server.start()
         if not await self._registered(self.service.read_only):
@@ -180,6 +210,19 @@ class BookieServer:
         monitor = asyncio.create_task(self._disk_monitor())
         await self._stop.wait()
         await self._shutdown(monitor)
+
+    async def _bind(self, address: str) -> None:
+        """Bind the gRPC port; taken since check_ports (a race): close what was opened, PortInUseError."""
+        assert self.server is not None
+        try:
+            bound = (self.server.add_secure_port(address, self.credentials) if self.credentials
+                     else self.server.add_insecure_port(address))
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            await asyncio.to_thread(self.bookie.close)
+            await call_bounded("close the ZooKeeper session", self.store.close, 5)
+            raise port_in_use(self.config, "bookiePort", self.config.bookiePort, "taken since the check at start")
 
     async def _registered(self, read_only: bool) -> bool:
         """The first registration; False if a stop signal came first. After a crash the bookie waits
@@ -233,6 +276,9 @@ def run_bookie(config: BookieConfig) -> int:
     except CookieError as exc:
         log.error("refusing to start: %s", exc)
         return 3
+    except PortInUseError as exc:
+        log.error("refusing to start: %s", exc)
+        return 4
     except (ConfigError, InvalidOptionError) as exc:
         log.error("bad configuration: %s", exc)
         return 2
