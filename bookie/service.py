@@ -88,13 +88,16 @@ class BookieServer:
         self.registrar = Registrar(self.store, config.bookie_id, info, max(config.diskCheckInterval, 50) / 1000.0)
 
     def _on_journal_fatal(self, exc: BaseException) -> None:
+        """The journal failed, or ledger storage did (`Bookie.storage_failed`): read-only until restarted."""
+        what = "ledger storage failed" if self.bookie.storage_failed else "journal failed"
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._set_read_only, True, f"journal failed: {exc}")
+            self._loop.call_soon_threadsafe(self._set_read_only, True, f"{what}: {exc}")
 
     def _set_read_only(self, read_only: bool, why: str) -> None:
         if self.service is None or self.service.read_only == read_only:
             return
-        if not read_only and (self.bookie.journal_failed or self.config.forceReadOnlyBookie or self.admin_read_only):
+        failed = self.bookie.journal_failed or bool(self.bookie.storage_failed)
+        if not read_only and (failed or self.config.forceReadOnlyBookie or self.admin_read_only):
             return
         if read_only and not self.config.readOnlyModeEnabled:
             log.error("%s and readOnlyModeEnabled=false: shutting down", why)

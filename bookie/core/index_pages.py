@@ -145,6 +145,12 @@ class PageCache:
         items = [(k, p) for k, p in self._dirty.items() if ledger_id is None or k[0] == ledger_id]
         return sorted(items, key=lambda kp: kp[0])
 
+    def first_page(self, ledger_id: int, page_no: int) -> int | None:
+        """The lowest cached page number of the ledger from `page_no` on (None: none); walks the cache
+        (at most `limit` pages and the dirty ones), not the ledger."""
+        found = [k[1] for table in (self._clean, self._dirty) for k in table if k[0] == ledger_id and k[1] >= page_no]
+        return min(found) if found else None
+
     def dirty_ledgers(self) -> set[int]:
         return {k[0] for k in self._dirty}
 
