@@ -43,4 +43,5 @@ class ThreadFailures:
             return dict(self._counts)
 
 
+THREADS = ("journal", "storage", "checkpoint", "gc", "registrar")
 FAILURES = ThreadFailures()     # one bookie per process: its threads count here
