@@ -91,7 +91,8 @@ class BookieServer:
         """The journal failed, or ledger storage did (`Bookie.storage_failed`): read-only until restarted."""
         what = "ledger storage failed" if self.bookie.storage_failed else "journal failed"
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._set_read_only, True, f"{what}: {exc}")
+            with contextlib.suppress(RuntimeError):     # the loop is closed: the bookie has stopped anyway
+                self._loop.call_soon_threadsafe(self._set_read_only, True, f"{what}: {exc}")
 
     def _set_read_only(self, read_only: bool, why: str) -> None:
         if self.service is None or self.service.read_only == read_only:
