@@ -7,6 +7,7 @@ temporary directory: sparse index files with holes, and flushes that fail for re
 
 from __future__ import annotations
 
+import queue
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from bkledger.bookie.bookie import Bookie
 from bkledger.bookie.config import BookieConfig
 from bkledger.bookie.core import decisions
 from bkledger.bookie.core.index_pages import PageGeometry
+from bkledger.bookie.journal import Journal
 from bkledger.bookie.storage import LedgerStorage
 from bkledger.bookie.thread_guard import FAILURES
 from tests.unit.test_storage import add
@@ -115,3 +117,25 @@ def test_failed_checkpoints_are_counted_and_turn_storage_failed(tmp_path: Path) 
     again = LedgerStorage([tmp_path / "l"])
     assert again.is_fenced(2)
     again.close()
+
+
+def test_an_unexpected_exception_on_the_journal_thread_fails_the_journal_not_the_thread(tmp_path: Path) -> None:
+    """No dead journal thread: an exception that is no OSError (here from a buggy metrics hook) is logged with its
+    traceback and counted; the journal fails (so the bookie turns read-only), and every waiting add is answered
+    with the error instead of waiting for ever."""
+    fatal: list[BaseException] = []
+    journal = Journal(tmp_path, on_fatal=fatal.append)
+
+    def buggy_hook(items: int, nbytes: int) -> None:
+        raise ValueError("a bug in a metrics hook")
+
+    journal.on_group = buggy_hook
+    journal.start()
+    before = FAILURES.counts().get("journal", 0)
+    answers: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+    journal.append([b"record"], answers.put, sync=True)
+    assert isinstance(answers.get(timeout=10), ValueError)
+    assert journal.failed and len(fatal) == 1 and FAILURES.counts()["journal"] == before + 1
+    journal.append([b"later"], answers.put, sync=True)
+    assert isinstance(answers.get(timeout=10), ValueError)     # the thread still answers
+    journal.close()
