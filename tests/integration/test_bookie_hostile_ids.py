@@ -10,6 +10,7 @@ import asyncio
 import shutil
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,14 @@ def _list_entries(address: str, ledger_id: int, timeout: float = 10.0) -> pb.Get
             await client.close()
 
     return asyncio.run(go())
+
+
+def _metrics(http_port: int) -> dict[str, float]:
+    """The bookie's Prometheus samples, by name with labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
 
 
 def _checkpointed_since(cluster: LocalCluster, since: float) -> bool:
@@ -111,6 +120,10 @@ def test_failing_checkpoints_turn_the_bookie_read_only_and_a_fence_survives_the_
         assert add(bookie.address, 1, [40]).statuses == {40: pb.EREADONLY}
         row = cluster.status(health=True)["bookies"][0]["health"]
         assert row["storageFailed"] and row["state"] == "read-only"
+        metrics = _metrics(bookie.http_port)
+        assert metrics["bookie_CHECKPOINT_FAILURES_total"] >= 8 and metrics["bookie_LEDGER_STORAGE_FAILED"] == 1
+        assert 0 < metrics["bookie_LAST_CHECKPOINT_TIMESTAMP_SECONDS"] < time.time()
+        assert metrics['bookie_THREAD_FAILURES_total{thread="checkpoint"}'] >= 8
         cluster.kill_bookie(0)
     finally:
         tracer.terminate()
