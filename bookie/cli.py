@@ -138,13 +138,13 @@ def _print_health(bookies: list[dict[str, Any]]) -> None:
     rows = [(b["bookie_id"], b["health"]) for b in bookies if b.get("health")]
     if not rows:
         return
-    print(f"{'bookie':<22}{'mode':<11}{'last checkpoint':<21}{'failed checkpoints':<20}thread failures")
+    print(f"{'bookie':<22}{'mode':<28}{'last checkpoint':<21}{'failed checkpoints':<20}thread failures")
     for bookie_id, h in rows:
         last = h.get("lastCheckpointTime", 0)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "none yet"
         threads = ", ".join(f"{k} {v}" for k, v in sorted(h.get("threadFailures", {}).items())) or "none"
         mode = h.get("state", "?") + (" (storage failed)" if h.get("storageFailed") else "")
-        print(f"{bookie_id:<22}{mode:<11}{when:<21}{h.get('checkpointFailures', 0):<20}{threads}")
+        print(f"{bookie_id:<22}{mode:<28}{when:<21}{h.get('checkpointFailures', 0):<20}{threads}")
 
 
 def _print_http(bookies: list[dict[str, Any]]) -> None:
