@@ -30,6 +30,7 @@ from bkledger.bookie.memory import pin_malloc_thresholds
 from bkledger.bookie.registration import Registrar, call_bounded
 from bkledger.bookie.server import GRPC_OPTIONS, BookieService, add_to_server
 from bkledger.bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
+from bkledger.bookie.thread_guard import FAILURES
 from bkledger.bookie.tls import server_credentials
 from bkledger.client.errors import InvalidOptionError
 from bkledger.client.meta.errors import RegistrationAbandonedError
@@ -142,11 +143,13 @@ class BookieServer:
         interval = max(self.config.diskCheckInterval, 50) / 1000.0
         while not self._stop.is_set():
             assert self.service is not None
-            usages = self._usages()
-            want = decisions.disk_state(
-                usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
-            )
-            self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold {self.config.diskUsageThreshold:.0%})")
+            with FAILURES.guard("disk-check", "a disk-usage check"):   # a failing disk must not end the checks
+                usages = self._usages()
+                want = decisions.disk_state(
+                    usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
+                )
+                self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold "
+                                    f"{self.config.diskUsageThreshold:.0%})")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
 

@@ -43,5 +43,5 @@ class ThreadFailures:
             return dict(self._counts)
 
 
-THREADS = ("journal", "storage", "checkpoint", "gc", "registrar")
+THREADS = ("journal", "storage", "checkpoint", "gc", "registrar", "disk-check")   # disk-check: a task on the loop
 FAILURES = ThreadFailures()     # one bookie per process: its threads count here
