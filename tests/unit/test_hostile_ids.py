@@ -139,3 +139,23 @@ def test_an_unexpected_exception_on_the_journal_thread_fails_the_journal_not_the
     journal.append([b"later"], answers.put, sync=True)
     assert isinstance(answers.get(timeout=10), ValueError)     # the thread still answers
     journal.close()
+
+
+def test_range_reads_and_scans_find_entries_past_a_hole_in_the_file_or_only_in_the_cache(tmp_path: Path) -> None:
+    """Skipping holes never skips an entry: one written to the index file, one only in a dirty cached page (not
+    flushed yet) and one on a clean cached page past a hole are all listed and read, from any first id."""
+    st = LedgerStorage([tmp_path / "l0"], page_size=240, page_limit=64)
+    add(st, 4, list(range(10)))
+    add(st, 4, [10**6])
+    st.flush()
+    add(st, 4, [2 * 10**6])                          # dirty, in the cache only
+
+    def ids(first: int, last: int) -> list[int]:
+        return [int(e) for batch_ids, _, _ in st.read_range(4, first, last, 1 << 20, 1000) for e in batch_ids]
+
+    assert st.entry_ids(4) == [*range(10), 10**6, 2 * 10**6]
+    assert ids(5, 10**6 - 1) == [5, 6, 7, 8, 9]
+    assert ids(20, 3 * 10**6) == [10**6, 2 * 10**6]
+    assert ids(10**6 + 1, 3 * 10**6) == [2 * 10**6]
+    assert ids(0, 10**6) == [*range(10), 10**6]
+    st.close()
