@@ -11,6 +11,9 @@ the journal holds them in the order they were decided: an add accepted before a 
 before the fence is answered. An entry stored but not yet durable is one the bookie has not
 acknowledged, like any entry a crash takes before its fsync. At start the journal is replayed from the
 last checkpoint (LastLogMark) before anything is served (R22, R23).
+A checkpoint that fails, with any exception, keeps the journal and is counted (`checkpoint_failures`, the time
+of the last good one in `last_checkpoint_time`); checkpointFailuresBeforeReadOnly failures in a row mark the
+ledger storage failed and the bookie read-only until restarted, as BookKeeper does on a failed disk.
 """
 
 from __future__ import annotations

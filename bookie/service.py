@@ -4,7 +4,7 @@ Mirrors BookKeeper's BookieServer: check cookies (R24) before touching storage, 
 listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral; `bookie.registration`
 keeps it, off the event loop). A disk-usage check turns the bookie read-only above `diskUsageThreshold`
 and back below `diskUsageLwmThreshold` (R25), re-registering it under `available/readonly`; a failed
-journal also makes it read-only.
+journal or failed ledger storage (checkpoints failing, `Bookie.storage_failed`) also makes it read-only.
 A garbage-collection thread (`bookie.gc`) runs every `gcWaitTime` ms.
 SIGTERM unregisters, stops the server and GC, and checkpoints.
 """
