@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,7 @@ def cmd_local(args: argparse.Namespace) -> int:
                   f"local cluster in {args.dir} stopped; its data is kept: `bkledger local up --dir {args.dir}` "
                   "starts it again, `bkledger local down --wipe` deletes it")
         else:
-            status = LocalCluster.load(args.dir).status()
+            status = LocalCluster.load(args.dir).status(health=True)
             if args.json:
                 print(json.dumps(status, indent=2))
             else:
@@ -135,6 +136,21 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {ar_state:<14}  {b['journal_dir']} "
               f"{','.join(b['ledger_dirs'])}")
     _print_http(status["bookies"])
+    _print_health(status["bookies"])
+
+
+def _print_health(bookies: list[dict[str, Any]]) -> None:
+    """What each live bookie says of itself (its admin HTTP state): mode, checkpoints, background threads."""
+    rows = [(b["bookie_id"], b["health"]) for b in bookies if b.get("health")]
+    if not rows:
+        return
+    print(f"{'bookie':<22}{'mode':<28}{'last checkpoint':<21}{'failed checkpoints':<20}thread failures")
+    for bookie_id, h in rows:
+        last = h.get("lastCheckpointTime", 0)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "none yet"
+        threads = ", ".join(f"{k} {v}" for k, v in sorted(h.get("threadFailures", {}).items())) or "none"
+        mode = h.get("state", "?") + (" (storage failed)" if h.get("storageFailed") else "")
+        print(f"{bookie_id:<22}{mode:<28}{when:<21}{h.get('checkpointFailures', 0):<20}{threads}")
 
 
 def _print_http(bookies: list[dict[str, Any]]) -> None:

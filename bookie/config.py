@@ -48,6 +48,9 @@ class BookieConfig:
     pageSize: int = 8192                   # bytes per ledger index page (341 entry slots of 24 bytes)
     pageLimit: int = 1024                  # index pages held in memory; more are read from the index files
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest request; larger entries get EBADREQ
+    entryIdWindow: int = 1 << 30           # an add more ids than this past the ledger's last entry/LAC: EBADREQ
+    #   (no writer has 2^30 entries in flight: 32 GiB of headers alone; a bulk add's entries share one LAC)
+    checkpointFailuresBeforeReadOnly: int = 3   # consecutive failed checkpoints that turn the bookie read-only
     diskUsageThreshold: float = 0.95
     diskUsageLwmThreshold: float = 0.90
     diskCheckInterval: int = 10000         # ms
@@ -180,6 +183,8 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("lostBookieRecoveryDelay and openLedgerRereplicationGracePeriod must be >= 0")
     if config.pageSize < 24 or config.pageLimit < 1:
         raise ConfigError("pageSize must be at least 24 (one index slot) and pageLimit at least 1")
+    if config.entryIdWindow < 1 or config.checkpointFailuresBeforeReadOnly < 1:
+        raise ConfigError("entryIdWindow and checkpointFailuresBeforeReadOnly must be at least 1")
     if config.rereplicationEntryBatchSize < 1:
         raise ConfigError("rereplicationEntryBatchSize must be at least 1")
     _validate_http(config)

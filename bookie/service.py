@@ -6,7 +6,7 @@ before touching storage, replay the journal,
 listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral; `bookie.registration`
 keeps it, off the event loop). A disk-usage check turns the bookie read-only above `diskUsageThreshold`
 and back below `diskUsageLwmThreshold` (R25), re-registering it under `available/readonly`; a failed
-journal also makes it read-only.
+journal or failed ledger storage (checkpoints failing, `Bookie.storage_failed`) also makes it read-only.
 A garbage-collection thread (`bookie.gc`) runs every `gcWaitTime` ms.
 SIGTERM unregisters, stops the server and GC, and checkpoints.
 """
@@ -33,6 +33,7 @@ from bkledger.bookie.memory import pin_malloc_thresholds
 from bkledger.bookie.registration import Registrar, call_bounded
 from bkledger.bookie.server import GRPC_OPTIONS, BookieService, add_to_server
 from bkledger.bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
+from bkledger.bookie.thread_guard import FAILURES
 from bkledger.bookie.tls import server_credentials
 from bkledger.client.errors import InvalidOptionError
 from bkledger.client.meta.errors import RegistrationAbandonedError
@@ -120,13 +121,17 @@ class BookieServer:
         self.registrar = Registrar(self.store, config.bookie_id, info, max(config.diskCheckInterval, 50) / 1000.0)
 
     def _on_journal_fatal(self, exc: BaseException) -> None:
+        """The journal failed, or ledger storage did (`Bookie.storage_failed`): read-only until restarted."""
+        what = "ledger storage failed" if self.bookie.storage_failed else "journal failed"
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._set_read_only, True, f"journal failed: {exc}")
+            with contextlib.suppress(RuntimeError):     # the loop is closed: the bookie has stopped anyway
+                self._loop.call_soon_threadsafe(self._set_read_only, True, f"{what}: {exc}")
 
     def _set_read_only(self, read_only: bool, why: str) -> None:
         if self.service is None or self.service.read_only == read_only:
             return
-        if not read_only and (self.bookie.journal_failed or self.config.forceReadOnlyBookie or self.admin_read_only):
+        failed = self.bookie.journal_failed or bool(self.bookie.storage_failed)
+        if not read_only and (failed or self.config.forceReadOnlyBookie or self.admin_read_only):
             return
         if read_only and not self.config.readOnlyModeEnabled:
             log.error("%s and readOnlyModeEnabled=false: shutting down", why)
@@ -170,11 +175,13 @@ class BookieServer:
         interval = max(self.config.diskCheckInterval, 50) / 1000.0
         while not self._stop.is_set():
             assert self.service is not None
-            usages = self._usages()
-            want = decisions.disk_state(
-                usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
-            )
-            self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold {self.config.diskUsageThreshold:.0%})")
+            with FAILURES.guard("disk-check", "a disk-usage check"):   # a failing disk must not end the checks
+                usages = self._usages()
+                want = decisions.disk_state(
+                    usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
+                )
+                self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold "
+                                    f"{self.config.diskUsageThreshold:.0%})")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
 

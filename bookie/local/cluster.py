@@ -16,6 +16,7 @@ anything starts, naming the port and the fix. `down(wipe=True)` (`local down --w
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import logging
 import os
@@ -142,7 +143,16 @@ class LocalCluster:
                                f"up --dir {base_dir}")
         return cluster
 
-    def status(self) -> dict[str, Any]:
+    def status(self, health: bool = False) -> dict[str, Any]:
+        """The cluster's state; with `health`, each live bookie's own account of itself too (its admin HTTP
+        `/api/v1/bookie/state`: writable or read-only, checkpoint failures, the last checkpoint, thread failures)."""
+        out = self._status()
+        if health:
+            for b in out["bookies"]:
+                b["health"] = bookie_health(b["http_port"]) if b["alive"] and b["http_port"] else None
+        return out
+
+    def _status(self) -> dict[str, Any]:
         return {
             "dir": str(self.base_dir),
             "zookeeper": {"address": f"127.0.0.1:{self.zk_port}", "port": self.zk_port, "pid": self.zk_pid,
@@ -495,6 +505,20 @@ def bindable(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def bookie_health(http_port: int, timeout: float = 2.0) -> dict[str, Any] | None:
+    """A bookie's `/api/v1/bookie/state` answer, or None if it does not answer within `timeout`."""
+    conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=timeout)
+    try:
+        conn.request("GET", "/api/v1/bookie/state")
+        response = conn.getresponse()
+        body = response.read()
+        return json.loads(body) if response.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
 
 
 def accepts(port: int) -> bool:
