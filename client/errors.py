@@ -183,6 +183,33 @@ class ClientClosedError(BKError):
     default_message = "the BookKeeper client is closed: create a new client"
 
 
+class AddEntryQuorumTimeoutError(BKError, TimeoutError):
+    """Adds stayed pending past the client's bound (a multiple of addEntryTimeoutSec) with none completing:
+    they fail, "maybe written", and the ledger handle takes no more adds (as BookKeeper's
+    BKAddEntryQuorumTimeoutException)."""
+
+    default_message = "adds did not reach their ack quorum in time; they were maybe written"
+
+
+class ReadTimeoutError(BKError, TimeoutError):
+    """A read did not complete within the client's bound (derived from readTimeout)."""
+
+    default_message = "the read did not complete in time"
+
+
+class ClientInternalError(BKError):
+    """An unexpected error inside the client failed the operations it held (a bug: please report it with
+    the log); the ledger handle involved takes no more adds."""
+
+
+class ClientForkedError(ClientClosedError):
+    """This client was created in another process: after fork() its connections and event loop belong to
+    the parent. Create a new BookKeeper client in the child process."""
+
+    default_message = ("this BookKeeper client was created before fork() and cannot be used in the child "
+                       "process; create a new BookKeeper client in the child")
+
+
 _STATUS_ADVICE: dict[int | None, str] = {
     StatusCode.EIO: "the bookie had an I/O error; another replica may have the data",
     StatusCode.EBADREQ: "the request was malformed or too large; this is a client bug or a size limit",
@@ -221,6 +248,7 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 
 
 __all__ = [
+    "AddEntryQuorumTimeoutError", "ClientForkedError", "ClientInternalError", "ReadTimeoutError",
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
     "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LiveLogWriterError",

@@ -18,6 +18,7 @@ import lz4.block
 
 from bkledger.client.add_future import AddFuture
 from bkledger.client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError
+from bkledger.client.protocol.add_timeouts import add_settle_bound
 from bkledger.client.protocol.digest import Buffer, make_digest
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 from bkledger.client.protocol.reads import check_read_range
@@ -128,7 +129,9 @@ class LedgerHandle:
         return future
 
     def add_entry(self, payload: bytes | bytearray | memoryview, timeout: float | None = None) -> int:
-        return self.add_entry_async(payload).result(timeout or self._ctx.config.addEntryTimeoutSec * 6)
+        config = self._ctx.config       # by default, past the writer's own bound: its typed error comes first
+        bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
+        return self.add_entry_async(payload).result(timeout or bound + config.addEntryTimeoutSec)
 
     async def add(self, payload: bytes | bytearray | memoryview) -> int:
         data = self._prepare(payload)
