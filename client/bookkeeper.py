@@ -22,7 +22,14 @@ from typing import Any
 
 from bkledger.client.bookies import BookiePool
 from bkledger.client.config import ClientConfig
-from bkledger.client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
+from bkledger.client.errors import (
+    BadPasswordError,
+    BKError,
+    ClientClosedError,
+    InvalidOptionError,
+    ReadTimeoutError,
+    typed_error,
+)
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
@@ -198,10 +205,12 @@ class BookKeeper(LogsMixin):
                         self.config.readTimeout * 4), bound))
 
         def settle_rest(done: concurrent.futures.Future[None]) -> None:
-            error = done.exception() if not done.cancelled() else None
+            exc = done.exception() if not done.cancelled() else None
+            error = (typed_error(exc, f"reads of {len(items)} ledgers within {bound:.1f}s", ReadTimeoutError)
+                     if exc is not None else ClientClosedError("the read was stopped (client closed)"))
             for item in items:
                 if not item.future.done():
-                    item.future.set_exception(error or ClientClosedError("the read was stopped (client closed)"))
+                    item.future.set_exception(error)
 
         run.add_done_callback(settle_rest)
         return [item.future for item in items]

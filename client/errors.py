@@ -183,7 +183,13 @@ class ClientClosedError(BKError):
     default_message = "the BookKeeper client is closed: create a new client"
 
 
-class AddEntryQuorumTimeoutError(BKError, TimeoutError):
+class ClientTimeoutError(BKError, TimeoutError):
+    """An operation of the client did not finish within its bound (derived from the client's timeouts)."""
+
+    default_message = "the bkledger operation did not finish in time"
+
+
+class AddEntryQuorumTimeoutError(ClientTimeoutError):
     """Adds stayed pending past the client's bound (a multiple of addEntryTimeoutSec) with none completing:
     they fail, "maybe written", and the ledger handle takes no more adds (as BookKeeper's
     BKAddEntryQuorumTimeoutException)."""
@@ -191,7 +197,7 @@ class AddEntryQuorumTimeoutError(BKError, TimeoutError):
     default_message = "adds did not reach their ack quorum in time; they were maybe written"
 
 
-class ReadTimeoutError(BKError, TimeoutError):
+class ReadTimeoutError(ClientTimeoutError):
     """A read did not complete within the client's bound (derived from readTimeout)."""
 
     default_message = "the read did not complete in time"
@@ -200,6 +206,21 @@ class ReadTimeoutError(BKError, TimeoutError):
 class ClientInternalError(BKError):
     """An unexpected error inside the client failed the operations it held (a bug: please report it with
     the log); the ledger handle involved takes no more adds."""
+
+
+def typed_error(exc: BaseException, what: str = "the operation",
+                timeout: type[ClientTimeoutError] = ClientTimeoutError) -> BKError:
+    """`exc` as a BKError for a caller's future: itself if it is one; a timeout as `timeout`; anything else
+    (a bug) as ClientInternalError. The original is kept as the cause."""
+    if isinstance(exc, BKError):
+        return exc
+    error: BKError
+    if isinstance(exc, TimeoutError):
+        error = timeout(f"{what} did not finish in time")
+    else:
+        error = ClientInternalError(f"{what} failed unexpectedly ({exc!r}); please report it with the log")
+    error.__cause__ = exc
+    return error
 
 
 class ClientForkedError(ClientClosedError):
@@ -248,7 +269,8 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 
 
 __all__ = [
-    "AddEntryQuorumTimeoutError", "ClientForkedError", "ClientInternalError", "ReadTimeoutError",
+    "AddEntryQuorumTimeoutError", "ClientForkedError", "ClientInternalError", "ClientTimeoutError",
+    "ReadTimeoutError", "typed_error",
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
     "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LiveLogWriterError",

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 import lz4.block
 
 from bkledger.client.add_future import AddFuture
-from bkledger.client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError
+from bkledger.client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError, ReadTimeoutError
 from bkledger.client.protocol.add_timeouts import add_settle_bound
 from bkledger.client.protocol.digest import Buffer, make_digest
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 from bkledger.client.protocol.reads import check_read_range
 from bkledger.client.ranges_reader import RangeRead
 from bkledger.client.reader import LedgerReader, ReadChunk
+from bkledger.client.runtime import bounded
 from bkledger.client.writer import LedgerWriter
 
 if TYPE_CHECKING:
@@ -179,7 +180,8 @@ class LedgerHandle:
         (a reader of many small ledgers); one at a time per handle."""
         check_read_range(self.metadata, self.last_add_confirmed, first, last)
         bound = self._ctx.config.readTimeout * 12
-        return self._ctx.runtime.submit(asyncio.wait_for(self._chunk(first, last), bound))
+        what = f"the read of ledger {self.ledger_id} from entry {first}"
+        return self._ctx.runtime.submit(bounded(self._chunk(first, last), bound, what, ReadTimeoutError))
 
     def range_read(self, first: int, last: int) -> RangeRead:
         """This read as one of many (`BookKeeper.read_chunks_async`): its future gives what read_chunk_async

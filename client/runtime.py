@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from bkledger.client.errors import ClientClosedError
+from bkledger.client.errors import BKError, ClientClosedError, ClientTimeoutError, typed_error
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ class EventLoopThread:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise TimeoutError(f"bkledger operation did not finish within {timeout}s") from None
+            raise ClientTimeoutError(f"bkledger operation did not finish within {timeout}s") from None
         except concurrent.futures.CancelledError:
             if self.stopping:
                 raise _closed_under_call() from None
@@ -115,6 +115,18 @@ class EventLoopThread:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=DRAIN_WAIT_S)
+
+
+async def bounded(coro: Awaitable[T], bound: float, what: str,
+                  timeout: type[ClientTimeoutError] = ClientTimeoutError) -> T:
+    """`coro` within `bound` seconds, for a future handed to a caller: a timeout fails it with `timeout`,
+    an unexpected exception with ClientInternalError (never a bare TimeoutError or CancelledError)."""
+    try:
+        return await asyncio.wait_for(coro, bound)
+    except BKError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the caller's future gets a typed error
+        raise typed_error(exc, f"{what} (bound {bound:.1f}s)", timeout) from exc
 
 
 def _closed_under_call() -> ClientClosedError:
