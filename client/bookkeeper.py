@@ -96,6 +96,7 @@ class BookKeeper(LogsMixin):
         return self._ctx.store
 
     def _check_open(self) -> None:
+        self._ctx.runtime.check_not_forked()
         if self._closed:
             raise ClientClosedError("this BookKeeper client is closed")
 
@@ -282,6 +283,8 @@ class BookKeeper(LogsMixin):
         if self._closed:
             return
         self._closed = True
+        if self._ctx.runtime.forked:        # a fork child: the loop, connections and ZooKeeper are the parent's
+            return
         try:
             self._ctx.runtime.run(self._shutdown(), 15)
         finally:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from bkledger.client.errors import (
     AddEntryQuorumTimeoutError,
     BKError,
+    ClientForkedError,
     ClientInternalError,
     LedgerClosedError,
     LedgerFencedError,
@@ -118,6 +119,9 @@ class LedgerWriter:
     def submit(self, payload: bytes, future: concurrent.futures.Future[int], block: bool = True) -> bool:
         """Queue an add. Returns False (and queues nothing) if the window is full and block is False.
         One lock round per add: the window (maxOutstandingAdds) and the queue share it."""
+        if self.ctx.runtime.forked:          # a fork child: the loop is the parent's (before any lock)
+            future.set_exception(ClientForkedError())
+            return True
         if self.error is not None or self.closing:
             future.set_exception(self._refusal())
             return True
@@ -140,6 +144,9 @@ class LedgerWriter:
         """Queue a bulk of adds; `future` gives the entry id of its last entry. It takes as many window
         slots as it has entries, at most half the window, so two large bulks can be in flight at once (the
         caller holds their bytes anyway; what the window bounds is the per-add state)."""
+        if self.ctx.runtime.forked:
+            future.set_exception(ClientForkedError())
+            return
         if self.error is not None or self.closing:
             future.set_exception(self._refusal())
             return

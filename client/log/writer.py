@@ -167,6 +167,7 @@ class LogWriter:
     # ---- appending ----------------------------------------------------------------------------
     def append_async(self, payload: bytes | bytearray | memoryview) -> concurrent.futures.Future[Position]:
         """Queue an append; the future gives its Position once acknowledged. May roll first (R29)."""
+        self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
         with self._lock:
             self._check_usable()
             if self._should_roll(len(payload)):
@@ -187,6 +188,7 @@ class LogWriter:
         """Queue n records at once, record i being data[offsets[i]:offsets[i + 1]] (LedgerHandle.add_entries:
         same offsets, `copy`, errors and failure semantics); the future gives the Position of the last record. The
         records go to one ledger, consecutive: a roll due happens before them, never among them."""
+        self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
         with self._lock:
             self._check_usable()
             nbytes = _span(offsets)

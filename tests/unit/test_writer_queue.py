@@ -51,6 +51,7 @@ class Runtime:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.wakeups = 0
+        self.forked = False         # as EventLoopThread.forked: not a fork child
 
     def call_soon(self, fn: Any, *args: Any) -> None:
         self.wakeups += 1
