@@ -269,3 +269,48 @@ def test_a_bulk_larger_than_the_window_takes_half_of_it() -> None:
         assert writer._in_window == 4
 
     asyncio.run(scenario())
+
+
+def test_an_exception_in_the_drain_fails_the_adds_it_held_and_every_later_one() -> None:
+    """Issue 46: a loop callback that raises (here a bookie connection's send) fails the adds it took from
+    the queue, typed, instead of escaping to the loop with them unsettled; later adds fail at once."""
+    from bkledger.client.errors import BKError, ClientInternalError
+
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 3, 2, window=100)
+
+        def broken(*args: Any, **flags: Any) -> None:
+            raise RuntimeError("a bug in the send path")
+
+        bookies["b1"].send_add = broken  # type: ignore[method-assign]
+        futures = [_submit(writer, b"p%d" % i) for i in range(3)]
+        await asyncio.sleep(0)
+        for future in futures:
+            assert future is not None and isinstance(future.exception(0), ClientInternalError)
+        later = _submit(writer, b"later")
+        assert later is not None and isinstance(later.exception(0), BKError)
+
+    asyncio.run(scenario())
+
+
+def test_adds_pending_past_the_settle_bound_fail_typed() -> None:
+    """Issue 46: adds pending with none completing for the bound (addEntryTimeoutSec x (attempts + 1))
+    fail with AddEntryQuorumTimeoutError, maybe written, and the handle takes no more adds."""
+    from bkledger.client.errors import AddEntryQuorumTimeoutError
+    from bkledger.client.protocol.add_timeouts import add_settle_bound
+
+    async def scenario() -> None:
+        writer, _ = _writer(3, 3, 2, window=100)
+        future = _submit(writer, b"never answered")
+        await asyncio.sleep(0)
+        config = writer.ctx.config
+        bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
+        await writer._tick_once(bound)
+        assert future is not None and not future.done()               # within the bound: still pending
+        writer._settled_at -= bound + 1                               # the bound passed with no completion
+        await writer._tick_once(bound)
+        assert isinstance(future.exception(0), AddEntryQuorumTimeoutError)
+        later = _submit(writer, b"later")
+        assert later is not None and isinstance(later.exception(0), AddEntryQuorumTimeoutError)
+
+    asyncio.run(scenario())
