@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 import lz4.block
 
 from bkledger.client.add_future import AddFuture
-from bkledger.client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError, ReadTimeoutError
+from bkledger.client.errors import (
+    BKError,
+    ClientClosedError,
+    ClientTimeoutError,
+    EntryTooLargeError,
+    LedgerClosedError,
+    ReadTimeoutError,
+)
 from bkledger.client.protocol.add_timeouts import add_settle_bound
 from bkledger.client.protocol.digest import Buffer, make_digest
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
@@ -132,7 +139,14 @@ class LedgerHandle:
     def add_entry(self, payload: bytes | bytearray | memoryview, timeout: float | None = None) -> int:
         config = self._ctx.config       # by default, past the writer's own bound: its typed error comes first
         bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
-        return self.add_entry_async(payload).result(timeout or bound + config.addEntryTimeoutSec)
+        wait = timeout or bound + config.addEntryTimeoutSec
+        try:
+            return self.add_entry_async(payload).result(wait)
+        except TimeoutError as exc:
+            if isinstance(exc, BKError):
+                raise
+            raise ClientTimeoutError(f"ledger {self.ledger_id}: the add was not acknowledged within {wait}s; it is "
+                                     "still pending and may complete") from None
 
     async def add(self, payload: bytes | bytearray | memoryview) -> int:
         data = self._prepare(payload)
@@ -195,7 +209,9 @@ class LedgerHandle:
         out: list[LedgerEntry] = []
         position = first
         while position <= last:
-            chunk = await self._ctx.runtime.wrap(self._chunk(position, last))
+            what = f"the read of ledger {self.ledger_id} from entry {position}"
+            chunk = await self._ctx.runtime.wrap(bounded(self._chunk(position, last),
+                                                         self._ctx.config.readTimeout * 12, what, ReadTimeoutError))
             out += [LedgerEntry(self.ledger_id, e, bytes(p)) for e, p in zip(chunk.entry_ids, chunk.payloads,
                                                                                strict=True)]
             position = chunk.entry_ids[-1] + 1

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from bkledger.client.errors import (
     BKError,
+    ClientTimeoutError,
     LedgerClosedError,
     LedgerFencedError,
     LogFencedError,
@@ -205,8 +206,15 @@ class LogWriter:
         return outer
 
     def append(self, payload: bytes | bytearray | memoryview, timeout: float | None = 60.0) -> Position:
-        """Append and wait for the acknowledgement; the record's Position."""
-        return self.append_async(payload).result(timeout)
+        """Append and wait for the acknowledgement; the record's Position. ClientTimeoutError (a TimeoutError)
+        if it is not acknowledged within `timeout`: it is still pending then and may complete."""
+        try:
+            return self.append_async(payload).result(timeout)
+        except TimeoutError as exc:
+            if isinstance(exc, BKError):
+                raise
+            raise ClientTimeoutError(f"log {self.name!r}: the append was not acknowledged within {timeout}s; it "
+                                     "is still pending and may complete") from None
 
     def _settle(self, ledger_id: int, inner: concurrent.futures.Future[int],
                 outer: concurrent.futures.Future[Position]) -> None:

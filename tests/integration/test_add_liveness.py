@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from bkledger.client.errors import LedgerClosedError, LedgerFencedError, LogFencedError
+from bkledger.client.errors import ClientTimeoutError, LedgerClosedError, LedgerFencedError, LogFencedError
 
 pytestmark = pytest.mark.integration
 
@@ -85,3 +85,23 @@ def test_r21_r28_log_append_after_takeover_raises_log_fenced(cluster_factory, bk
             old.append(b"after", timeout=SETTLE)
     finally:
         cluster.signal_bookie(index, signal.SIGCONT)
+
+
+def test_r6_waits_that_expire_raise_a_typed_timeout(cluster_factory, bk_factory):
+    """R6: with two of three bookies paused (Qa = 2 cannot be met), a blocking add and a log append whose
+    wait expires raise ClientTimeoutError (a BKError and a TimeoutError), not a bare TimeoutError."""
+    cluster = cluster_factory(3)
+    bk = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0)
+    lh = bk.create_ledger(3, 3, 2)
+    writer = bk.open_log_writer("waits", ensemble_size=3, write_quorum=3, ack_quorum=2)
+    writer.append(b"warm-up", timeout=10)
+    for index in (0, 1):
+        cluster.signal_bookie(index, signal.SIGSTOP)
+    try:
+        with pytest.raises(ClientTimeoutError):
+            lh.add_entry(b"stuck", timeout=0.5)
+        with pytest.raises(ClientTimeoutError):
+            writer.append(b"stuck", timeout=0.5)
+    finally:
+        for index in (0, 1):
+            cluster.signal_bookie(index, signal.SIGCONT)
