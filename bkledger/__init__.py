@@ -26,5 +26,7 @@ except _metadata.PackageNotFoundError:  # a source checkout that was never insta
 # Fork safety (bkledger.client.runtime): gRPC's fork handlers made the children of a process holding a
 # client die with SIGSEGV (a SparkSession's JVM launch, a multiprocessing child). gRPC reads this setting
 # once, when it is first imported; a value the user set is kept.
+# Whether gRPC's fork handlers are off or the user chose the setting (client.runtime warns otherwise).
+grpc_fork_setting_known = "grpc" not in _sys.modules or "GRPC_ENABLE_FORK_SUPPORT" in _os.environ
 if "grpc" not in _sys.modules:
     _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")

@@ -47,6 +47,7 @@ class EventLoopThread:
         self._thread.start()
         self._started.wait(10)
         _RUNTIMES.add(self)
+        _warn_if_grpc_forks_unsafely()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -192,6 +193,20 @@ def _park(parked: threading.Event, resume: threading.Event) -> None:
 
 
 _RUNTIMES: weakref.WeakSet[EventLoopThread] = weakref.WeakSet()
+_warned = threading.Event()
+
+
+def _warn_if_grpc_forks_unsafely() -> None:
+    """Once: gRPC was imported before bkledger with GRPC_ENABLE_FORK_SUPPORT unset, so its fork handlers
+    are on and a fork child of this process (a SparkSession's JVM launch, multiprocessing) may crash."""
+    import bkledger
+
+    if bkledger.grpc_fork_setting_known or _warned.is_set():
+        return
+    _warned.set()
+    log.warning("grpc was imported before bkledger with GRPC_ENABLE_FORK_SUPPORT unset: a fork() while a "
+                "BookKeeper client runs (starting a SparkSession, a multiprocessing child) may crash the child. "
+                "Set GRPC_ENABLE_FORK_SUPPORT=0 in the environment, or import bkledger before grpc.")
 
 
 def _before_fork() -> None:

@@ -173,3 +173,21 @@ def _until(condition: object, bound: float = 5.0) -> None:
     while not condition():                                   # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.001)
+
+
+def test_a_client_warns_when_grpc_came_first_with_fork_handlers_on():
+    """Issue 46: gRPC reads GRPC_ENABLE_FORK_SUPPORT once, at its import; when a program imported grpc
+    before bkledger without setting it, bkledger cannot turn the fork handlers off: its first client
+    says so (and what to do) instead of letting a later fork crash unexplained. With bkledger first,
+    no warning."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    script = ("import grpc, logging; logging.basicConfig(); from bkledger.client.runtime import EventLoopThread; "
+              "EventLoopThread().stop()")
+    first = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=60, check=True)
+    assert "GRPC_ENABLE_FORK_SUPPORT=0" in first.stderr
+    script = ("import logging; logging.basicConfig(); from bkledger.client.runtime import EventLoopThread; "
+              "import grpc; EventLoopThread().stop()")
+    later = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=60, check=True)
+    assert "GRPC_ENABLE_FORK_SUPPORT" not in later.stderr
