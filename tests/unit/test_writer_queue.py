@@ -314,3 +314,21 @@ def test_adds_pending_past_the_settle_bound_fail_typed() -> None:
         assert later is not None and isinstance(later.exception(0), AddEntryQuorumTimeoutError)
 
     asyncio.run(scenario())
+
+
+def test_r21_a_late_efenced_of_an_acknowledged_entry_fails_the_next_adds() -> None:
+    """R21 (issue 46): EFENCED from the third bookie for an entry the two others acknowledged arrives with
+    nothing pending; the adds after it fail with LedgerFencedError at once instead of waiting for ever."""
+    async def scenario() -> None:
+        writer, _ = _writer(3, 3, 2, window=100)
+        first = _submit(writer, b"acknowledged")
+        await asyncio.sleep(0)
+        _ack(writer, "b0", 0)
+        _ack(writer, "b1", 0)
+        assert first is not None and first.result(0) == 0
+        writer.on_ack("b2", pb.AddAck(ledger_id=7, status=pb.EFENCED, entry_ids=[0]))
+        later = _submit(writer, b"after")
+        await asyncio.sleep(0)
+        assert later is not None and isinstance(later.exception(0), LedgerFencedError)
+
+    asyncio.run(scenario())
