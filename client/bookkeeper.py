@@ -22,7 +22,7 @@ from typing import Any
 
 from bkledger.client.bookies import BookiePool
 from bkledger.client.config import ClientConfig
-from bkledger.client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
+from bkledger.client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError, checked_password
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
@@ -96,8 +96,10 @@ class BookKeeper(LogsMixin):
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
                       digest_type: str | DigestType = "crc32c", password: bytes = b"",
                       custom_metadata: Mapping[str, bytes] | None = None, compression: str = "") -> LedgerHandle:
-        """A new OPEN ledger on E writable bookies (R1: E >= Qw >= Qa >= 1)."""
+        """A new OPEN ledger on E writable bookies (R1: E >= Qw >= Qa >= 1). `password` is bytes
+        (PasswordTypeError otherwise)."""
         self._check_open()
+        password = checked_password(password)
         coro = self._create(ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
                             compression)
         return self._ctx.runtime.run(coro, 60)
@@ -135,11 +137,13 @@ class BookKeeper(LogsMixin):
         """recovery=True fences the writer and closes the ledger (R14-R20); False never fences and
         never writes metadata (R12): the handle reads up to the LAC found now, and can refresh it."""
         self._check_open()
+        password = checked_password(password)
         return self._ctx.runtime.run(self._open(ledger_id, password, recovery, rules),
                                      self.config.fenceTimeout * 15 + 30)
 
     async def aopen_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> LedgerHandle:
         self._check_open()
+        password = checked_password(password)
         return await self._ctx.runtime.wrap(self._open(ledger_id, password, recovery, DEFAULT_RULES))
 
     def open_ledgers(self, ledger_ids: Iterable[int], password: bytes = b"", recovery: bool = False,
@@ -153,6 +157,7 @@ class BookKeeper(LogsMixin):
         the client loop. A ledger with no metadata is left out of the result (the caller decides whether
         that is data loss); a wrong password raises BadPasswordError as `open_ledger` does."""
         self._check_open()
+        password = checked_password(password)
         ids = list(dict.fromkeys(ledger_ids))
         handles: dict[int, LedgerHandle] = {}
         for start in range(0, len(ids), OPEN_BATCH):
@@ -166,6 +171,7 @@ class BookKeeper(LogsMixin):
         """`open_ledgers` for ledgers whose metadata and version the caller has read already
         (`store.read_ledgers_versioned`): no ZooKeeper read for a CLOSED one."""
         found = list(found)
+        password = checked_password(password)
         for md, _ in found:
             check_password(md, password)
         handles: dict[int, LedgerHandle] = {}
