@@ -25,6 +25,7 @@ from bkledger.client.config import ClientConfig
 from bkledger.client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError, checked_password
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
+from bkledger.client.meta.cluster_root import require_cluster
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
 from bkledger.client.metrics import NO_METRICS, ClientMetrics, client_metrics
@@ -116,6 +117,8 @@ class BookKeeper(LogsMixin):
         digest = DigestType.parse(digest_type)
         store = self._ctx.store
         writable = await asyncio.to_thread(store.writable_bookies)
+        if not writable:       # a wrong root says so, not "0 writable bookies" (client.meta.cluster_root)
+            await asyncio.to_thread(require_cluster, store)
         ensemble = self._ctx.placement.new_ensemble(e, writable)
         ledger_id = await asyncio.to_thread(store.new_ledger_id)
         md = transforms.new_ledger_metadata(

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
-from bkledger.client import BookKeeper, InvalidOptionError, LogNotFoundError
+from bkledger.client import BookKeeper, InvalidOptionError, InvalidQuorumError, LogNotFoundError, NotEnoughBookiesError
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import JOB_KEY, LOG_KEY
 from bkledger.spark_connector import envelope as env
@@ -44,6 +44,7 @@ from bkledger.spark_connector.clients import planning_client, shared_client
 from bkledger.spark_connector.envelope import I64, U8
 from bkledger.spark_connector.log_commit import commit_to_logs
 from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions
+from bkledger.spark_connector.write_checks import check_write_plan, in_spark_terms
 
 log = logging.getLogger("bkledger.spark")
 
@@ -156,8 +157,12 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         o, src = self.opts, self.opts.source
         custom = {**env.custom_metadata(self.layout.envelope), JOB_KEY: self.job_id.encode(),
                   LOG_KEY: log_name.encode(), "bkledger.partition": str(partition_id).encode()}
-        return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type or "crc32c",
-                                password=src.password, custom_metadata=custom, compression=o.compression)
+        try:
+            return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type
+                                    or "crc32c", password=src.password, custom_metadata=custom,
+                                    compression=o.compression)
+        except (NotEnoughBookiesError, InvalidQuorumError) as exc:
+            raise in_spark_terms(exc) from exc
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
         partition_id = _partition_id()
@@ -345,5 +350,6 @@ def plan_writer(opts: WriteOptions, schema: StructType, overwrite: bool) -> BkLe
                                           "mode(\"append\") (or truncate the log with the client first)")
     layout = plan_layout(schema, opts.envelope, opts.source.log)
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
+        check_write_plan(bk, opts)           # log name, cluster, ensembleSize: errors before any task runs
         floor = bk.ledger_id_watermark()     # the job's ledgers are above it (an abort sweeps only those)
     return BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)

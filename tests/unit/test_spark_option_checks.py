@@ -128,3 +128,20 @@ def test_log_names_are_checked_at_planning(name: str) -> None:
 def test_password_option_is_text_encoded_as_utf8() -> None:
     assert read(password="pw").source.password == b"pw"
     assert read(password="é").source.password == "é".encode()
+
+
+# ---- sizing errors in Spark's words ---------------------------------------------------------------------
+def test_client_sizing_errors_name_the_spark_options() -> None:
+    from bkledger.client.errors import InvalidQuorumError, NoClusterError, NotEnoughBookiesError
+    from bkledger.client.placement import RandomPlacementPolicy
+    from bkledger.spark_connector.write_checks import in_spark_terms
+
+    with pytest.raises(NotEnoughBookiesError) as got:
+        RandomPlacementPolicy().new_ensemble(3, ["b1:1"])
+    said = str(in_spark_terms(got.value))
+    assert "bkledger option ensembleSize" in said and "lower ensembleSize" in said and "ensemble_size" not in said
+    quorum = str(in_spark_terms(InvalidQuorumError("ensemble_size=2 < write_quorum=3: raise ensemble_size")))
+    assert "ensembleSize=2 < writeQuorum=3" in quorum
+    assert "option metadataServiceUri" in str(in_spark_terms(NoClusterError()))
+    other = NotEnoughBookiesError("no writable bookie outside the ensemble to replace a failed one")
+    assert in_spark_terms(other) is other

@@ -1,0 +1,63 @@
+"""Errors off the happy path say what to do, against a real ZooKeeper (no bookie processes needed): a wrong
+root of metadataServiceUri (client.meta.cluster_root), a Spark append's planning checks against the
+cluster (spark_connector.write_checks) and the length limit of new log names next to a stored longer name."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkledger.client.errors import InvalidLogNameError, NoClusterError, NotEnoughBookiesError
+from bkledger.client.log.logs import creatable_log_name
+from bkledger.client.log.store import create_log
+from bkledger.client.meta.store import MetadataStore
+from bkledger.spark_connector.options import BkLedgerOptionError, parse_write_options
+from bkledger.spark_connector.write_checks import check_write_plan
+
+
+def test_a_wrong_root_says_no_cluster_not_zero_bookies(metadata_uri: str, bk_factory) -> None:
+    good = metadata_uri
+    wrong = good.replace("/ledgers", "/ledgrs")
+    with MetadataStore(good, session_timeout=5.0) as store:
+        store.init_cluster()
+    with pytest.raises(NoClusterError) as got:
+        bk_factory(wrong).create_ledger(3, 2, 2)
+    root = "/" + wrong.split("/", 3)[3]                                            # zk://host:port/<root>
+    assert f"no bkledger cluster at {wrong}" in str(got.value)
+    assert f"nothing under {root}/available" in str(got.value)
+    assert "check the root path of metadataServiceUri" in str(got.value)
+    assert good.split("/", 3)[3] in str(got.value).split("clusters found", 1)[-1]    # where one is
+    with pytest.raises(NotEnoughBookiesError) as got_down:                        # a cluster, bookies down
+        bk_factory(good).create_ledger(3, 2, 2)
+    assert not isinstance(got_down.value, NoClusterError)
+    assert "only 0 are available" in str(got_down.value)
+
+
+def _write_opts(uri: str, **options: str):
+    return parse_write_options({"metadataServiceUri": uri, "log": "orders", **options})
+
+
+def test_spark_append_is_checked_against_the_cluster_at_planning(metadata_uri: str, bk_factory) -> None:
+    bk = bk_factory(metadata_uri)
+    with pytest.raises(BkLedgerOptionError, match="option metadataServiceUri: no bkledger cluster"):
+        check_write_plan(bk, _write_opts(metadata_uri))
+    bk.store.init_cluster()
+    for n in range(2):
+        bk.store.register_bookie(f"127.0.0.1:{4000 + n}", {"host": "127.0.0.1", "port": 4000 + n})
+    with pytest.raises(BkLedgerOptionError) as got:
+        check_write_plan(bk, _write_opts(metadata_uri, ensembleSize="3"))
+    assert "option ensembleSize: 3 is more than the 2 writable bookies" in str(got.value)
+    check_write_plan(bk, _write_opts(metadata_uri, ensembleSize="2"))
+    long = "x" * 250
+    with pytest.raises(BkLedgerOptionError, match="option log: log name .* at most 249"):
+        check_write_plan(bk, _write_opts(metadata_uri, ensembleSize="2", log=long))
+
+
+def test_a_stored_log_longer_than_the_limit_keeps_working(metadata_uri: str, bk_factory) -> None:
+    bk = bk_factory(metadata_uri)
+    bk.store.init_cluster()
+    long = "y" * 300
+    with pytest.raises(InvalidLogNameError):
+        creatable_log_name(bk, long)
+    create_log(bk.store, long)                   # as a client before the limit could
+    assert creatable_log_name(bk, long) == long
+    assert bk.log_metadata(long).name == long and long in bk.list_logs()
