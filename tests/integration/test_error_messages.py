@@ -61,3 +61,34 @@ def test_a_stored_log_longer_than_the_limit_keeps_working(metadata_uri: str, bk_
     create_log(bk.store, long)                   # as a client before the limit could
     assert creatable_log_name(bk, long) == long
     assert bk.log_metadata(long).name == long and long in bk.list_logs()
+
+
+def _ledger_on(store: MetadataStore, ensemble: list[str]) -> int:
+    from bkledger.client.protocol import transforms
+
+    ledger_id = store.new_ledger_id()
+    store.create_ledger(transforms.new_ledger_metadata(ledger_id, ensemble, len(ensemble), len(ensemble),
+                                                       len(ensemble), "crc32c", b"", 0, {}, ""))
+    return ledger_id
+
+
+def test_shell_recover_refuses_unknown_and_malformed_bookie_ids(metadata_uri: str, capsys) -> None:
+    from bkledger.bookie.cli import main
+
+    with MetadataStore(metadata_uri, session_timeout=5.0) as store:
+        store.init_cluster()
+        store.register_bookie("127.0.0.1:4001", {"host": "127.0.0.1", "port": 4001})
+        _ledger_on(store, ["127.0.0.1:4009"])              # a bookie gone for good, still in an ensemble
+        capsys.readouterr()
+        assert main(["shell", "recover", "1.2.3.4:5", "--uri", metadata_uri]) == 1
+        said = capsys.readouterr().err
+        assert "bookie 1.2.3.4:5 is not known to this cluster" in said
+        assert "known bookies: 127.0.0.1:4001, 127.0.0.1:4009" in said
+        assert main(["shell", "decommission", "1.2.3.4:5", "--uri", metadata_uri]) == 1
+        assert "not known to this cluster" in capsys.readouterr().err
+        for bad in ("1.2.3.4:99999", "host:", "a b:1", "readonly", "1.2.3.4:5/x", ","):
+            assert main(["shell", "recover", bad, "--uri", metadata_uri]) == 1, bad
+            err = capsys.readouterr().err
+            assert "is not a bookie id" in err or "give the bookie id" in err, (bad, err)
+        assert main(["shell", "recover", "127.0.0.1:4009", "1.2.3.4:5", "--uri", metadata_uri]) == 1
+        assert "target 1.2.3.4:5 is not a writable bookie" in capsys.readouterr().err
