@@ -92,3 +92,61 @@ def test_shell_recover_refuses_unknown_and_malformed_bookie_ids(metadata_uri: st
             assert "is not a bookie id" in err or "give the bookie id" in err, (bad, err)
         assert main(["shell", "recover", "127.0.0.1:4009", "1.2.3.4:5", "--uri", metadata_uri]) == 1
         assert "target 1.2.3.4:5 is not a writable bookie" in capsys.readouterr().err
+
+
+# ---- ZooKeeper trouble: one line, kazoo's reconnect chatter at DEBUG (client.meta.zklog) ----------------
+def _wait_for(condition, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_no_zookeeper_is_one_error_with_the_reason(caplog) -> None:
+    import logging
+
+    from bkledger.bookie.local.zookeeper import free_port
+    from bkledger.client.meta.errors import MetadataStoreError
+
+    caplog.set_level(logging.DEBUG, logger="kazoo")
+    port = free_port()
+    with pytest.raises(MetadataStoreError) as got:
+        MetadataStore(f"zk://127.0.0.1:{port}/ledgers", session_timeout=2.0, connect_timeout=2.0).start()
+    assert f"cannot connect to ZooKeeper at 127.0.0.1:{port} within 2s (last: " in str(got.value)
+    assert "Connection refused" in str(got.value)
+    kazoo = [r for r in caplog.records if r.name.startswith("kazoo")]
+    assert kazoo and all(r.levelno < logging.WARNING for r in kazoo)     # its many lines: DEBUG
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_zookeeper_outage_is_one_warning_and_one_line_when_back(tmp_path, caplog) -> None:
+    """A real fault: the ZooKeeper process is stopped (SIGTERM) and started again on its port."""
+    import logging
+
+    from bkledger.bookie.local.zookeeper import ZooKeeperServer
+
+    caplog.set_level(logging.DEBUG, logger="kazoo")
+    server = ZooKeeperServer()
+    server.start(tmp_path / "zk", port=0, timeout=60.0)
+    try:
+        with MetadataStore(server.metadata_service_uri("/outage/ledgers"), session_timeout=4.0) as store:
+            store.init_cluster()
+            server.stop()
+
+            def ours() -> list[logging.LogRecord]:
+                return [r for r in caplog.records if r.name == "bkledger.zookeeper"]
+
+            _wait_for(lambda: len(ours()) >= 1)
+            server.start(tmp_path / "zk", port=server.port, timeout=60.0)
+            _wait_for(lambda: any("connected again" in r.getMessage() for r in ours()))
+            assert store.children("") != []                           # the session works again
+        said = [r.getMessage() for r in ours()]
+        assert len(said) == 2, said
+        assert said[0].startswith(f"ZooKeeper at {server.connect_string}: ") and "check that ZooKeeper runs" in \
+            said[0]
+        kazoo = [r for r in caplog.records if r.name.startswith("kazoo")]
+        assert len(kazoo) > 2 and all(r.levelno < logging.WARNING for r in kazoo)
+    finally:
+        server.stop()
