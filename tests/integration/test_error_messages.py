@@ -150,3 +150,15 @@ def test_a_zookeeper_outage_is_one_warning_and_one_line_when_back(tmp_path, capl
         assert len(kazoo) > 2 and all(r.levelno < logging.WARNING for r in kazoo)
     finally:
         server.stop()
+
+
+def test_cli_log_commands_check_the_name(metadata_uri: str, capsys) -> None:
+    from bkledger.bookie.cli import main
+
+    with MetadataStore(metadata_uri, session_timeout=5.0) as store:
+        store.init_cluster()
+    capsys.readouterr()
+    assert main(["log", "describe", "a/b", "--uri", metadata_uri]) == 1
+    assert "bkledger log describe: log name 'a/b': '/' at index 1 is not allowed" in capsys.readouterr().err
+    assert main(["log", "tail", "x\u0001", "--uri", metadata_uri]) == 1
+    assert "character U+0001 at index 1" in capsys.readouterr().err
