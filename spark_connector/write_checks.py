@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING
 
 from bkledger.client.errors import BKError, InvalidLogNameError, InvalidQuorumError, NoClusterError
-from bkledger.client.log.logs import creatable_log_name
+from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.meta.cluster_root import no_cluster_error
 from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions
 

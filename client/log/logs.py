@@ -31,7 +31,6 @@ from bkledger.client.errors import (
     BKError,
     ClientClosedError,
     DataLossError,
-    InvalidLogNameError,
     InvalidLogUpdateError,
     InvalidOptionError,
     InvalidPositionError,
@@ -47,10 +46,10 @@ from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.liveness import check_live_writer
+from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import (
     LoadedLog,
     delete_log_znodes,
-    log_path,
     now_ms,
     read_log,
     require_loaded,
@@ -59,6 +58,7 @@ from bkledger.client.log.store import (
     update_logs,
 )
 from bkledger.client.meta import log_leases
+from bkledger.client.meta.cluster_root import no_cluster_error
 from bkledger.client.meta.errors import NoSuchNodeError
 from bkledger.client.progress import NO_PROGRESS, ProgressSink
 from bkledger.client.protocol.metadata import LedgerState
@@ -235,20 +235,6 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
     return appended[0]
 
 
-def creatable_log_name(bk: BookKeeper, name: str) -> str:
-    """`name` if a log of that name may be created (`check_log_name`), or already exists (a log created
-    before the length limit keeps working); InvalidLogNameError otherwise."""
-    try:
-        return check_log_name(name)
-    except InvalidLogNameError as exc:
-        if exc.reason != "length":
-            raise
-        check_log_name(name, new=False)
-        if bk.store.exists(log_path(bk.store, name)):
-            return name
-        raise
-
-
 def _closed(bk: BookKeeper, name: str, ledger_id: int, envelopes: dict[int, int | None]) -> lm.ClosedLedger:
     """The ledger as the log records it (its envelope version put in `envelopes`); it must be CLOSED."""
     md = bk.ledger_metadata(ledger_id)
@@ -396,9 +382,15 @@ class LogsMixin:
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
-        if from_ledger is None:
-            return require_log(bk.store, name)[0]
-        return require_loaded(bk.store, name, from_ledger=from_ledger).meta
+        try:
+            if from_ledger is None:
+                return require_log(bk.store, name)[0]
+            return require_loaded(bk.store, name, from_ledger=from_ledger).meta
+        except LogNotFoundError as exc:           # at a wrong root, say so (client.meta.cluster_root)
+            missing = no_cluster_error(bk.store)
+            if missing is None:
+                raise
+            raise LogNotFoundError(f"{exc}; {missing}") from None
 
     def truncate_log(self, name: str, before: Position) -> list[int]:
         """Drop the ledgers entirely before `before` (R30): CAS the shorter list, then delete the dropped

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bkledger.client.errors import InvalidLogNameError, NoClusterError, NotEnoughBookiesError
-from bkledger.client.log.logs import creatable_log_name
+from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import create_log
 from bkledger.client.meta.store import MetadataStore
 from bkledger.spark_connector.options import BkLedgerOptionError, parse_write_options
@@ -162,3 +162,16 @@ def test_cli_log_commands_check_the_name(metadata_uri: str, capsys) -> None:
     assert "bkledger log describe: log name 'a/b': '/' at index 1 is not allowed" in capsys.readouterr().err
     assert main(["log", "tail", "x\u0001", "--uri", metadata_uri]) == 1
     assert "character U+0001 at index 1" in capsys.readouterr().err
+
+
+def test_a_log_read_at_a_wrong_root_says_so(metadata_uri: str, bk_factory) -> None:
+    from bkledger.client.errors import LogNotFoundError
+
+    with pytest.raises(LogNotFoundError) as got:
+        bk_factory(metadata_uri).log_metadata("orders")
+    assert "log 'orders' does not exist" in str(got.value) and "no bkledger cluster at" in str(got.value)
+    bk = bk_factory(metadata_uri)
+    bk.store.init_cluster()
+    with pytest.raises(LogNotFoundError) as got:
+        bk.log_metadata("orders")
+    assert "no bkledger cluster" not in str(got.value)
