@@ -25,6 +25,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bkledger.client.metrics import add_default_collectors
+
 if TYPE_CHECKING:
     from bkledger.bookie.autorecovery.daemon import AutoRecovery
     from bkledger.bookie.http_admin import AdminHttpServer
@@ -38,9 +40,14 @@ BYTES_BUCKETS = tuple(float(1 << n) for n in range(10, 28, 2))     # 1 KiB .. 12
 
 
 def new_registry() -> CollectorRegistry:
-    """A registry of this process's own (no `_created` series: they double every counter for nothing)."""
+    """A registry of this process's own (no `_created` series: they double every counter for nothing), with
+    prometheus_client's default process, platform and GC collectors (`process_*`, `python_info`,
+    `python_gc_*`), as its default registry has them."""
     disable_created_metrics()
-    return CollectorRegistry(auto_describe=True)
+    registry = CollectorRegistry(auto_describe=True)
+    add_default_collectors(registry)
+    return registry
+
 
 
 class NoServerStats:

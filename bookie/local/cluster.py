@@ -62,6 +62,19 @@ class BookieProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def urls(self) -> dict[str, str]:
+        """Where the bookie and its autorecovery daemon answer over HTTP (`local status`): Prometheus
+        metrics, and the admin API's bookie info (`/api/v1` itself is no route: it answers 404)."""
+        out = {}
+        if self.metrics_port:
+            out["metrics"] = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        if self.http_port:
+            out["admin"] = f"http://127.0.0.1:{self.http_port}/api/v1/bookie/info"
+        if self.autorecovery_metrics_port:
+            out["autorecovery_metrics"] = f"http://127.0.0.1:{self.autorecovery_metrics_port}/metrics"
+        return out
+
 
 class LocalCluster:
     def __init__(self, base_dir: Path | str):
@@ -107,7 +120,7 @@ class LocalCluster:
         cluster.autorecovery = bool(state.get("autorecovery", False))
         cluster.secure = bool(state.get("secure", False))
         cluster.bookies = [
-            BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive", "autorecovery_alive")})
+            BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive", "autorecovery_alive", "urls")})
             for b in state["bookies"]
         ]
         return cluster
@@ -122,7 +135,7 @@ class LocalCluster:
             **self._client_status(),
             "bookies": [
                 {**dataclasses.asdict(b), "address": b.address, "alive": bool(b.pid) and pid_alive(b.pid),
-                 "autorecovery_alive": bool(b.autorecovery_pid) and pid_alive(b.autorecovery_pid)}
+                 "autorecovery_alive": bool(b.autorecovery_pid) and pid_alive(b.autorecovery_pid), "urls": b.urls}
                 for b in self.bookies
             ],
         }

@@ -68,8 +68,9 @@ class LogWriter:
     """Appends to one log. Thread-safe; create it with `BookKeeper.open_log_writer`."""
 
     def __init__(self, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
-                 roll: RollPolicy, digest_type: str) -> None:
+                 roll: RollPolicy, digest_type: str, envelope: int = 0) -> None:
         self._bk = bk
+        self._envelope = envelope        # the record envelope version its ledgers name (0: bare values)
         self.name = name
         self._quorum = quorum
         self._password = password
@@ -88,8 +89,9 @@ class LogWriter:
     # ---- becoming the writer (R28) ------------------------------------------------------------
     @classmethod
     def open(cls, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
-             roll: RollPolicy, create: bool, digest_type: str) -> LogWriter:
-        writer = cls(bk, name, quorum=quorum, password=password, roll=roll, digest_type=digest_type)
+             roll: RollPolicy, create: bool, digest_type: str, envelope: int = 0) -> LogWriter:
+        writer = cls(bk, name, quorum=quorum, password=password, roll=roll, digest_type=digest_type,
+                     envelope=envelope)
         writer._become_writer(create)
         return writer
 
@@ -112,8 +114,11 @@ class LogWriter:
 
     def _new_ledger(self) -> LedgerHandle:
         e, qw, qa = self._quorum
+        custom = {"log": self.name.encode("utf-8")}
+        if self._envelope:
+            custom[lm.ENVELOPE_KEY] = str(self._envelope).encode()
         lh = self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
-                                    custom_metadata={"log": self.name.encode("utf-8")})
+                                    custom_metadata=custom)
         self._leases.hold(lh.ledger_id)         # before the ledger enters the list: no unleased open tail
         return lh
 
