@@ -162,6 +162,9 @@ def test_cli_log_commands_check_the_name(metadata_uri: str, capsys) -> None:
     assert "bkledger log describe: log name 'a/b': '/' at index 1 is not allowed" in capsys.readouterr().err
     assert main(["log", "tail", "x\u0001", "--uri", metadata_uri]) == 1
     assert "character U+0001 at index 1" in capsys.readouterr().err
+    assert main(["log", "create", "x" * 250, "--uri", metadata_uri]) == 1
+    assert "is 250 characters long; a log name has at most 249" in capsys.readouterr().err
+    assert main(["log", "create", "x" * 249, "--uri", metadata_uri]) == 0
 
 
 def test_a_log_read_at_a_wrong_root_says_so(metadata_uri: str, bk_factory) -> None:
