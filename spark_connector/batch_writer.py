@@ -36,7 +36,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
 from bkledger.client import BookKeeper, InvalidOptionError, InvalidQuorumError, LogNotFoundError, NotEnoughBookiesError
+from bkledger.client.errors import InvalidLogNameError
 from bkledger.client.ledger_handle import LedgerHandle
+from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.logs import JOB_KEY, LOG_KEY
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
@@ -313,6 +315,12 @@ def split_by_log(batch: pa.RecordBatch, partition_id: int, first_row: int) -> li
         raise ValueError(f"bkledger: column log is null in row {row} of partition {partition_id}: every row "
                          "needs a destination log (or give option log to send all rows to one log)")
     names = pc.unique(column).to_pylist()
+    for name in names:         # before a ledger is written for it (a new log's length: at commit)
+        try:
+            check_log_name(name, new=False)
+        except InvalidLogNameError as exc:
+            raise InvalidLogNameError(f"bkledger: column log in partition {partition_id}: {exc}", name=exc.name,
+                                      reason=exc.reason, char=exc.char, index=exc.index) from None
     if len(names) == 1:
         return [(str(names[0]), batch)]
     return [(str(name), batch.filter(pc.equal(column, name))) for name in names]

@@ -145,3 +145,17 @@ def test_client_sizing_errors_name_the_spark_options() -> None:
     assert "option metadataServiceUri" in str(in_spark_terms(NoClusterError()))
     other = NotEnoughBookiesError("no writable bookie outside the ensemble to replace a failed one")
     assert in_spark_terms(other) is other
+
+
+def test_a_log_column_name_is_checked_before_a_ledger_is_written() -> None:
+    import pyarrow as pa
+
+    from bkledger.client.errors import InvalidLogNameError
+    from bkledger.spark_connector.batch_writer import split_by_log
+
+    batch = pa.record_batch({"log": ["ok", "a/b", "ok"], "value": ["1", "2", "3"]})
+    with pytest.raises(InvalidLogNameError) as got:
+        split_by_log(batch, 4, 0)
+    assert "column log in partition 4: log name 'a/b': '/' at index 1" in str(got.value)
+    fine = split_by_log(pa.record_batch({"log": ["ok", "x" * 300], "value": ["1", "2"]}), 0, 0)
+    assert sorted(name for name, _ in fine) == ["ok", "x" * 300]      # length: at commit (may exist)
