@@ -7,7 +7,9 @@ there. `KazooChatter` is the logger a `ZkSession` hands to kazoo: kazoo's own li
 go to DEBUG (seen with a verbose CLI or `logging.getLogger("kazoo").setLevel(logging.DEBUG)`); errors
 with a traceback (a bug in kazoo's loop) keep their level. What they say feeds a `ZkTrouble`, which
 logs ONE warning when an established session loses ZooKeeper (host, what failed, what to check) and one
-line when it is back, and gives the last reason to the error of a connection that never came up.
+line when it is back, and gives the last reason to the error of a connection that never came up. A long
+outage adds an INFO line after 2, 4, 8, 16, ... failed attempts (a daemon's log shows it goes on; a few
+lines an hour, not one per attempt).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ZkTrouble:
         self.last_reason: str | None = None
         self._connected_once = False
         self._since: float | None = None
+        self._attempts = 0                 # failed attempts in the current outage
         self._lock = threading.Lock()
 
     def noted(self, text: str) -> None:
@@ -59,6 +62,11 @@ class ZkTrouble:
             first = self._connected_once and self._since is None
             if first:
                 self._since = time.monotonic()
+            self._attempts += 1
+            attempts, since = self._attempts, self._since
+        if since is not None and not first and attempts & (attempts - 1) == 0:
+            log.info("ZooKeeper at %s: still unreachable after %d attempts in %.1fs (%s)", self.hosts, attempts,
+                     time.monotonic() - since, reason)
         if first:
             log.warning("ZooKeeper at %s: %s; retrying for up to %gs (kazoo's lines at DEBUG): check that "
                         "ZooKeeper runs and that this host reaches it", self.hosts, reason,
@@ -69,6 +77,7 @@ class ZkTrouble:
         with self._lock:
             since, self._since = self._since, None
             self._connected_once = True
+            self._attempts = 0
         if since is not None:
             log.warning("ZooKeeper at %s: connected again after %.1fs", self.hosts, time.monotonic() - since)
 
