@@ -43,6 +43,34 @@ class NotEnoughBookiesError(BKError):
     )
 
 
+class NoClusterError(NotEnoughBookiesError):
+    """The metadata service URI points at a ZooKeeper path where no bkledger cluster lives (no
+    `{root}/available` znode: no bookie ever registered there), most likely a wrong root path."""
+
+    default_message = (
+        "no bkledger cluster at this metadata service URI (nothing under its root's available znode); "
+        "check the root path of metadataServiceUri"
+    )
+
+
+class PasswordTypeError(BKError, TypeError):
+    """A ledger or log password given as something else than bytes (most often a str)."""
+
+    default_message = "password must be bytes (b'pw'), not str: pass b'...' or encode the text ('pw'.encode())"
+
+
+def checked_password(password: object) -> bytes:
+    """`password` as bytes (bytes or bytearray accepted); PasswordTypeError for anything else. The message
+    never repeats the password itself."""
+    if isinstance(password, bytes):
+        return password
+    if isinstance(password, bytearray):
+        return bytes(password)
+    kind = type(password).__name__
+    raise PasswordTypeError(f"password must be bytes (b'pw'), got {kind}: pass b'...' or "
+                            f"encode the text (password.encode('utf-8'))")
+
+
 class BadPasswordError(BKError):
     default_message = (
         "wrong password for this ledger (bookies answered EUA): open it with the password used to create it"
@@ -273,9 +301,10 @@ __all__ = [
     "ReadTimeoutError", "typed_error",
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
-    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LiveLogWriterError",
-    "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
-    "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",
+    "InvalidLogNameError", "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
+    "LiveLogWriterError", "MetadataConflictError", "MetadataVersionError", "NoClusterError", "NoSuchEntryError",
+    "NoSuchLedgerError", "NotEnoughBookiesError", "PasswordTypeError", "ReadBeyondLastEntryError",
+    "checked_password", "error_for_status",
 ]
 
 
@@ -285,6 +314,24 @@ class LogNotFoundError(BKError):
         "no such log: it was never created or has been deleted; check the name (bkledger log list) or "
         "open a log writer with create=True"
     )
+
+
+class InvalidLogNameError(InvalidOptionError):
+    """A log name that cannot be a log's name (`client.log.core.names`): `name` (as given), `reason`, and
+    where known the offending character `char` and its `index` (counting from 0)."""
+
+    default_message = (
+        "invalid log name: 1-249 characters, no '/', not '.' or '..', and no character ZooKeeper refuses "
+        "(control characters, U+D800-U+F8FF, U+FFF0-U+FFFF, characters beyond U+FFFF such as emoji)"
+    )
+
+    def __init__(self, message: str | None = None, *, name: str = "", reason: str = "", char: str | None = None,
+                 index: int | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.reason = reason
+        self.char = char
+        self.index = index
 
 
 class LogFencedError(LedgerFencedError):
