@@ -3,6 +3,8 @@ client's door, with typed errors that say what is wrong and where (pure: no clus
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from bkledger.client import BookKeeper, InvalidOptionError
@@ -82,6 +84,7 @@ def _unconnected_client() -> BookKeeper:
     """A BookKeeper whose checks run before any I/O: every call below must fail before touching it."""
     bk = BookKeeper.__new__(BookKeeper)
     bk._closed = False
+    bk._ctx = SimpleNamespace(runtime=SimpleNamespace(check_not_forked=lambda: None))  # type: ignore[assignment]
     return bk
 
 
