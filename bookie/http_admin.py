@@ -21,6 +21,7 @@ import hmac
 import json
 import logging
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -133,6 +134,14 @@ class _BoundedHttpServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed (reset, timed out mid-request) is one log line, not a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            log.info("%s: connection from %s ended: %s", self.name, client_address[0], exc)
+        else:
+            log.exception("%s: request from %s failed", self.name, client_address[0])
 
 
 _BUSY = b'{"error": "too many connections to this server; retry later"}\n'
