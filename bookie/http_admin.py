@@ -224,7 +224,7 @@ def _make_handler(server: Router, socket_timeout: float) -> type[BaseHTTPRequest
             status, content_type, out = server.dispatch(method, self.path, self.headers.get("Authorization"), body)
             if status == HTTPStatus.BAD_REQUEST:
                 log.warning("%s: %s %s from %s refused with 400: %s", server_name(self), method, self.path[:80],
-                            self.client_address[0], out[:200].decode(errors="replace").strip())
+                            self.client_address[0], " ".join(out[:200].decode(errors="replace").split()))
             self._send(status, content_type, out)
 
         def _send(self, status: int, content_type: str, out: bytes) -> None:
