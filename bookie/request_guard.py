@@ -48,7 +48,7 @@ def parse_add_stream(raw: bytes) -> list[AddBatchView] | Malformed:
         batches = parse_add_request(raw)
     except ValueError as exc:
         return Malformed(f"the AddRequest does not parse: {exc}")
-    wide = request_checks.wide_varint(memoryview(raw), pb.AddRequest.DESCRIPTOR)
+    wide = request_checks.wide_varint(memoryview(raw), pb.AddRequest.DESCRIPTOR, prescan=False)
     return Malformed(f"the AddRequest has {wide}") if wide else batches
 
 

@@ -14,6 +14,7 @@ to a request they cannot use). Nothing here touches a socket, a file or a clock.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -23,8 +24,10 @@ from bkledger.proto import bookie_pb2 as pb
 
 MAX_EXPLICIT_LAC_BODY = 1024     # ledgerId | lac | digest: 16 bytes and a digest of at most 32
 MAX_RESIDUE_MODULUS = 64         # residue_mask is 64 bits: one bit per residue
+MAX_RANGES = 16384               # ranges of one ReadRanges call (a client asks up to 1024: client.ranges_reader)
 CLIENT_REQUEST_BYTES = 4 << 20   # the payload bytes a client puts in one AddRequest (client.bookie_client)
 MESSAGE_OVERHEAD_FIXED = 64 << 10
+WIDE_VARINT_SHAPE = re.compile(rb"[\x80-\xff]{9}[\x02-\x7f]")   # nine continued bytes, then a last one >= 2
 
 
 def max_message_bytes(frame_bytes: int) -> int:
@@ -59,10 +62,15 @@ def parse(message_class: type[Message], raw: bytes) -> Message | Malformed:
     return Malformed(f"the {message_class.__name__} has {wide}") if wide else message
 
 
-def wide_varint(buf: memoryview, descriptor: Any) -> str:
+def wide_varint(buf: memoryview, descriptor: Any, prescan: bool = True) -> str:
     """'' unless a varint field of this message (parsed already, so well formed) or of a message nested in
     it is wider than 64 bits, which protobuf would cut silently. Bytes fields and packed arrays are passed
-    over; so is what follows a group (a wire type this protocol never uses)."""
+    over; so is what follows a group (a wire type this protocol never uses). A wide varint is ten bytes whose
+    last is 2 or more (protobuf refuses longer ones): with `prescan`, where no bytes have that shape, none is
+    searched for (a quick regex over a small request; not over an AddRequest's megabytes of payload, which
+    the walk passes over in one step anyway)."""
+    if prescan and WIDE_VARINT_SHAPE.search(buf) is None:     # the common case, at C speed: none can be wide
+        return ""
     try:
         return _wide_varint(buf, descriptor)
     except IndexError:      # cannot happen after protobuf's parse; then protobuf's reading stands
@@ -133,6 +141,8 @@ def _read_range(r: pb.ReadRangeRequest) -> str:
 
 
 def _read_ranges(r: pb.ReadRangesRequest) -> str:
+    if len(r.ranges) > MAX_RANGES:
+        return f"{len(r.ranges)} ranges in one call (at most {MAX_RANGES})"
     for i, one in enumerate(r.ranges):
         why = _read_range(one)
         if why:

@@ -56,6 +56,7 @@ def test_hostile_values_are_refused_and_ordinary_ones_pass():
         pb.ReadRangeRequest(ledger_id=1, first_entry_id=-1, last_entry_id=5),
         pb.ReadRangeRequest(ledger_id=1, last_entry_id=5, residue_modulus=65),
         pb.ReadRangesRequest(ranges=[pb.ReadRangeRequest(ledger_id=1), pb.ReadRangeRequest(ledger_id=-4)]),
+        pb.ReadRangesRequest(ranges=[pb.ReadRangeRequest(ledger_id=1)] * (rc.MAX_RANGES + 1)),
         pb.ReadLacRequest(ledger_id=-1),
         pb.WriteLacRequest(ledger_id=1, lac=-2),
         pb.WriteLacRequest(ledger_id=1, lac=3, body=b"b" * (rc.MAX_EXPLICIT_LAC_BODY + 1)),
