@@ -103,6 +103,8 @@ class BookieService(pb_grpc.BookieServicer):
             while True:
                 item = await out.get()
                 if item is None:
+                    if not context.peer():    # the call is gone: gRPC ended it, not the client's close
+                        self._cut_off(peer)
                     break
                 if isinstance(item, str):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item)
@@ -116,11 +118,14 @@ class BookieService(pb_grpc.BookieServicer):
                     acks.append(nxt)
                 yield add_response_bytes(acks)
         except asyncio.CancelledError:
-            log.info("add stream from %s cut off: the client went away, or sent a message over the %d-byte "
-                     "limit (refused by gRPC with RESOURCE_EXHAUSTED)", peer, self.max_message_bytes)
+            self._cut_off(peer)
             raise
         finally:
             pump.cancel()
+
+    def _cut_off(self, peer: str) -> None:
+        log.info("add stream from %s cut off: the client went away, or sent a message over the %d-byte "
+                 "limit (refused by gRPC with RESOURCE_EXHAUSTED)", peer, self.max_message_bytes)
 
     @property
     def max_message_bytes(self) -> int:

@@ -146,7 +146,7 @@ def add_request(ledger_id: int, entry_ids: list[int], payload: bytes = b"x" * 10
 def test_oversized_messages_are_refused_with_resource_exhausted_and_logged(world: World):
     """Item 5: gRPC's message cap follows nettyMaxFrameSizeBytes (5 MiB: about 7.6 MiB with the batch
     overhead), not 256 MiB: a 9 MiB Read or AddStream message is refused with RESOURCE_EXHAUSTED, and
-    the bookie logs the unary one with the client's address."""
+    the bookie logs both with the client's address."""
     huge = pb.ReadRequest(ledger_id=1, entry_id=0, master_key=b"k" * (9 << 20)).SerializeToString()
     with pytest.raises(grpc.RpcError) as refused:
         world.unary("Read", huge, pb.ReadResponse)
@@ -155,6 +155,7 @@ def test_oversized_messages_are_refused_with_resource_exhausted_and_logged(world
     world.wait_logged("no request arrived (over the")
     acks, error = world.add_stream([add_request(RAW_LEDGER + 1, [0], payload=b"y" * (9 << 20))])
     assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and not acks
+    world.wait_logged("byte limit (refused by gRPC with RESOURCE_EXHAUSTED)")
     read = world.unary("Read", pb.ReadRequest(ledger_id=RAW_LEDGER + 1, entry_id=0).SerializeToString(),
                        pb.ReadResponse)
     assert read.status == pb.ENOLEDGER              # nothing of it was stored
