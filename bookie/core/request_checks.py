@@ -20,6 +20,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from bkledger.bookie.core.decisions import MASTER_KEY_SIZE
 from bkledger.proto import bookie_pb2 as pb
 
 MAX_EXPLICIT_LAC_BODY = 1024     # ledgerId | lac | digest: 16 bytes and a digest of at most 32
@@ -124,7 +125,16 @@ def _ledger(ledger_id: int) -> str:
     return f"negative ledger id {ledger_id}" if ledger_id < 0 else ""
 
 
+def _key(master_key: bytes) -> str:
+    """A master key is absent (a plain read) or MASTER_KEY_SIZE bytes (R26: anything else is EBADREQ)."""
+    if len(master_key) in (0, MASTER_KEY_SIZE):
+        return ""
+    return f"a master key of {len(master_key)} bytes (it has {MASTER_KEY_SIZE})"
+
+
 def _read(r: pb.ReadRequest) -> str:
+    if _key(r.master_key):
+        return _key(r.master_key)
     if r.entry_id < -1:
         return f"entry id {r.entry_id} (only -1, the last entry, may be negative)"
     if r.has_previous_lac and r.previous_lac < -1:
@@ -133,6 +143,8 @@ def _read(r: pb.ReadRequest) -> str:
 
 
 def _read_range(r: pb.ReadRangeRequest) -> str:
+    if _key(r.master_key):
+        return _key(r.master_key)
     if r.first_entry_id < 0:
         return f"negative first entry id {r.first_entry_id}"
     if r.residue_modulus > MAX_RESIDUE_MODULUS:
@@ -151,6 +163,8 @@ def _read_ranges(r: pb.ReadRangesRequest) -> str:
 
 
 def _write_lac(r: pb.WriteLacRequest) -> str:
+    if _key(r.master_key):
+        return _key(r.master_key)
     if r.lac < -1:
         return f"LAC {r.lac} below -1"
     if len(r.body) > MAX_EXPLICIT_LAC_BODY:

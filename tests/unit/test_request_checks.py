@@ -61,6 +61,9 @@ def test_hostile_values_are_refused_and_ordinary_ones_pass():
         pb.WriteLacRequest(ledger_id=1, lac=-2),
         pb.WriteLacRequest(ledger_id=1, lac=3, body=b"b" * (rc.MAX_EXPLICIT_LAC_BODY + 1)),
         pb.ForceLedgerRequest(ledger_id=-1),
+        pb.ReadRequest(ledger_id=1, entry_id=-1, fence=True, master_key=b"k" * 21),
+        pb.ReadRangeRequest(ledger_id=1, fence=True, master_key=b"k"),
+        pb.WriteLacRequest(ledger_id=1, lac=3, master_key=b"k" * 5000),
         pb.GetListOfEntriesRequest(ledger_id=-1),
     ]
     for request in refused:
@@ -70,7 +73,8 @@ def test_hostile_values_are_refused_and_ordinary_ones_pass():
         pb.ReadRequest(ledger_id=1, entry_id=(1 << 63) - 1, has_previous_lac=True, previous_lac=-1),
         pb.ReadRangeRequest(ledger_id=1, first_entry_id=0, last_entry_id=-1, residue_modulus=64),
         pb.ReadRangesRequest(),
-        pb.WriteLacRequest(ledger_id=1, lac=-1, body=b"b" * 48),
+        pb.WriteLacRequest(ledger_id=1, lac=-1, body=b"b" * 48, master_key=b"k" * 20),
+        pb.ReadRequest(ledger_id=1, entry_id=-1, fence=True, master_key=b"k" * 20),
         pb.GetBookieInfoRequest(requested=(1 << 64) - 1),
     ]
     for request in passed:
