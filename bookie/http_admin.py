@@ -196,7 +196,7 @@ MAX_BODY_BYTES = 1 << 20
 def _body_length(header: str | None) -> int:
     """The Content-Length of a request: 0 when absent; HttpError 400 / 413 when it cannot be used."""
     raw = (header or "0").strip()
-    if not raw.isdigit():             # also refuses a sign, spaces inside, and several values joined
+    if not (raw.isascii() and raw.isdigit()):   # refuses a sign, spaces inside, several values, "²"
         raise HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw[:40]!r}: expected a byte count")
     length = int(raw)
     if length > MAX_BODY_BYTES:

@@ -60,6 +60,7 @@ def heartbeat(server: AdminHttpServer) -> int:
     b"PUT /api/v1/switch HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
     b"PUT /api/v1/switch HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
     b"PUT /api/v1/switch HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n",
+    "PUT /api/v1/switch HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\n".encode("latin-1"),
     b"GET heartbeat HTTP/1.1\r\n\r\n",
     b"PUT /api/v1/switch HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: 3\r\nConnection: close\r\n\r\n{\"o",
 ])
