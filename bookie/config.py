@@ -47,7 +47,10 @@ class BookieConfig:
     entryLogDirectIO: bool = True          # write entry logs with O_DIRECT in whole blocks where allowed
     pageSize: int = 8192                   # bytes per ledger index page (341 entry slots of 24 bytes)
     pageLimit: int = 1024                  # index pages held in memory; more are read from the index files
-    nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest request; larger entries get EBADREQ
+    nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest entry (larger: EBADREQ); gRPC messages are capped at
+                                           # 1.5 times this (at least 6 MiB) + 64 KiB (bookie.core.request_checks)
+    maxReadBatchBytes: int = 4 * 1024 * 1024   # bkledger's own: most bytes of one range-read batch, whatever a
+                                           # client asks (ReadRange/ReadRanges max_batch_bytes is clamped to it)
     entryIdWindow: int = 1 << 30           # an add more ids than this past the ledger's last entry/LAC: EBADREQ
     #   (no writer has 2^30 entries in flight: 32 GiB of headers alone; a bulk add's entries share one LAC)
     checkpointFailuresBeforeReadOnly: int = 3   # consecutive failed checkpoints that turn the bookie read-only
@@ -76,6 +79,8 @@ class BookieConfig:
     httpServerEnabled: bool = False        # the admin HTTP API (/heartbeat, /metrics, /api/v1/...)
     httpServerPort: int = 8080
     httpServerAdminToken: str = ""         # bearer token for state-changing endpoints ("": they are refused)
+    httpServerSocketTimeoutMs: int = 10000  # bkledger's own: an HTTP connection idle this long is closed
+    httpServerMaxConnections: int = 64     # bkledger's own: more open HTTP connections are answered 503 and closed
     # ---- security (README "Security"): TLS (bookie.tls; also the autorecovery daemon's client keys) ...
     tlsProviderFactoryClass: str = ""      # org.apache.bookkeeper.tls.TLSContextFactory: serve TLS
     tlsProvider: str = "OpenSSL"
@@ -187,6 +192,8 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("entryIdWindow and checkpointFailuresBeforeReadOnly must be at least 1")
     if config.rereplicationEntryBatchSize < 1:
         raise ConfigError("rereplicationEntryBatchSize must be at least 1")
+    if config.maxReadBatchBytes < 1024:
+        raise ConfigError("maxReadBatchBytes must be at least 1024")
     _validate_http(config)
     if len(config.journalDirectories) != 1:
         raise ConfigError("exactly one journal directory is supported (journalDirectories)")
@@ -203,6 +210,8 @@ def _validate_http(config: BookieConfig) -> None:
             raise ConfigError(f"{key} must be 1..65535, got {port}")
     if len(set(ports.values())) < len(ports):
         raise ConfigError(f"{', '.join(ports)} must be different ports, got {ports}")
+    if config.httpServerSocketTimeoutMs < 1 or config.httpServerMaxConnections < 1:
+        raise ConfigError("httpServerSocketTimeoutMs and httpServerMaxConnections must be at least 1")
 
 
 def parse_properties(text: str) -> dict[str, str]:
