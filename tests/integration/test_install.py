@@ -16,6 +16,7 @@ where it cannot run: no Java (Spark and ZooKeeper need it), no pyspark, or proto
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -111,6 +112,8 @@ def _skip_unless_runnable() -> None:
         import pyspark  # noqa: F401
     except ImportError:
         pytest.skip("pyspark is not installed in this venv (it lends the heavy dependencies to the fresh one)")
+    if importlib.util.find_spec("setuptools") is None:
+        pytest.skip("setuptools is not installed in this venv: the wheel is built without build isolation")
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> str:
