@@ -105,15 +105,31 @@ def test_relative_links_point_at_files(readme: str) -> None:
     assert not missing, f"README links to files that do not exist: {missing}"
 
 
-def test_docs_link_to_files_that_exist() -> None:
-    """The docs/ pages link each other and the code; a moved file must not leave a dead link."""
-    missing: list[str] = []
-    for page in sorted((REPO / "docs").glob("*.md")):
-        for link in _LINK.findall(page.read_text()):
-            target = link.split("#")[0]
-            if target and "://" not in target and not (page.parent / target).exists():
-                missing.append(f"{page.name}: {link}")
-    assert not missing, f"dead links in docs/: {missing}"
+def anchors(page: Path) -> set[str]:
+    """GitHub's ids of a Markdown page's headings: lower case, punctuation dropped, spaces to dashes."""
+    text = _FENCE.sub("", page.read_text())
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+def dead_links(page: Path) -> list[str]:
+    """Relative links of `page` whose file, or whose #anchor in that file, does not exist."""
+    dead: list[str] = []
+    for link in _LINK.findall(page.read_text()):
+        if "://" in link or link.startswith("mailto:"):
+            continue
+        target, _, anchor = link.partition("#")
+        path = page.parent / target if target else page
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
+            dead.append(f"{page.name}: {link}")
+    return dead
+
+
+def test_docs_links_and_anchors_exist() -> None:
+    """The README and the docs/ pages link each other and the code; a moved file or a renamed section must
+    not leave a dead link."""
+    dead = [d for page in [README, *sorted((REPO / "docs").glob("*.md"))] for d in dead_links(page)]
+    assert not dead, f"dead links: {dead}"
 
 
 def test_the_checker_catches_a_bad_block_and_a_bad_verb() -> None:
@@ -125,6 +141,7 @@ def test_the_checker_catches_a_bad_block_and_a_bad_verb() -> None:
     assert parse_error(["local", "sideways"]) is not None
     assert parse_error(["shell", "readledger"]) is not None
     assert parse_error(["local", "up", "--bookies", "3"]) is None
+    assert "a-kafka-cheat-sheet" in anchors(README)
 
 
 def test_configuration_page_names_every_bookie_and_client_key() -> None:
