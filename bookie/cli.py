@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,19 +93,25 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             cluster = LocalCluster(args.dir)
+            restarting = cluster.state_path.exists()
             try:
                 cluster.up(args.bookies, _overrides(args.set), secure=args.secure)
             except BaseException:
                 cluster.down()              # leave nothing half-started behind
                 raise
             print(cluster.metadata_service_uri)
-            if args.secure:
+            if restarting:
+                print(f"restarted the cluster kept in {args.dir}: ZooKeeper and bookies on their kept ports, "
+                      f"with their ids and data ({len(cluster.bookies)} bookies)", file=sys.stderr)
+            if cluster.secure:
                 print(f"secure: clients need export {_client_env(cluster)} (see local status --json)", file=sys.stderr)
         elif args.action == "down":
-            LocalCluster.load(args.dir).down()
-            print(f"local cluster in {args.dir} stopped")
+            LocalCluster.load(args.dir).down(wipe=args.wipe)
+            print(f"local cluster in {args.dir} stopped and deleted" if args.wipe else
+                  f"local cluster in {args.dir} stopped; its data is kept: `bkledger local up --dir {args.dir}` "
+                  "starts it again, `bkledger local down --wipe` deletes it")
         else:
-            status = LocalCluster.load(args.dir).status()
+            status = LocalCluster.load(args.dir).status(health=True)
             if args.json:
                 print(json.dumps(status, indent=2))
             else:
@@ -134,6 +141,21 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {ar_state:<14}  {b['journal_dir']} "
               f"{','.join(b['ledger_dirs'])}")
     _print_http(status["bookies"])
+    _print_health(status["bookies"])
+
+
+def _print_health(bookies: list[dict[str, Any]]) -> None:
+    """What each live bookie says of itself (its admin HTTP state): mode, checkpoints, background threads."""
+    rows = [(b["bookie_id"], b["health"]) for b in bookies if b.get("health")]
+    if not rows:
+        return
+    print(f"{'bookie':<22}{'mode':<28}{'last checkpoint':<21}{'failed checkpoints':<20}thread failures")
+    for bookie_id, h in rows:
+        last = h.get("lastCheckpointTime", 0)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "none yet"
+        threads = ", ".join(f"{k} {v}" for k, v in sorted(h.get("threadFailures", {}).items())) or "none"
+        mode = h.get("state", "?") + (" (storage failed)" if h.get("storageFailed") else "")
+        print(f"{bookie_id:<22}{mode:<28}{when:<21}{h.get('checkpointFailures', 0):<20}{threads}")
 
 
 def _print_http(bookies: list[dict[str, Any]]) -> None:
@@ -175,12 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("local", help="a ZooKeeper and bookies on this machine")
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--bookies", type=int, default=3, help="number of bookies (up)")
+    p.add_argument("--bookies", type=int, default=None,
+                   help="number of bookies (up; default 3, or on a restart the kept ones)")
     p.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="where the cluster lives")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")
     p.add_argument("--secure", action="store_true",
                    help="TLS with client certificates and ZooKeeper ACLs; material in DIR/secure (up)")
+    p.add_argument("--wipe", action="store_true", help="also delete the cluster's directory, data and all (down)")
     p.set_defaults(func=cmd_local)
 
     from bkledger.bookie.log_cli import add_log_parser

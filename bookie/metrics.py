@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from bkledger.bookie.log_metrics import log_metric_families
+from bkledger.bookie.thread_guard import FAILURES, THREADS
 from bkledger.client.metrics import add_default_collectors
 
 if TYPE_CHECKING:
@@ -172,6 +173,7 @@ class BookieCollector(Collector):
         server = self.server
         yield _gauge("bookie_SERVER_STATUS", "1: writable, 0: read-only, -1: not serving", server.status_code())
         yield from self._journal()
+        yield from self._health()
         yield from self._directories()
         yield from self._gc()
 
@@ -185,6 +187,22 @@ class BookieCollector(Collector):
         yield _counter("bookie_journal_JOURNAL_WRITE_BYTES", "bytes written to the journal",
                        journal.stats.bytes_written)
         yield _gauge("bookie_journal_JOURNAL_FAILED", "1 once a journal write or fdatasync failed", journal.failed)
+
+    def _health(self) -> Iterator[Metric]:
+        """Checkpoints and background-thread failures (bookie.thread_guard): a bookie never runs on silently."""
+        bookie = self.server.bookie
+        yield _gauge("bookie_LAST_CHECKPOINT_TIMESTAMP_SECONDS", "unix time of the last checkpoint that succeeded "
+                     "(0: none since start)", bookie.last_checkpoint_time)
+        yield _counter("bookie_CHECKPOINT_FAILURES", "checkpoints that failed (the journal is kept)",
+                       bookie.checkpoint_failures)
+        yield _gauge("bookie_LEDGER_STORAGE_FAILED", "1 once checkpointFailuresBeforeReadOnly checkpoints in a row "
+                     "failed (read-only until restarted)", bool(bookie.storage_failed))
+        failures = CounterMetricFamily("bookie_THREAD_FAILURES", "unexpected exceptions caught in a background "
+                                       "thread (logged with their traceback)", labels=["thread"])
+        counts = FAILURES.counts()
+        for thread in THREADS:
+            failures.add_metric([thread], counts.get(thread, 0))
+        yield failures
 
     def _directories(self) -> Iterator[Metric]:
         storage = self.server.bookie.storage

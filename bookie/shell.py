@@ -101,7 +101,7 @@ def resolve_uri(args: argparse.Namespace) -> str:
     from bkledger.bookie.local.cluster import ClusterError, LocalCluster
 
     try:
-        return LocalCluster.load(args.dir).metadata_service_uri
+        return LocalCluster.load_running(args.dir).metadata_service_uri
     except ClusterError as exc:
         raise ShellError(f"give --uri or --conf ({exc})") from None
 
@@ -450,6 +450,9 @@ def add_shell_parser(sub: Any) -> None:
     p.add_argument("--delete", action="store_true", help="delete them (default: only list them)")
     p = verb("lostbookierecoverydelay", cmd_lostbookierecoverydelay, "get or set the auditor's delay (s)")
     p.add_argument("-s", "--set", type=int, help="new delay in seconds")
+    from bkledger.bookie.cookie_shell import add_cookie_verbs
+
+    add_cookie_verbs(verbs, common)     # bookieformat, cookie get|delete|list (bookie.cookie_shell)
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
