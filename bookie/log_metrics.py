@@ -9,8 +9,11 @@ truncation or a retention cut) and an unchanged head version means unchanged fig
 The cost of a round is bounded, also with many logs: one getChildren of `{root}/logs`; the heads of at most
 `max_logs` logs (the first by name; the others are only counted) in multiRead requests of 128 heads
 (`ZkSession.get_many_stat`); and the segments (the ledger lists, 8 per multiRead as the log store reads
-them) only of the logs whose head version changed since the previous round. A log that cannot be read
-this round (changing too fast, unreadable) keeps its previous figures and is named in the daemon's log.
+them) only of the logs whose head version changed since the previous round, least recently read first,
+up to `MAX_SEGMENTS_PER_ROUND` segment znodes a round (the first changed log is read whatever its size);
+the rest wait for a later round with their previous figures (`bkledger_log_figures_deferred`). A log that
+cannot be read this round (changing too fast, unreadable) keeps its previous figures and is named in the
+daemon's log.
 Bytes and entries count the sealed ledgers (a ledger's size is recorded when it is sealed); the open
 ledgers are counted apart.
 """
@@ -27,12 +30,25 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from bkledger.client.errors import BKError
+from bkledger.client.log.core.stored import decode_head
 from bkledger.client.log.store import load_log
 
 if TYPE_CHECKING:
+    from kazoo.protocol.states import ZnodeStat
+
     from bkledger.client.meta.store import MetadataStore
 
 log = logging.getLogger("bkledger.log_metrics")
+MAX_SEGMENTS_PER_ROUND = 2048    # segment znodes (up to 256 ledgers each) read per round, beyond the first log
+
+
+def _segment_count(name: str, head: bytes) -> int:
+    """Segments a log's records span, from its head (a format-1 log, or an unreadable head: 1)."""
+    try:
+        _, stored = decode_head(name, head)
+    except ValueError:
+        return 1
+    return 1 if stored is None else max(1, stored.last - stored.first + 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +66,17 @@ class LogFigures:
 class LogFiguresReader:
     """Reads the figures of every log (`refresh`), keeping those of logs whose head did not change."""
 
-    def __init__(self, store: MetadataStore, max_logs: int = 1000) -> None:
+    def __init__(self, store: MetadataStore, max_logs: int = 1000,
+                 max_segments: int = MAX_SEGMENTS_PER_ROUND) -> None:
         self.store = store
         self.max_logs = max_logs
+        self.max_segments = max_segments
         self.figures: dict[str, LogFigures] = {}
         self.total_logs = 0
+        self.deferred = 0                # changed logs not read again in the last round (segment budget)
         self.refreshed_at = 0.0          # unix time of the last complete round (0: none yet)
         self.segment_reads = 0           # logs whose segments were read (a head changed), all rounds
+        self._read_at: dict[str, float] = {}     # when each log's segments were last read (monotonic)
         self._lock = threading.Lock()
 
     def refresh(self) -> dict[str, LogFigures]:
@@ -67,21 +87,42 @@ class LogFiguresReader:
         with self._lock:
             before = dict(self.figures)
         fresh: dict[str, LogFigures] = {}
+        changed: list[tuple[str, ZnodeStat, int]] = []
         for name, got in zip(chosen, heads, strict=True):
             if got is None:
                 continue                               # deleted since the listing
             old = before.get(name)
             if old is not None and old.version == got[1].version:
                 fresh[name] = old
-                continue
-            figures = self._read(name, int(got[1].mtime), got[1].version)
-            if figures is not None:
-                fresh[name] = figures
-            elif old is not None:
-                fresh[name] = old
+            else:
+                changed.append((name, got[1], _segment_count(name, got[0])))
+        deferred = self._read_changed(changed, before, fresh)
+        self._read_at = {name: at for name, at in self._read_at.items() if name in fresh}
         with self._lock:
             self.figures, self.total_logs, self.refreshed_at = fresh, len(names), time.time()
+            self.deferred = deferred
         return fresh
+
+    def _read_changed(self, changed: list[tuple[str, ZnodeStat, int]], before: dict[str, LogFigures],
+                      fresh: dict[str, LogFigures]) -> int:
+        """Read the changed logs, least recently read first, while the round's segment budget lasts (the
+        first is read whatever its size); the others keep their figures until a later round. Returns how
+        many were deferred."""
+        budget, deferred = self.max_segments, 0
+        changed.sort(key=lambda item: self._read_at.get(item[0], 0.0))
+        for index, (name, stat, segments) in enumerate(changed):
+            figures = None
+            if index == 0 or segments <= budget:
+                budget -= segments
+                figures = self._read(name, int(stat.mtime), stat.version)
+                self._read_at[name] = time.monotonic()
+            else:
+                deferred += 1
+            if figures is None and name in before:
+                figures = before[name]
+            if figures is not None:
+                fresh[name] = figures
+        return deferred
 
     def _read(self, name: str, mtime_ms: int, version: int) -> LogFigures | None:
         try:
@@ -111,6 +152,7 @@ class LogFiguresReader:
 def log_metric_families(reader: LogFiguresReader, now: float | None = None) -> Iterator[Metric]:
     """The figures as Prometheus gauges labelled `log` (nothing before the first round)."""
     figures, total, refreshed = reader.snapshot()
+    deferred = reader.deferred
     if not refreshed:
         return
     now = time.time() if now is None else now
@@ -140,3 +182,5 @@ def log_metric_families(reader: LogFiguresReader, now: float | None = None) -> I
                             value=max(0, total - len(figures)))
     yield GaugeMetricFamily("bkledger_log_figures_timestamp_seconds", "unix time the figures were read",
                             value=refreshed)
+    yield GaugeMetricFamily("bkledger_log_figures_deferred", "changed logs whose figures wait for a later "
+                            "round (segment reads per round are bounded)", value=deferred)
