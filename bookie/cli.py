@@ -30,7 +30,9 @@ def _setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # kazoo's own lines (every reconnect attempt) are DEBUG (client.meta.zklog): shown with --verbose only;
+    # ZooKeeper trouble is one line of logger bkledger.zookeeper
+    logging.getLogger("kazoo").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def _overrides(pairs: list[str]) -> dict[str, str]:

@@ -69,8 +69,10 @@ def cmd_describe(bk: BookKeeper, args: argparse.Namespace) -> int:
 
 
 def cmd_create(bk: BookKeeper, args: argparse.Namespace) -> int:
+    from bkledger.client.log.naming import creatable_log_name
     from bkledger.client.log.store import create_log
 
+    creatable_log_name(bk, args.name)      # InvalidLogNameError: the character and its index, or the length
     if args.name in bk.list_logs():
         raise ShellError(f"log {args.name!r} exists already")
     create_log(bk.store, args.name)

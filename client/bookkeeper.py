@@ -22,9 +22,18 @@ from typing import Any
 
 from bkledger.client.bookies import BookiePool
 from bkledger.client.config import ClientConfig
-from bkledger.client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
+from bkledger.client.errors import (
+    BadPasswordError,
+    BKError,
+    ClientClosedError,
+    InvalidOptionError,
+    ReadTimeoutError,
+    checked_password,
+    typed_error,
+)
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
+from bkledger.client.meta.cluster_root import require_cluster
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
 from bkledger.client.metrics import NO_METRICS, ClientMetrics, client_metrics
@@ -89,6 +98,7 @@ class BookKeeper(LogsMixin):
         return self._ctx.store
 
     def _check_open(self) -> None:
+        self._ctx.runtime.check_not_forked()
         if self._closed:
             raise ClientClosedError("this BookKeeper client is closed")
 
@@ -96,8 +106,10 @@ class BookKeeper(LogsMixin):
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
                       digest_type: str | DigestType = "crc32c", password: bytes = b"",
                       custom_metadata: Mapping[str, bytes] | None = None, compression: str = "") -> LedgerHandle:
-        """A new OPEN ledger on E writable bookies (R1: E >= Qw >= Qa >= 1)."""
+        """A new OPEN ledger on E writable bookies (R1: E >= Qw >= Qa >= 1). `password` is bytes
+        (PasswordTypeError otherwise)."""
         self._check_open()
+        password = checked_password(password)
         coro = self._create(ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
                             compression)
         return self._ctx.runtime.run(coro, 60)
@@ -114,6 +126,8 @@ class BookKeeper(LogsMixin):
         digest = DigestType.parse(digest_type)
         store = self._ctx.store
         writable = await asyncio.to_thread(store.writable_bookies)
+        if not writable:       # a wrong root says so, not "0 writable bookies" (client.meta.cluster_root)
+            await asyncio.to_thread(require_cluster, store)
         ensemble = self._ctx.placement.new_ensemble(e, writable)
         ledger_id = await asyncio.to_thread(store.new_ledger_id)
         md = transforms.new_ledger_metadata(
@@ -135,11 +149,13 @@ class BookKeeper(LogsMixin):
         """recovery=True fences the writer and closes the ledger (R14-R20); False never fences and
         never writes metadata (R12): the handle reads up to the LAC found now, and can refresh it."""
         self._check_open()
+        password = checked_password(password)
         return self._ctx.runtime.run(self._open(ledger_id, password, recovery, rules),
                                      self.config.fenceTimeout * 15 + 30)
 
     async def aopen_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> LedgerHandle:
         self._check_open()
+        password = checked_password(password)
         return await self._ctx.runtime.wrap(self._open(ledger_id, password, recovery, DEFAULT_RULES))
 
     def open_ledgers(self, ledger_ids: Iterable[int], password: bytes = b"", recovery: bool = False,
@@ -153,6 +169,7 @@ class BookKeeper(LogsMixin):
         the client loop. A ledger with no metadata is left out of the result (the caller decides whether
         that is data loss); a wrong password raises BadPasswordError as `open_ledger` does."""
         self._check_open()
+        password = checked_password(password)
         ids = list(dict.fromkeys(ledger_ids))
         handles: dict[int, LedgerHandle] = {}
         for start in range(0, len(ids), OPEN_BATCH):
@@ -166,6 +183,7 @@ class BookKeeper(LogsMixin):
         """`open_ledgers` for ledgers whose metadata and version the caller has read already
         (`store.read_ledgers_versioned`): no ZooKeeper read for a CLOSED one."""
         found = list(found)
+        password = checked_password(password)
         for md, _ in found:
             check_password(md, password)
         handles: dict[int, LedgerHandle] = {}
@@ -198,10 +216,12 @@ class BookKeeper(LogsMixin):
                         self.config.readTimeout * 4), bound))
 
         def settle_rest(done: concurrent.futures.Future[None]) -> None:
-            error = done.exception() if not done.cancelled() else None
+            exc = done.exception() if not done.cancelled() else None
+            error = (typed_error(exc, f"reads of {len(items)} ledgers within {bound:.1f}s", ReadTimeoutError)
+                     if exc is not None else ClientClosedError("the read was stopped (client closed)"))
             for item in items:
                 if not item.future.done():
-                    item.future.set_exception(error or ClientClosedError("the read was stopped (client closed)"))
+                    item.future.set_exception(error)
 
         run.add_done_callback(settle_rest)
         return [item.future for item in items]
@@ -273,6 +293,8 @@ class BookKeeper(LogsMixin):
         if self._closed:
             return
         self._closed = True
+        if self._ctx.runtime.forked:        # a fork child: the loop, connections and ZooKeeper are the parent's
+            return
         try:
             self._ctx.runtime.run(self._shutdown(), 15)
         finally:

@@ -46,6 +46,7 @@ from bkledger.client.meta.errors import (
 from bkledger.client.meta.multiread import MAX_PATHS, MultiRead, ReadError
 from bkledger.client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
 from bkledger.client.meta.zkauth import ZkAuth
+from bkledger.client.meta.zklog import KazooChatter, ZkTrouble
 from bkledger.client.meta.zkpoll import PollingHandler
 
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
@@ -95,12 +96,15 @@ class ZkSession:
         self.session_timeout = float(session_timeout)
         self.connect_timeout = float(connect_timeout)
         self.auth = auth
+        self.trouble = ZkTrouble(self.uri.hosts, self.session_timeout)    # one line per outage (zklog)
         self._zk = KazooClient(
             hosts=self.uri.hosts, timeout=self.session_timeout, handler=PollingHandler(),
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             auth_data=auth.auth_data if auth else None,
             default_acl=auth.owner_acl if auth and auth.enable_acl else None,
+            logger=KazooChatter(self.trouble),
         )
+        self._zk.add_listener(self._on_state)
         self._interrupted = threading.Event()
         self._retry = KazooRetry(max_tries=-1, delay=0.02, backoff=2, max_delay=0.5,
                                  deadline=max(2.0 * self.session_timeout, 5.0), interrupt=self._interrupted.is_set)
@@ -118,9 +122,15 @@ class ZkSession:
             self._zk.stop()
             self._zk.close()
             raise MetadataStoreError(
-                f"cannot connect to ZooKeeper at {self.uri.hosts} within {self.connect_timeout:.0f}s: "
-                "is it running (bkledger local up) and is metadataServiceUri right?") from exc
+                f"cannot connect to ZooKeeper at {self.uri.hosts} within {self.connect_timeout:.0f}s"
+                f"{self.trouble.why()}: is it running (bkledger local up) and is metadataServiceUri right?"
+            ) from exc
         self._started = True
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's state listener (its event thread): a connection ends an outage's trouble."""
+        if state == "CONNECTED":
+            self.trouble.connected()
 
     def close(self) -> None:
         """Close the session: its ephemeral znodes (bookie registrations) go away now."""
@@ -219,8 +229,8 @@ class ZkSession:
             yield attempt
             attempt += 1
             if time.monotonic() > deadline:
-                raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts} unreachable; gave up after "
-                                         f"{attempt} attempts")
+                raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts} unreachable{self.trouble.why()}; gave "
+                                         f"up after {attempt} attempts: check that it runs and is reachable")
             time.sleep(min(0.02 * 2**attempt, 0.5))
 
     def _get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
