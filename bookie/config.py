@@ -81,6 +81,12 @@ class BookieConfig:
     httpServerAdminToken: str = ""         # bearer token for state-changing endpoints ("": they are refused)
     httpServerSocketTimeoutMs: int = 10000  # bkledger's own: an HTTP connection idle this long is closed
     httpServerMaxConnections: int = 64     # bkledger's own: more open HTTP connections are answered 503 and closed
+    # log files (`--log-file FILE`, bookie.log_files): rolled by size, at most logFileMaxBackups kept
+    logFileMaxSize: str = "100MB"          # roll at this size (B, KB, MB or GB, as log4j2's size trigger)
+    logFileMaxBackups: int = 10            # rolled files kept (FILE.1 newest .. FILE.N), the oldest deleted
+    # per-log figures exported by the elected auditor (bookie.log_metrics)
+    logMetricsInterval: int = 60           # s between reads of the logs' records in ZooKeeper (0: off)
+    logMetricsMaxLogs: int = 1000          # logs exported at most (by name); the rest are counted only
     # ---- security (README "Security"): TLS (bookie.tls; also the autorecovery daemon's client keys) ...
     tlsProviderFactoryClass: str = ""      # org.apache.bookkeeper.tls.TLSContextFactory: serve TLS
     tlsProvider: str = "OpenSSL"
@@ -195,6 +201,7 @@ def validate(config: BookieConfig) -> None:
     if config.maxReadBatchBytes < 1024:
         raise ConfigError("maxReadBatchBytes must be at least 1024")
     _validate_http(config)
+    _validate_operations(config)
     if len(config.journalDirectories) != 1:
         raise ConfigError("exactly one journal directory is supported (journalDirectories)")
 
@@ -212,6 +219,30 @@ def _validate_http(config: BookieConfig) -> None:
         raise ConfigError(f"{', '.join(ports)} must be different ports, got {ports}")
     if config.httpServerSocketTimeoutMs < 1 or config.httpServerMaxConnections < 1:
         raise ConfigError("httpServerSocketTimeoutMs and httpServerMaxConnections must be at least 1")
+
+
+SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+
+
+def size_bytes(text: str) -> int:
+    """'100MB' -> bytes (units B, KB, MB, GB, powers of 1024, as log4j2's; a bare number is bytes)."""
+    raw = text.strip().upper().replace(" ", "")
+    unit = next((u for u in ("KB", "MB", "GB", "B") if raw.endswith(u)), "")
+    number = raw[: len(raw) - len(unit)]
+    try:
+        value = float(number) * SIZE_UNITS[unit or "B"]
+    except ValueError:
+        raise ConfigError(f"bad size {text!r}: expected a number and a unit (B, KB, MB, GB), e.g. 100MB") from None
+    return int(value)
+
+
+def _validate_operations(config: BookieConfig) -> None:
+    if size_bytes(config.logFileMaxSize) < 1024:
+        raise ConfigError(f"logFileMaxSize must be at least 1KB, got {config.logFileMaxSize!r}")
+    if config.logFileMaxBackups < 1:
+        raise ConfigError("logFileMaxBackups must be at least 1 (the file is rolled into FILE.1)")
+    if config.logMetricsInterval < 0 or config.logMetricsMaxLogs < 0:
+        raise ConfigError("logMetricsInterval and logMetricsMaxLogs must be >= 0")
 
 
 def parse_properties(text: str) -> dict[str, str]:

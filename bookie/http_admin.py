@@ -352,6 +352,8 @@ def _autorecovery_routes(server: BookieServer) -> dict[str, Route]:
 
 
 def bookie_routes(server: BookieServer, render: Callable[[], bytes], content_type: str) -> dict[str, Route]:
+    from bkledger.bookie.status_page import status_routes
+
     def list_bookies(query: dict[str, str], _b: Any) -> Reply:
         kind = query.get("type", "all")
         if kind not in ("rw", "ro", "all"):
@@ -371,6 +373,7 @@ def bookie_routes(server: BookieServer, render: Callable[[], bytes], content_typ
             put=lambda _q, body: _put_read_only(server, body), protected=True),
         "/api/v1/bookie/list_bookies": Route(get=list_bookies),
         **_autorecovery_routes(server),
+        **status_routes(server),           # the read-only HTML status page (bookie.status_page)
     }
 
 

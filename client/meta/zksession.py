@@ -334,7 +334,11 @@ class ZkSession:
         return txn.commit_async()
 
     def get_many(self, paths: list[str], per_request: int = MAX_PATHS) -> list[tuple[bytes, int] | None]:
-        """(data, version) of each znode (None if missing), paths as for `get`: `per_request` per multiRead
+        """(data, version) of each znode (None if missing): `get_many_stat` without the rest of the stat."""
+        return [None if r is None else (r[0], int(r[1].version)) for r in self.get_many_stat(paths, per_request)]
+
+    def get_many_stat(self, paths: list[str], per_request: int = MAX_PATHS) -> list[tuple[bytes, ZnodeStat] | None]:
+        """(data, stat) of each znode (None if missing), paths as for `get`: `per_request` per multiRead
         request (`client.meta.multiread`; fewer for large znodes, so that no reply is huge), the requests
         pipelined; one getData each, pipelined, from a server without multiRead. A request that meets
         connection loss (or no answer in time) is read again path by path, through the retry."""
@@ -346,7 +350,7 @@ class ZkSession:
         step = max(1, per_request)
         chunks = [full[i:i + step] for i in range(0, len(full), step)]
         pending = [self._multi_read_async(chunk) for chunk in chunks]
-        out: list[tuple[bytes, int] | None] = []
+        out: list[tuple[bytes, ZnodeStat] | None] = []
         for chunk, result in zip(chunks, pending, strict=True):
             try:
                 got = result.get(timeout=self.session_timeout)
@@ -355,13 +359,13 @@ class ZkSession:
                 out += self._get_each(chunk)
                 continue
             except (KazooException, KazooTimeoutError):
-                out += [self._get_one(path) for path in chunk]
+                out += [self._get(path) for path in chunk]
                 continue
             for path, item in zip(chunk, got, strict=True):
                 if isinstance(item, ReadError):
-                    out.append(None if item.code == NoNodeError.code else self._get_one(path))
+                    out.append(None if item.code == NoNodeError.code else self._get(path))
                 else:
-                    out.append((item[0], int(item[1].version)))
+                    out.append(item)
         return out
 
     def _multi_read_async(self, paths: list[str]) -> Any:
@@ -370,22 +374,18 @@ class ZkSession:
         self._zk._call(MultiRead([chroot + p for p in paths]), result)     # kazoo has no call of its own
         return result
 
-    def _get_each(self, full: list[str]) -> list[tuple[bytes, int] | None]:
+    def _get_each(self, full: list[str]) -> list[tuple[bytes, ZnodeStat] | None]:
         pending = [self._zk.get_async(p) for p in full]
-        out: list[tuple[bytes, int] | None] = []
+        out: list[tuple[bytes, ZnodeStat] | None] = []
         for path, result in zip(full, pending, strict=True):
             try:
                 data, stat = result.get(timeout=self.session_timeout)
-                out.append((bytes(data), int(stat.version)))
+                out.append((bytes(data), stat))
             except NoNodeError:
                 out.append(None)
             except (KazooException, KazooTimeoutError):
-                out.append(self._get_one(path))            # retried one by one through connection loss
+                out.append(self._get(path))                # retried one by one through connection loss
         return out
-
-    def _get_one(self, path: str) -> tuple[bytes, int] | None:
-        got = self._get(path)
-        return None if got is None else (got[0], int(got[1].version))
 
     def delete_many(self, paths: list[str]) -> list[bool]:
         """Delete each znode (any version) with the requests pipelined, as `get_many` reads: whether each
