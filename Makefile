@@ -12,10 +12,10 @@ JOBS ?=
 
 .PHONY: demo demo-secure test lint browser proto unit integration sim sim-mutants bench bench-quick clean
 
-$(STAMP): pyproject.toml setup.py client/protocol/_native.c
+$(STAMP): pyproject.toml setup.py constraints.txt client/protocol/_native.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,delta]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,delta]' --config-settings editable_mode=compat
 	$(BIN)/python -m bkledger.spark_connector.worker_path install   # Spark's Python processes: compiled pyspark
 	$(MAKE) --no-print-directory browser
 	touch $(STAMP)
