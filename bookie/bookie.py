@@ -10,7 +10,9 @@ one `storage` thread, which also queues every other journal record (fence, expli
 the journal holds them in the order they were decided: an add accepted before a fence is durable
 before the fence is answered. An entry stored but not yet durable is one the bookie has not
 acknowledged, like any entry a crash takes before its fsync. At start the journal is replayed from the
-last checkpoint (LastLogMark) before anything is served (R22, R23).
+last checkpoint (LastLogMark) before anything is served (R22, R23). The storage thread also refuses an
+add that would change the bytes of an entry already stored (`decisions.check_rewrites`: records cannot
+be rewritten, even with the master key).
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from bkledger.bookie.storage import LedgerStorage, StorageError
 log = logging.getLogger("bkledger.bookie")
 
 Done = Callable[[BaseException | None], None]
+
+
+class EntryRewriteError(Exception):
+    """An add would change the bytes of an entry the bookie stores (`decisions.check_rewrites`): EBADREQ."""
 
 
 class Bookie:
@@ -212,6 +218,10 @@ class Bookie:
         def store_then_journal() -> None:
             payloads = [rec.encode_ledger_key(ledger_id, master_key)] if record_key else []
             try:
+                why = decisions.check_rewrites(entry_ids, sizes, data, storage.stored_entries(ledger_id, entry_ids))
+                if why:
+                    done(EntryRewriteError(why))     # decided here, on the one thread that stores adds
+                    return
                 record = rec.add_batch_parts(ledger_id, entry_ids, sizes, data)
                 if record_key:
                     storage.set_master_key(ledger_id, master_key)

@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 
 from bkledger.bookie import ranges_read
 from bkledger.bookie.add_request import AddBatchView, parse_add_request
-from bkledger.bookie.bookie import Bookie
+from bkledger.bookie.bookie import Bookie, EntryRewriteError
 from bkledger.bookie.core import decisions
 from bkledger.bookie.metrics import NO_STATS, NoServerStats
 from bkledger.bookie.storage import Batch, StorageError
@@ -76,7 +76,7 @@ class BookieService(pb_grpc.BookieServicer):
     ) -> AsyncIterator[bytes]:
         """Acks go out as serialized AddResponses (`add_response_bytes`), as many as are ready in each."""
         out: asyncio.Queue[bytes | None] = asyncio.Queue()     # None: the requests ended
-        pump = asyncio.create_task(self._pump_adds(request_iterator, out))
+        pump = asyncio.create_task(self._pump_adds(request_iterator, out, context.peer()))
         try:
             while True:
                 item = await out.get()
@@ -93,8 +93,8 @@ class BookieService(pb_grpc.BookieServicer):
         finally:
             pump.cancel()
 
-    async def _pump_adds(self, requests: AsyncIterator[list[AddBatchView]], out: asyncio.Queue[bytes | None]
-                         ) -> None:
+    async def _pump_adds(self, requests: AsyncIterator[list[AddBatchView]], out: asyncio.Queue[bytes | None],
+                         peer: str = "") -> None:
         outstanding = [0]
         drained = asyncio.Event()
         drained.set()
@@ -110,14 +110,14 @@ class BookieService(pb_grpc.BookieServicer):
                 for batch in request:
                     outstanding[0] += 1
                     drained.clear()
-                    self._submit_batch(batch, reply)
+                    self._submit_batch(batch, reply, peer)
             await drained.wait()
         except (asyncio.CancelledError, grpc.aio.AioRpcError):
             pass
         finally:
             out.put_nowait(None)
 
-    def _submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None]) -> None:
+    def _submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None], peer: str = "") -> None:
         ledger_id, entry_ids, sizes, data = batch.ledger_id, batch.entry_ids, batch.sizes, batch.data
         started = self.stats.add_started()
 
@@ -155,7 +155,7 @@ class BookieService(pb_grpc.BookieServicer):
             return
 
         def journaled(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer)
+            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer, peer)
 
         self.bookie.add_batch(
             ledger_id,
@@ -170,8 +170,13 @@ class BookieService(pb_grpc.BookieServicer):
         )
 
     def _added(
-        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None]
+        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None],
+        peer: str = "",
     ) -> None:
+        if isinstance(err, EntryRewriteError):
+            log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", err)
+            answer(pb.EBADREQ, str(err))
+            return
         if err is not None:
             answer(pb.EIO, str(err))
             return

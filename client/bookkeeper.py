@@ -17,12 +17,20 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+import grpc
 
 from bkledger.client.bookies import BookiePool
 from bkledger.client.config import ClientConfig
-from bkledger.client.errors import BadPasswordError, BKError, ClientClosedError, InvalidOptionError
+from bkledger.client.errors import (
+    BadPasswordError,
+    BKError,
+    ClientClosedError,
+    InvalidOptionError,
+    LedgerSquattedError,
+)
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
@@ -39,9 +47,12 @@ from bkledger.client.recovery_driver import RecoveryRun
 from bkledger.client.runtime import EventLoopThread
 from bkledger.client.tls import channel_credentials, settings_of
 from bkledger.client.writer import LedgerWriter
+from bkledger.proto import bookie_pb2 as pb
 
 log = logging.getLogger("bkledger.client")
 COMPRESSIONS = ("", "none", "lz4")
+CREATE_ATTEMPTS = 5        # fresh ledger ids create_ledger tries when bookies already know the new id (squatted)
+SQUAT_PROBE_TIMEOUT_S = 2.0   # bound of the ReadLac that asks each bookie of a new ledger whether it knows its id
 OPEN_BATCH = 1000          # ledger metadata znodes read in one pipelined batch by open_ledgers
 
 
@@ -115,11 +126,14 @@ class BookKeeper(LogsMixin):
         store = self._ctx.store
         writable = await asyncio.to_thread(store.writable_bookies)
         ensemble = self._ctx.placement.new_ensemble(e, writable)
-        ledger_id = await asyncio.to_thread(store.new_ledger_id)
-        md = transforms.new_ledger_metadata(
-            ledger_id, ensemble, e, qw, qa, digest, password, int(time.time() * 1000), dict(custom or {}),
-            "" if compression == "none" else compression)
-        version = await asyncio.to_thread(store.create_ledger, md)
+
+        def metadata(ledger_id: int) -> LedgerMetadata:
+            return transforms.new_ledger_metadata(
+                ledger_id, ensemble, e, qw, qa, digest, password, int(time.time() * 1000), dict(custom or {}),
+                "" if compression == "none" else compression)
+
+        md, version = await self._create_metadata(ensemble, metadata)
+        ledger_id = md.ledger_id
         # numpy marks batched acks (client.protocol.pending_adds); imported here, off the client loop, and not
         # on the loop when the first large ack arrives: 50-150 ms at 100,000 adds/s held every add meanwhile
         await asyncio.to_thread(importlib.import_module, "numpy")
@@ -128,6 +142,46 @@ class BookKeeper(LogsMixin):
         self._ctx.writers.add(writer)
         log.debug("created ledger %d on %s (E=%d Qw=%d Qa=%d)", ledger_id, ensemble, e, qw, qa)
         return LedgerHandle(self._ctx, md, version, password, writer)
+
+    async def _create_metadata(self, ensemble: Sequence[str], metadata: Callable[[int], LedgerMetadata]
+                               ) -> tuple[LedgerMetadata, int]:
+        """Create the metadata of a new ledger under a fresh id that no bookie of its ensemble knows yet:
+        an id a bookie knows was squatted (`_claimed_on`); its metadata is deleted (so the bookies' garbage
+        collection drops the squatter's state) and a fresh id is tried, CREATE_ATTEMPTS ids at most."""
+        store = self._ctx.store
+        squatted: list[int] = []
+        while True:
+            md = metadata(await asyncio.to_thread(store.new_ledger_id))
+            version = await asyncio.to_thread(store.create_ledger, md)
+            claimed_by = await self._claimed_on(ensemble, md.ledger_id)
+            if claimed_by is None:
+                return md, version
+            squatted.append(md.ledger_id)
+            log.warning("ledger %d was already fenced or written on bookie %s before its metadata existed "
+                        "(squatted): deleted, trying a fresh id", md.ledger_id, claimed_by)
+            await asyncio.to_thread(store.delete_ledger, md.ledger_id)
+            if len(squatted) >= CREATE_ATTEMPTS:
+                raise LedgerSquattedError(f"ledger ids {squatted} were all claimed on bookies by another client "
+                                          "before their metadata existed (squatted): "
+                                          f"{LedgerSquattedError.default_message}")
+
+    async def _claimed_on(self, ensemble: Sequence[str], ledger_id: int) -> str | None:
+        """A bookie of the ensemble that already knows a ledger id this client has just created, or None.
+        Ids are never reused, so a bookie that knows it was fenced or written by someone else before the
+        metadata existed (a fence creates an unknown ledger fenced, R15): the first add would fail with
+        EFENCED or EUA. A bookie that does not answer in time is no evidence either way."""
+        timeout = min(self._ctx.config.readTimeout, SQUAT_PROBE_TIMEOUT_S)
+
+        async def knows(bookie_id: str) -> bool:
+            try:
+                client = await self._ctx.pool.get(bookie_id)
+                answer = await client.read_lac(ledger_id, timeout)
+            except (BKError, grpc.aio.AioRpcError, TimeoutError):
+                return False
+            return answer.status != pb.ENOLEDGER
+
+        known = await asyncio.gather(*(knows(b) for b in dict.fromkeys(ensemble)))
+        return next((b for b, k in zip(dict.fromkeys(ensemble), known, strict=True) if k), None)
 
     # ---- open -------------------------------------------------------------------------------
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True,

@@ -202,6 +202,13 @@ def _status_name(code: int | None) -> str:
         return str(code)
 
 
+class LedgerSquattedError(BKError):
+    default_message = (
+        "the new ledger ids were already claimed on bookies by another client (fenced or written before their "
+        "metadata existed: squatted); check which clients hold a certificate or the public key, then retry"
+    )
+
+
 def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "") -> BKError:
     """The typed error for a bookie status code; `what` (e.g. "ledger 7 entry 3") is added to the message."""
     by_code: dict[int, type[BKError]] = {
@@ -223,7 +230,8 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 __all__ = [
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
-    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LiveLogWriterError",
+    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LedgerSquattedError",
+    "LiveLogWriterError",
     "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
     "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",
 ]
