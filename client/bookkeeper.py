@@ -184,19 +184,21 @@ class BookKeeper(LogsMixin):
         return next((b for b, k in zip(dict.fromkeys(ensemble), known, strict=True) if k), None)
 
     # ---- open -------------------------------------------------------------------------------
-    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True,
+    def open_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True,
                     rules: RecoveryRules = DEFAULT_RULES) -> LedgerHandle:
         """recovery=True fences the writer and closes the ledger (R14-R20); False never fences and
-        never writes metadata (R12): the handle reads up to the LAC found now, and can refresh it."""
+        never writes metadata (R12): the handle reads up to the LAC found now, and can refresh it.
+        password=None opens it with the password its metadata holds (which this client can read: the log
+        machinery opens a log's ledgers so, whatever key each was created with)."""
         self._check_open()
         return self._ctx.runtime.run(self._open(ledger_id, password, recovery, rules),
                                      self.config.fenceTimeout * 15 + 30)
 
-    async def aopen_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> LedgerHandle:
+    async def aopen_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True) -> LedgerHandle:
         self._check_open()
         return await self._ctx.runtime.wrap(self._open(ledger_id, password, recovery, DEFAULT_RULES))
 
-    def open_ledgers(self, ledger_ids: Iterable[int], password: bytes = b"", recovery: bool = False,
+    def open_ledgers(self, ledger_ids: Iterable[int], password: bytes | None = b"", recovery: bool = False,
                      rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
         """Open many ledgers at once: {ledger id: handle}, for readers of many small ledgers.
 
@@ -215,7 +217,7 @@ class BookKeeper(LogsMixin):
             handles.update(self.handles_for(found, password, recovery, rules))
         return handles
 
-    def handles_for(self, found: Iterable[tuple[LedgerMetadata, int]], password: bytes = b"",
+    def handles_for(self, found: Iterable[tuple[LedgerMetadata, int]], password: bytes | None = b"",
                     recovery: bool = False, rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
         """`open_ledgers` for ledgers whose metadata and version the caller has read already
         (`store.read_ledgers_versioned`): no ZooKeeper read for a CLOSED one."""
@@ -226,7 +228,7 @@ class BookKeeper(LogsMixin):
         unsealed = []
         for md, version in found:
             if md.state is LedgerState.CLOSED:
-                handles[md.ledger_id] = LedgerHandle(self._ctx, md, version, password)
+                handles[md.ledger_id] = LedgerHandle(self._ctx, md, version, own_password(md, password))
             else:
                 unsealed.append((md, version))
         if unsealed:
@@ -260,20 +262,21 @@ class BookKeeper(LogsMixin):
         run.add_done_callback(settle_rest)
         return [item.future for item in items]
 
-    async def _open_all(self, found: list[tuple[LedgerMetadata, int]], password: bytes, recovery: bool,
+    async def _open_all(self, found: list[tuple[LedgerMetadata, int]], password: bytes | None, recovery: bool,
                         rules: RecoveryRules) -> list[LedgerHandle]:
         return list(await asyncio.gather(*(self._open_known(md, version, password, recovery, rules)
                                            for md, version in found)))
 
-    async def _open(self, ledger_id: int, password: bytes, recovery: bool, rules: RecoveryRules) -> LedgerHandle:
+    async def _open(self, ledger_id: int, password: bytes | None, recovery: bool, rules: RecoveryRules
+                    ) -> LedgerHandle:
         md, version = await asyncio.to_thread(self._ctx.store.read_ledger, ledger_id)
         check_password(md, password)
         return await self._open_known(md, version, password, recovery, rules)
 
-    async def _open_known(self, md: LedgerMetadata, version: int, password: bytes, recovery: bool,
+    async def _open_known(self, md: LedgerMetadata, version: int, password: bytes | None, recovery: bool,
                           rules: RecoveryRules) -> LedgerHandle:
         try:
-            return await self._open_checked(md, version, password, recovery, rules)
+            return await self._open_checked(md, version, own_password(md, password), recovery, rules)
         except BKError as exc:    # no bookie answered: say so if TLS was why (client.tls)
             explained = self._ctx.pool.explain(exc, {b for f in md.fragments for b in f.ensemble})
             if explained is exc:
@@ -348,8 +351,13 @@ class BookKeeper(LogsMixin):
         self.close()
 
 
-def check_password(md: LedgerMetadata, password: bytes) -> None:
-    if md.password != password:
+def own_password(md: LedgerMetadata, password: bytes | None) -> bytes:
+    """The password to open the ledger with: the one given, or (None) the one its metadata holds."""
+    return md.password if password is None else password
+
+
+def check_password(md: LedgerMetadata, password: bytes | None) -> None:
+    if password is not None and md.password != password:
         raise BadPasswordError(
             f"wrong password for ledger {md.ledger_id}: open it with the password used to create it")
 

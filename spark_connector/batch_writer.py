@@ -37,7 +37,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
 from bkledger.client import BookKeeper, InvalidOptionError, LogNotFoundError
 from bkledger.client.ledger_handle import LedgerHandle
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
 from bkledger.spark_connector.clients import planning_client, shared_client
@@ -157,7 +157,8 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         custom = {**env.custom_metadata(self.layout.envelope), JOB_KEY: self.job_id.encode(),
                   LOG_KEY: log_name.encode(), "bkledger.partition": str(partition_id).encode()}
         return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type or "crc32c",
-                                password=src.password, custom_metadata=custom, compression=o.compression)
+                                password=log_ledger_password(bk, log_name, src.password),   # the log's key
+                                custom_metadata=custom, compression=o.compression)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
         partition_id = _partition_id()

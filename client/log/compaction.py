@@ -119,8 +119,8 @@ def compact_log(bk: BookKeeper, name: str, *, target_bytes: int = DEFAULT_TARGET
                    sum(by_id[i].size or 0 for r in runs for i in r.ledger_ids))
     batch: list[tuple[cp.Run, LogLedger]] = []
     try:
-        swapped, written, stopped = _copy_and_swap(bk, name, runs, by_id, batch, min_ledgers, grace_s, password,
-                                                   progress)
+        swapped, written, stopped = _copy_and_swap(bk, name, runs, by_id, batch, min_ledgers, grace_s,
+                                                   password or lm.log_password(meta) or b"", progress)
     except BaseException:
         _discard_unlisted(bk, name, [led.ledger_id for _, led in batch])
         raise
@@ -147,7 +147,7 @@ def _copy_and_swap(bk: BookKeeper, name: str, runs: Sequence[cp.Run], by_id: Map
         parts, known = _same_kind(bk, run, min_ledgers)
         for part in parts:
             elements = [by_id[i] for i in part.ledger_ids]
-            new = cp.compacted_ledger(elements, copy_run(bk, elements, password, known), now_ms())
+            new = cp.compacted_ledger(elements, copy_run(bk, elements, password, known, own=True), now_ms())
             batch.append((part, _with_envelope(new, known.get(elements[0].ledger_id))))
             written += 1
             if sum(len(r.ledger_ids) for r, _ in batch) >= SWAP_LEDGERS:
@@ -239,23 +239,28 @@ def _with_envelope(new: LogLedger, first: tuple[LedgerMetadata, int] | None) -> 
     return dataclasses.replace(new, envelope=lm.recorded_envelope(first[0].custom_metadata))
 
 
-def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes, known: Known | None = None) -> int:
+def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes, known: Known | None = None,
+             own: bool = False) -> int:
     """A new CLOSED ledger with the entries of `elements`, in order; its id. The payloads go out in bulk
     adds of about COPY_BULK_BYTES (`add_entries`), not one add each. `known`: metadata (and versions)
-    read already, by ledger id."""
+    read already, by ledger id. `own`: `password` is the one to create the copy with (the log's key, or
+    the one given), and each element is opened with the password its metadata holds; an empty one then
+    keeps the elements' own password."""
     known = known or {}
     first = known[elements[0].ledger_id][0] if elements[0].ledger_id in known \
         else bk.ledger_metadata(elements[0].ledger_id)
     custom = {k: v for k, v in first.custom_metadata.items() if k != JOB_KEY}
     custom[COMPACTED_KEY] = b"1"
     lh = bk.create_ledger(first.ensemble_size, first.write_quorum, first.ack_quorum,
-                          digest_type=first.digest_type, password=password, custom_metadata=custom,
+                          digest_type=first.digest_type, password=password or (first.password if own else b""),
+                          custom_metadata=custom,
                           compression=first.compression)
     try:
         pending: list[concurrent.futures.Future[int]] = []
         held: list[bytes] = []
         size = 0
-        for payloads in _payloads_in_order(bk, [led.ledger_id for led in elements], password, known):
+        opened_with = None if own else password
+        for payloads in _payloads_in_order(bk, [led.ledger_id for led in elements], opened_with, known):
             held += payloads
             size += sum(map(len, payloads))
             if size >= COPY_BULK_BYTES or len(held) >= COPY_BULK_ENTRIES:
@@ -284,7 +289,7 @@ def _add_all(lh: LedgerHandle, payloads: list[bytes]) -> concurrent.futures.Futu
     return lh.add_entries(b"".join(payloads), offsets)
 
 
-def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: bytes, known: Known
+def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: bytes | None, known: Known
                        ) -> Iterator[list[bytes]]:
     """Every entry of each CLOSED ledger, ledger by ledger in order (opened without recovery). The ledgers
     are opened OPEN_WINDOW at a time (from `known`, or `open_ledgers`: pipelined metadata reads) and their

@@ -6,6 +6,7 @@ contract with the stubs of `proto/` (`tests.integration.bookie_util`), as the is
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +14,9 @@ import pytest
 
 from bkledger.client import BookKeeper
 from bkledger.client.errors import LedgerSquattedError
+from bkledger.client.log.core import meta as lm
+from bkledger.client.log.logs import append_ledgers, log_ledger_password
+from bkledger.client.log.store import create_log, log_path
 from bkledger.client.protocol.digest import make_digest, master_key, package_batch
 from bkledger.proto import bookie_pb2 as pb
 from tests.integration.bookie_util import add, read
@@ -81,10 +85,12 @@ def _fence_everywhere(cluster, ledger_ids: range, key: bytes) -> None:
             assert read(address, ledger_id, -1, fence=True, key=key).status == pb.EOK
 
 
-def test_fenced_unknown_ids_do_not_squat_new_ledgers(cluster, bk: BookKeeper) -> None:
+def test_fenced_unknown_ids_do_not_squat_new_ledgers(cluster_factory, bk_factory) -> None:
     """Issue 41 item 4 (R15: a fence of an unknown ledger creates it fenced): an attacker fences the next
     ledger ids with a foreign key before their metadata exists; create_ledger sees the bookies already know
     the ids, deletes those, and the ledger it returns has a fresh id that takes adds."""
+    cluster = cluster_factory(3)           # its own ledger id space: the squatted ids stay out of the others'
+    bk = bk_factory(cluster.metadata_service_uri)
     first = bk.create_ledger(3, 3, 2, password=b"victim")
     second = bk.create_ledger(3, 3, 2, password=b"victim")
     stride = max(second.ledger_id - first.ledger_id, 1)
@@ -99,12 +105,63 @@ def test_fenced_unknown_ids_do_not_squat_new_ledgers(cluster, bk: BookKeeper) ->
         assert ledger_id not in bk.list_ledgers(squatted[0] - 1)
 
 
-def test_create_gives_up_with_a_squatted_error_after_bounded_attempts(cluster, bk: BookKeeper) -> None:
+def test_create_gives_up_with_a_squatted_error_after_bounded_attempts(cluster_factory, bk_factory) -> None:
     """A creator that meets only squatted ids gets LedgerSquattedError naming them, after a bounded number
     of fresh ids (never a BadPasswordError that blames its own password)."""
+    cluster = cluster_factory(3)
+    bk = bk_factory(cluster.metadata_service_uri)
     first = bk.create_ledger(3, 3, 2)
     second = bk.create_ledger(3, 3, 2)
     stride = max(second.ledger_id - first.ledger_id, 1)
     _fence_everywhere(cluster, range(second.ledger_id + 1, second.ledger_id + 12 * stride + 1), master_key(b"foreign"))
     with pytest.raises(LedgerSquattedError, match="squatted"):
         bk.create_ledger(3, 3, 2)
+
+
+def test_each_log_has_its_own_key(cluster, bk: BookKeeper) -> None:
+    """Issue 41 item 4: a new log gets a secret of its own, kept in its znode; its writer's ledgers use it as
+    their password when none is given, so the public empty key cannot fence or forge them (EUA); readers,
+    append_ledgers (ledgers made with any password) and compaction need no password."""
+    name = f"keyed-{uuid.uuid4().hex[:8]}"
+    with bk.open_log_writer(name, roll_entries=2) as writer:
+        for i in range(6):
+            writer.append(f"w{i}".encode())
+    key = lm.log_password(bk.log_metadata(name))
+    assert key is not None and len(key) == 20
+    stored = bk.store.get(log_path(bk.store, name))
+    assert stored is not None and key.hex().encode() in stored[0]
+    ids = bk.log_metadata(name).ledger_ids
+    assert {bk.ledger_metadata(i).password for i in ids} == {key}
+    md = bk.ledger_metadata(ids[0])
+    public = master_key(b"")
+    for address in _addresses(cluster, md.fragment_for(0).ensemble):
+        assert read(address, ids[0], -1, fence=True, key=public).status == pb.EUA
+    job = bk.create_ledger(3, 2, 2)            # made with the empty password, as before: still appendable
+    job.add_entry(b"job")
+    job.close()
+    assert append_ledgers(bk, name, [job.ledger_id])
+    assert log_ledger_password(bk, name) == key
+    result = bk.compact_log(name, min_ledgers=2, grace_s=0)
+    assert result.compacted
+    assert {bk.ledger_metadata(new).password for new, _ in result.compacted} == {key}
+    with bk.open_log_reader(name) as reader:
+        assert [r.payload for r in reader.read(timeout=0.5)] == [f"w{i}".encode() for i in range(6)] + [b"job"]
+
+
+def test_a_log_without_a_stored_key_works_as_before(bk: BookKeeper) -> None:
+    """A log created before logs had keys (no key in its znode) keeps the empty password for its ledgers."""
+    name = f"legacy-{uuid.uuid4().hex[:8]}"
+    create_log(bk.store, name)
+    path = log_path(bk.store, name)
+    got = bk.store.get(path)
+    assert got is not None
+    data, version = got
+    head = json.loads(data)
+    del head[lm.PASSWORD_KEY]
+    bk.store.cas(path, json.dumps(head).encode(), version)
+    with bk.open_log_writer(name) as writer:
+        writer.append(b"old")
+    assert lm.log_password(bk.log_metadata(name)) is None
+    assert {bk.ledger_metadata(i).password for i in bk.log_metadata(name).ledger_ids} == {b""}
+    with bk.open_log_reader(name) as reader:
+        assert [r.payload for r in reader.read(timeout=0.5)] == [b"old"]
