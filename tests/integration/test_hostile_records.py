@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from bkledger.client import BookKeeper
-from bkledger.client.errors import LedgerSquattedError
+from bkledger.client.errors import DigestMismatchError, LedgerSquattedError
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.logs import append_ledgers, log_ledger_password
 from bkledger.client.log.store import create_log, log_path
@@ -165,3 +165,25 @@ def test_a_log_without_a_stored_key_works_as_before(bk: BookKeeper) -> None:
     assert {bk.ledger_metadata(i).password for i in bk.log_metadata(name).ledger_ids} == {b""}
     with bk.open_log_reader(name) as reader:
         assert [r.payload for r in reader.read(timeout=0.5)] == [b"old"]
+
+
+@pytest.mark.parametrize("digest_type", ["crc32c", "hmac"])
+def test_hmac_with_a_secret_makes_forged_records_evident(cluster, bk: BookKeeper, digest_type: str) -> None:
+    """Issue 41 item 4: an attacker who learned a ledger's master key (it travels with every add) but not the
+    password adds a forged next entry to every bookie. With CRC32C (unkeyed) a reader gets the forgery with
+    no error; with digestType=hmac the digest needs the password itself, so the reader refuses it
+    (DigestMismatchError): records are tamper-evident end to end."""
+    lh = bk.create_ledger(3, 3, 2, digest_type=digest_type, password=b"secret")
+    for i in range(3):
+        lh.add_entry(b"real-%d" % i)
+    forged = package_batch(make_digest(digest_type, b"guessed"), lh.ledger_id, 3, 3, 0, [b"FORGED"])
+    for address in _addresses(cluster, lh.metadata.fragment_for(3).ensemble):
+        assert add(address, lh.ledger_id, [3], key=master_key(b"secret"), raw=forged).statuses == {3: pb.EOK}
+    if digest_type == "crc32c":
+        rh = bk.open_ledger(lh.ledger_id, b"secret", recovery=False)
+        assert [bytes(e.payload) for e in rh.read_entries(3, 3)] == [b"FORGED"]
+    else:       # every copy of the last entry fails its digest: not even the LAC can be learnt from them
+        with pytest.raises(DigestMismatchError):
+            rh = bk.open_ledger(lh.ledger_id, b"secret", recovery=False)
+            list(rh.read_entries(3, 3))
+    assert [bytes(e.payload) for e in lh.read_entries(0, 2)] == [b"real-0", b"real-1", b"real-2"]
