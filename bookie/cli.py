@@ -148,6 +148,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     from bkledger.client import BookKeeper
     from bkledger.client.errors import BKError
     from bkledger.client.log.core.meta import Position
+    from bkledger.client.log.core.meta import shown as without_key
     from bkledger.client.log.logs import describe_log
 
     logging.getLogger("kazoo").setLevel(logging.WARNING)
@@ -162,7 +163,7 @@ def cmd_log(args: argparse.Namespace) -> int:
             elif args.action == "describe":
                 meta = bk.log_metadata(args.name)
                 if args.json:
-                    print(json.dumps(meta.to_dict(), indent=2, sort_keys=True))
+                    print(json.dumps(without_key(meta), indent=2, sort_keys=True))
                 else:
                     print("\n".join(describe_log(meta)))
             elif args.action == "compact":

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from bkledger.bookie.cli import main as cli_main
 from bkledger.client import BookKeeper
 from bkledger.client.errors import DigestMismatchError, LedgerSquattedError
 from bkledger.client.log.core import meta as lm
@@ -19,7 +21,7 @@ from bkledger.client.log.logs import append_ledgers, log_ledger_password
 from bkledger.client.log.store import create_log, log_path
 from bkledger.client.protocol.digest import make_digest, master_key, package_batch
 from bkledger.proto import bookie_pb2 as pb
-from tests.integration.bookie_util import add, read
+from tests.integration.bookie_util import add, package, read, wait_for
 from tests.integration.conftest import start_cluster
 
 pytestmark = pytest.mark.integration
@@ -79,6 +81,24 @@ def test_forged_recovery_add_of_a_closed_log_ledger_is_refused(cluster, bk: Book
     assert payloads == [f"record-{i}".encode() for i in range(6)]
 
 
+def test_a_re_add_must_bring_the_same_bytes(cluster) -> None:
+    """Issue 41 item 4 (R26): a plain re-add of an entry with the same bytes (a writer's resend) is accepted;
+    with other bytes it is refused EBADREQ, the stored entry stays, and the refusal is logged with the
+    client's address."""
+    bookie = cluster.bookies[0]
+    ledger_id = 1 << 40 | 77                  # a ledger only this test writes (no metadata: GC is off)
+    assert add(bookie.address, ledger_id, [0, 1, 2]).ok() == [0, 1, 2]
+    original = read(bookie.address, ledger_id, 1).body
+    assert add(bookie.address, ledger_id, [1, 2]).ok() == [1, 2]                  # same bytes again
+    other = package(ledger_id, [1, 2], payload=b"y" * 100)
+    assert add(bookie.address, ledger_id, [1, 2], raw=other).statuses == {1: pb.EBADREQ, 2: pb.EBADREQ}
+    assert add(bookie.address, ledger_id, [3]).ok() == [3]                        # the ledger goes on
+    assert read(bookie.address, ledger_id, 1).body == original
+    logged = wait_for(lambda: [line for line in Path(bookie.log).read_text().splitlines()
+                               if f"add to ledger {ledger_id} from" in line], 10, "the refusal's log line")
+    assert "EBADREQ" in logged[0] and "127.0.0.1" in logged[0] and "other bytes" in logged[0]
+
+
 def _fence_everywhere(cluster, ledger_ids: range, key: bytes) -> None:
     for address in _addresses(cluster, [b.bookie_id for b in cluster.bookies]):
         for ledger_id in ledger_ids:
@@ -118,7 +138,7 @@ def test_create_gives_up_with_a_squatted_error_after_bounded_attempts(cluster_fa
         bk.create_ledger(3, 3, 2)
 
 
-def test_each_log_has_its_own_key(cluster, bk: BookKeeper) -> None:
+def test_each_log_has_its_own_key(cluster, bk: BookKeeper, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 41 item 4: a new log gets a secret of its own, kept in its znode; its writer's ledgers use it as
     their password when none is given, so the public empty key cannot fence or forge them (EUA); readers,
     append_ledgers (ledgers made with any password) and compaction need no password."""
@@ -132,6 +152,9 @@ def test_each_log_has_its_own_key(cluster, bk: BookKeeper) -> None:
     assert stored is not None and key.hex().encode() in stored[0]
     ids = bk.log_metadata(name).ledger_ids
     assert {bk.ledger_metadata(i).password for i in ids} == {key}
+    assert cli_main(["log", "describe", name, "--uri", cluster.metadata_service_uri, "--json"]) == 0
+    shown = capsys.readouterr().out
+    assert key.hex() not in shown and '"(hidden)"' in shown          # printed without the key
     md = bk.ledger_metadata(ids[0])
     public = master_key(b"")
     for address in _addresses(cluster, md.fragment_for(0).ensemble):

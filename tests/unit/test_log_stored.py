@@ -208,3 +208,5 @@ def test_the_logs_own_key_survives_the_stored_forms():
     assert lm.log_password(lm.decode("f1", lm.encode(meta))) == key     # format 1 keeps it too
     broken = dataclasses.replace(legacy, extra={lm.PASSWORD_KEY: "not hex"})
     assert lm.log_password(broken) is None
+    assert lm.shown(meta)[lm.PASSWORD_KEY] == "(hidden)" and key.hex() not in str(lm.shown(meta))
+    assert lm.PASSWORD_KEY not in lm.shown(legacy)

@@ -188,6 +188,14 @@ def ledger_password(meta: LogMetadata, given: bytes) -> bytes:
     return given or log_password(meta) or b""
 
 
+def shown(meta: LogMetadata) -> dict[str, Any]:
+    """The log as `to_dict` gives it, for printing: its own key is replaced by "(hidden)"."""
+    out = meta.to_dict()
+    if PASSWORD_KEY in out:
+        out[PASSWORD_KEY] = "(hidden)"
+    return out
+
+
 def with_password(meta: LogMetadata, password: bytes) -> LogMetadata:
     """The log with `password` as its own key (set once, when the log is created)."""
     return dataclasses.replace(meta, extra={**meta.extra, PASSWORD_KEY: password.hex()})
