@@ -466,6 +466,13 @@ class LogsMixin:
         return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password,
                               fence_live_writer=fence_live_writer, time_spans=time_spans)
 
+    def log_ledger_password(self, name: str) -> bytes:
+        """The password to create ledgers with that will be appended to log `name` (`append_ledgers`): the
+        log's own key (the log is created, empty, if missing), or b"" for a log made before logs had keys."""
+        bk = _bk(self)
+        bk._check_open()
+        return log_ledger_password(bk, name)
+
     def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""
         bk = _bk(self)

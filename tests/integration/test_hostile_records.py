@@ -163,7 +163,7 @@ def test_each_log_has_its_own_key(cluster, bk: BookKeeper, capsys: pytest.Captur
     job.add_entry(b"job")
     job.close()
     assert append_ledgers(bk, name, [job.ledger_id])
-    assert log_ledger_password(bk, name) == key
+    assert log_ledger_password(bk, name) == key == bk.log_ledger_password(name)
     result = bk.compact_log(name, min_ledgers=2, grace_s=0)
     assert result.compacted
     assert {bk.ledger_metadata(new).password for new, _ in result.compacted} == {key}
