@@ -13,6 +13,9 @@ acknowledged, like any entry a crash takes before its fsync. At start the journa
 last checkpoint (LastLogMark) before anything is served (R22, R23). The storage thread also refuses an
 add that would change the bytes of an entry already stored (`decisions.check_rewrites`: records cannot
 be rewritten, even with the master key).
+A checkpoint that fails, with any exception, keeps the journal and is counted (`checkpoint_failures`, the time
+of the last good one in `last_checkpoint_time`); checkpointFailuresBeforeReadOnly failures in a row mark the
+ledger storage failed and the bookie read-only until restarted, as BookKeeper does on a failed disk.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import resource
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,10 +33,19 @@ from bkledger.bookie import records_io
 from bkledger.bookie.config import BookieConfig
 from bkledger.bookie.core import decisions
 from bkledger.bookie.core import records as rec
+from bkledger.bookie.core.index_pages import PageGeometry
 from bkledger.bookie.journal import Journal, LogMark
 from bkledger.bookie.storage import LedgerStorage, StorageError
+from bkledger.bookie.thread_guard import FAILURES
 
 log = logging.getLogger("bkledger.bookie")
+MAX_INDEX_FILE_BYTES = 1 << 40   # 1 TiB: an index file any Linux file system holds (ext4 4k: 16 TiB)
+
+
+def index_file_limit() -> int:
+    """The largest index file this process may write: MAX_INDEX_FILE_BYTES, or less under RLIMIT_FSIZE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return MAX_INDEX_FILE_BYTES if soft == resource.RLIM_INFINITY else min(soft, MAX_INDEX_FILE_BYTES)
 
 Done = Callable[[BaseException | None], None]
 
@@ -56,6 +70,11 @@ class Bookie:
         self._checkpoint_thread: threading.Thread | None = None
         self._ordered: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()  # see _in_order
         self._storage_thread: threading.Thread | None = None
+        self.max_entry_id = decisions.max_entry_id(index_file_limit(), PageGeometry(config.pageSize))
+        self.checkpoint_failures = 0            # since start (metric bookie_CHECKPOINT_FAILURES)
+        self._failed_in_a_row = 0
+        self.last_checkpoint_time = 0.0         # unix time of the last checkpoint that succeeded (0: none yet)
+        self.storage_failed = ""                # why storage is unusable ("" while it is fine): read-only
 
     # ---- start and stop -------------------------------------------------------------------
     def start(self) -> None:
@@ -142,7 +161,8 @@ class Bookie:
             self._checkpoint_wake.wait(interval)
             if self._checkpoint_stop.is_set():
                 break
-            self._checkpoint_once()
+            with FAILURES.guard("checkpoint", "a checkpoint round"):
+                self._checkpoint_once()
             self._checkpoint_wake.clear()    # asks made during it are repeated by the adds that still see it due
 
     def _checkpoint_once(self) -> None:
@@ -163,9 +183,27 @@ class Bookie:
         try:
             self.storage.flush()
             records_io.write_last_mark(self.config.ledger_dirs, mark)
+        except Exception as exc:  # noqa: BLE001 - any failure: the journal is kept, the thread goes on
+            self._checkpoint_failed(exc)
+            return
+        self._failed_in_a_row = 0
+        self.last_checkpoint_time = time.time()
+        try:
             self.journal.remove_old_files(mark)
         except OSError as exc:
-            log.error("checkpoint failed, journal kept: %s", exc)
+            log.error("checkpoint: removing journal files before %s failed (tried again next time): %s", mark, exc)
+
+    def _checkpoint_failed(self, exc: Exception) -> None:
+        """Counted and logged with its traceback; after checkpointFailuresBeforeReadOnly in a row the ledger
+        storage counts as failed (as BookKeeper's failed disk) and the bookie turns read-only until restarted."""
+        self.checkpoint_failures += 1
+        self._failed_in_a_row += 1
+        FAILURES.record("checkpoint", f"checkpoint {self.checkpoint_failures} (journal kept, {exc!r})")
+        if self._failed_in_a_row >= self.config.checkpointFailuresBeforeReadOnly and not self.storage_failed:
+            self.storage_failed = f"{self._failed_in_a_row} checkpoints in a row failed, the last with {exc!r}"
+            log.error("ledger storage failed: %s; the bookie turns read-only", self.storage_failed)
+            if self._on_fatal is not None:
+                self._on_fatal(StorageError(self.storage_failed))
 
     def _journal_failed(self, exc: BaseException) -> None:
         log.error("journal failed (%s): no further adds are acknowledged", exc)
@@ -191,10 +229,8 @@ class Bookie:
 
     def _run_in_order(self) -> None:
         while (work := self._ordered.get()) is not None:
-            try:
+            with FAILURES.guard("storage", "queuing a journal record"):   # one bad record stops no later write
                 work()
-            except Exception:  # noqa: BLE001 - one bad record must not stop every later write
-                log.exception("queuing a journal record failed")
 
     def add_batch(
         self,
@@ -226,8 +262,9 @@ class Bookie:
                 if record_key:
                     storage.set_master_key(ledger_id, master_key)
                 storage.add_batch(ledger_id, entry_ids, sizes, data, record=record, max_lac=max_lac)
-            except (OSError, StorageError, ValueError) as exc:
-                done(exc)       # not journaled, so never acknowledged: the writer sees EIO
+            except Exception as exc:  # noqa: BLE001 - any failure: not journaled, never acknowledged (EIO)
+                log.error("storing an add to ledger %d failed: %r", ledger_id, exc)
+                done(exc)
                 return
             journal.append([*payloads, *record], done, sync=sync)
 

@@ -1,6 +1,6 @@
 """The `bkledger` command: `bookie` (one standalone bookie), `autorecovery` (the auditor and replication
-worker beside a bookie), `local` (a cluster on this machine), `log` (logs made of ledgers) and `shell`
-(the admin shell, `bookie.shell`).
+worker beside a bookie), `local` (a cluster on this machine), `log` (logs made of ledgers: `bookie.log_cli`)
+and `shell` (the admin shell, `bookie.shell`).
 
 Mirrors BookKeeper's `bin/bookkeeper bookie` and the local-bookie tooling. Errors a user can fix
 print one line saying what to do and exit non-zero; they never print a traceback.
@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,19 +88,25 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             cluster = LocalCluster(args.dir)
+            restarting = cluster.state_path.exists()
             try:
                 cluster.up(args.bookies, _overrides(args.set), secure=args.secure)
             except BaseException:
                 cluster.down()              # leave nothing half-started behind
                 raise
             print(cluster.metadata_service_uri)
-            if args.secure:
+            if restarting:
+                print(f"restarted the cluster kept in {args.dir}: ZooKeeper and bookies on their kept ports, "
+                      f"with their ids and data ({len(cluster.bookies)} bookies)", file=sys.stderr)
+            if cluster.secure:
                 print(f"secure: clients need export {_client_env(cluster)} (see local status --json)", file=sys.stderr)
         elif args.action == "down":
-            LocalCluster.load(args.dir).down()
-            print(f"local cluster in {args.dir} stopped")
+            LocalCluster.load(args.dir).down(wipe=args.wipe)
+            print(f"local cluster in {args.dir} stopped and deleted" if args.wipe else
+                  f"local cluster in {args.dir} stopped; its data is kept: `bkledger local up --dir {args.dir}` "
+                  "starts it again, `bkledger local down --wipe` deletes it")
         else:
-            status = LocalCluster.load(args.dir).status()
+            status = LocalCluster.load(args.dir).status(health=True)
             if args.json:
                 print(json.dumps(status, indent=2))
             else:
@@ -128,85 +136,37 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"{b['bookie_id']:<22}{b['pid']:>8}  {state:<5}  {ar_state:<14}  {b['journal_dir']} "
               f"{','.join(b['ledger_dirs'])}")
     _print_http(status["bookies"])
+    _print_health(status["bookies"])
+
+
+def _print_health(bookies: list[dict[str, Any]]) -> None:
+    """What each live bookie says of itself (its admin HTTP state): mode, checkpoints, background threads."""
+    rows = [(b["bookie_id"], b["health"]) for b in bookies if b.get("health")]
+    if not rows:
+        return
+    print(f"{'bookie':<22}{'mode':<28}{'last checkpoint':<21}{'failed checkpoints':<20}thread failures")
+    for bookie_id, h in rows:
+        last = h.get("lastCheckpointTime", 0)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "none yet"
+        threads = ", ".join(f"{k} {v}" for k, v in sorted(h.get("threadFailures", {}).items())) or "none"
+        mode = h.get("state", "?") + (" (storage failed)" if h.get("storageFailed") else "")
+        print(f"{bookie_id:<22}{mode:<28}{when:<21}{h.get('checkpointFailures', 0):<20}{threads}")
 
 
 def _print_http(bookies: list[dict[str, Any]]) -> None:
     """Where each bookie and autorecovery daemon serves metrics and the admin API (local status)."""
-    rows = [(b["bookie_id"], b.get("metrics_port", 0), b.get("http_port", 0), b.get("autorecovery_metrics_port", 0))
-            for b in bookies]
-    if not any(any(r[1:]) for r in rows):
+    if not any(b.get("urls") for b in bookies):
         return
-    print(f"{'bookie':<22}{'metrics':<32}{'admin http':<32}autorecovery metrics")
-    for bookie_id, metrics, http, ar in rows:
-        def url(port: int, path: str) -> str:
-            return f"http://127.0.0.1:{port}{path}" if port else "-"
-        print(f"{bookie_id:<22}{url(metrics, '/metrics'):<32}{url(http, '/api/v1'):<32}{url(ar, '/metrics')}")
-
-
-def cmd_log(args: argparse.Namespace) -> int:
-    """`bkledger log list|describe NAME|tail NAME|compact NAME`: the logs under a metadata service URI."""
-    from bkledger.client import BookKeeper
-    from bkledger.client.errors import BKError
-    from bkledger.client.log.core.meta import Position
-    from bkledger.client.log.core.meta import shown as without_key
-    from bkledger.client.log.logs import describe_log
-
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
-    if args.action != "list" and not args.name:
-        print(f"bkledger log {args.action}: give the log's NAME", file=sys.stderr)
-        return 2
-    try:
-        with BookKeeper(args.uri) as bk:
-            if args.action == "list":
-                for name in bk.list_logs():
-                    print(name)
-            elif args.action == "describe":
-                meta = bk.log_metadata(args.name)
-                if args.json:
-                    print(json.dumps(without_key(meta), indent=2, sort_keys=True))
-                else:
-                    print("\n".join(describe_log(meta)))
-            elif args.action == "compact":
-                return log_compact(bk, args)
-            else:
-                start: Any = args.start if args.start in ("earliest", "latest") else Position.parse(args.start)
-                with bk.open_log_reader(args.name, start, password=args.password.encode()) as reader:
-                    timeout = None if args.follow else args.timeout
-                    for rec in reader.read(max_records=args.max, timeout=timeout):
-                        shown = rec.payload.hex() if args.hex else rec.payload.decode("utf-8", "backslashreplace")
-                        print(f"{rec.position}\t{shown}", flush=True)
-    except BKError as exc:
-        print(f"bkledger log {args.action}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-def log_compact(bk: Any, args: argparse.Namespace) -> int:
-    """`bkledger log compact NAME`: progress on stderr like the shell's recover/decommission (a bar on a
-    terminal, lines otherwise, nothing with --json); the first Ctrl-C stops between two runs (what was
-    copied so far is swapped in, the log stays whole), prints what was done and exits 130."""
-    from bkledger.bookie.progress import Progress, stop_on_interrupt
-
-    with Progress("compact", json_output=args.json) as progress, stop_on_interrupt(progress):
-        done = bk.compact_log(args.name, target_bytes=args.target_bytes, min_ledgers=args.min_ledgers,
-                              grace_s=args.grace_s, password=args.password.encode(), progress=progress)
-    if args.json:
-        print(json.dumps(done.as_dict(), indent=2, sort_keys=True))
-    else:
-        for new, old in done.compacted:
-            print(f"ledger {new} replaces {len(old)} ledgers ({old[0]}..{old[-1]})")
-        print(f"compacted {done.replaced} ledgers into {len(done.compacted)}; skipped {done.skipped} runs "
-              f"(the log changed); deleted {len(done.deleted)} ledgers whose grace period ended")
-        if progress.stop_asked:
-            print("compact interrupted (Ctrl-C): the runs copied so far are in the log, the rest was not "
-                  "touched; run the same command again to go on.")
-    return 130 if progress.stop_asked else 0
+    print(f"{'bookie':<22}{'metrics':<32}{'admin http':<48}autorecovery metrics")
+    for b in bookies:
+        urls = b.get("urls", {})
+        print(f"{b['bookie_id']:<22}{urls.get('metrics', '-'):<32}{urls.get('admin', '-'):<48}"
+              f"{urls.get('autorecovery_metrics', '-')}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bkledger", description="A replicated, ledger-backed log store")
+    parser.add_argument("--version", action="version", version=f"bkledger {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("bookie", help="run one bookie (storage server)")
@@ -228,36 +188,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("local", help="a ZooKeeper and bookies on this machine")
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--bookies", type=int, default=3, help="number of bookies (up)")
+    p.add_argument("--bookies", type=int, default=None,
+                   help="number of bookies (up; default 3, or on a restart the kept ones)")
     p.add_argument("--dir", default=DEFAULT_LOCAL_DIR, help="where the cluster lives")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="bookie configuration")
     p.add_argument("--secure", action="store_true",
                    help="TLS with client certificates and ZooKeeper ACLs; material in DIR/secure (up)")
+    p.add_argument("--wipe", action="store_true", help="also delete the cluster's directory, data and all (down)")
     p.set_defaults(func=cmd_local)
 
-    p = sub.add_parser("log", help="logs made of ledgers: list, describe, tail, compact")
-    p.add_argument("action", choices=["list", "describe", "tail", "compact"])
-    p.add_argument("name", nargs="?", help="the log (describe, tail, compact)")
-    p.add_argument("--uri", required=True, help="metadata service URI, e.g. zk://127.0.0.1:2181/ledgers")
-    p.add_argument("--from", dest="start", default="earliest", help="earliest, latest or LEDGER:ENTRY (tail)")
-    p.add_argument("--max", type=int, default=None, help="stop after this many records (tail)")
-    p.add_argument("--timeout", type=float, default=2.0, help="stop after this many idle seconds (tail)")
-    p.add_argument("--follow", action="store_true", help="keep tailing until interrupted (tail)")
-    p.add_argument("--hex", action="store_true", help="print payloads as hex (tail)")
-    p.add_argument("--password", default="", help="the log's ledger password (tail, compact)")
-    p.add_argument("--target-bytes", type=int, default=64 << 20, help="bytes of a compacted ledger (compact)")
-    p.add_argument("--min-ledgers", type=int, default=4, help="fewest ledgers in a run worth compacting (compact)")
-    p.add_argument("--grace-s", type=float, default=600.0,
-                   help="seconds before replaced ledgers are deleted, by a later run (compact)")
-    p.add_argument("--json", action="store_true", help="metadata (describe) or the result (compact) as JSON")
-    p.set_defaults(func=cmd_log)
+    from bkledger.bookie.log_cli import add_log_parser
+
+    add_log_parser(sub)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bkledger")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:            # `bkledger log list | head -1`: the reader left, as for any Unix tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())     # no second error at exit
+        return 141                     # 128 + SIGPIPE, what the shell reports for a tool killed by it
+    return code
 
 
 if __name__ == "__main__":

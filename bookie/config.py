@@ -1,15 +1,24 @@
 """Bookie configuration: BookKeeper's bk_server.conf key names, read from a Java-properties file.
 
-Only the keys this bookie understands are accepted; an unknown key or a bad value is a
-`ConfigError` naming the key, so a typo never passes silently.
+The file is parsed as Java's `Properties.load` does (javaproperties: continuations, escapes, `:`
+separators, `!` comments). BookKeeper's own names are mapped or ignored (bookie.config_keys); an
+unknown key is warned about with a "did you mean" and ignored, as BookKeeper ignores it, unless
+`strictConfig=true` makes it a `ConfigError`. A bad value is always a `ConfigError` naming the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import javaproperties
+
+from bkledger.bookie import config_keys
+
+log = logging.getLogger("bkledger.config")
 
 
 class ConfigError(ValueError):
@@ -39,6 +48,9 @@ class BookieConfig:
     pageSize: int = 8192                   # bytes per ledger index page (341 entry slots of 24 bytes)
     pageLimit: int = 1024                  # index pages held in memory; more are read from the index files
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest request; larger entries get EBADREQ
+    entryIdWindow: int = 1 << 30           # an add more ids than this past the ledger's last entry/LAC: EBADREQ
+    #   (no writer has 2^30 entries in flight: 32 GiB of headers alone; a bulk add's entries share one LAC)
+    checkpointFailuresBeforeReadOnly: int = 3   # consecutive failed checkpoints that turn the bookie read-only
     diskUsageThreshold: float = 0.95
     diskUsageLwmThreshold: float = 0.90
     diskCheckInterval: int = 10000         # ms
@@ -79,6 +91,7 @@ class BookieConfig:
     zkEnableSecurity: bool = False         # znodes the bookie creates get ACLs (cookies, registrations)
     zkDigestUser: str = ""
     zkDigestPasswordPath: str = ""
+    strictConfig: bool = False             # refuse unknown keys (default: warn and ignore them, as BookKeeper)
 
     @property
     def bookie_id(self) -> str:
@@ -124,12 +137,19 @@ def _convert(key: str, raw: str) -> Any:
 
 
 def from_mapping(values: Mapping[str, str]) -> BookieConfig:
-    kwargs: dict[str, Any] = {}
-    for key, raw in values.items():
-        if key not in _FIELDS:
-            known = ", ".join(sorted(_FIELDS))
-            raise ConfigError(f"unknown configuration key {key!r}; known keys: {known}")
-        kwargs[key] = _convert(key, raw)
+    """A validated configuration from key -> text; BookKeeper's names mapped, unknown keys warned about."""
+    keys = config_keys.translate(values, _FIELDS)
+    strict = "strictConfig" in keys.values and _convert("strictConfig", keys.values["strictConfig"])
+    if keys.unknown and strict:
+        raise ConfigError(f"unknown configuration keys (strictConfig=true): {keys.unknown_text()}")
+    for key, near in keys.unknown.items():
+        hint = f" (did you mean {near!r}?)" if near else ""
+        log.warning("unknown configuration key %r ignored%s; strictConfig=true refuses unknown keys", key, hint)
+    for what in keys.mapped:
+        log.info("BookKeeper configuration key mapped: %s", what)
+    for key in keys.ignored:
+        log.info("BookKeeper configuration key %s has no meaning for a bkledger bookie: ignored", key)
+    kwargs: dict[str, Any] = {key: _convert(key, raw) for key, raw in keys.values.items()}
     config = BookieConfig(**kwargs)
     validate(config)
     return config
@@ -163,6 +183,8 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("lostBookieRecoveryDelay and openLedgerRereplicationGracePeriod must be >= 0")
     if config.pageSize < 24 or config.pageLimit < 1:
         raise ConfigError("pageSize must be at least 24 (one index slot) and pageLimit at least 1")
+    if config.entryIdWindow < 1 or config.checkpointFailuresBeforeReadOnly < 1:
+        raise ConfigError("entryIdWindow and checkpointFailuresBeforeReadOnly must be at least 1")
     if config.rereplicationEntryBatchSize < 1:
         raise ConfigError("rereplicationEntryBatchSize must be at least 1")
     _validate_http(config)
@@ -184,16 +206,11 @@ def _validate_http(config: BookieConfig) -> None:
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            raise ConfigError(f"line {number}: expected key=value, got {line!r}")
-        values[line[:sep].strip()] = line[sep + 1 :].strip()
-    return values
+    """key -> value as Java's Properties.load reads them (a repeated key: the last one wins)."""
+    try:
+        return dict(javaproperties.loads(text))
+    except ValueError as exc:       # javaproperties.InvalidUEscapeError: a bad \\uXXXX escape
+        raise ConfigError(f"not a Java properties file: {exc}") from None
 
 
 def load(path: Path, **overrides: Any) -> BookieConfig:

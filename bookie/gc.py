@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from bkledger.bookie.config import BookieConfig
 from bkledger.bookie.storage import LedgerStorage
+from bkledger.bookie.thread_guard import FAILURES
 from bkledger.client.errors import BKError, NoSuchLedgerError
 from bkledger.client.meta.store import MetadataStore
 from bkledger.client.meta.underreplication import UnderReplicationManager
@@ -214,10 +215,8 @@ class GarbageCollector:
     def _loop(self) -> None:
         interval = self.config.gcWaitTime / 1000.0
         while not self._stop.wait(interval):
-            try:
+            with FAILURES.guard("gc", "a garbage-collection round"):   # never takes the bookie down
                 self.run_once()
-            except Exception:  # noqa: BLE001 - GC must never take the bookie down; say what happened
-                log.exception("garbage collection round failed")
             interval = next_round_wait(self.config.gcWaitTime / 1000.0, self.last_listing_s)
 
     def start(self) -> GarbageCollector:

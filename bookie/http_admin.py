@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from bkledger.bookie.thread_guard import FAILURES
+
 if TYPE_CHECKING:
     from bkledger.bookie.service import BookieServer
 
@@ -212,6 +214,16 @@ def bookie_state(server: BookieServer) -> dict[str, Any]:
         "availableForHighPriorityWrites": not server.bookie.journal_failed,
         "forceReadOnly": server.config.forceReadOnlyBookie, "adminReadOnly": server.admin_read_only,
         "journalFailed": server.bookie.journal_failed, "state": server.state_name(),
+        **bookie_health(server),
+    }
+
+
+def bookie_health(server: BookieServer) -> dict[str, Any]:
+    """Checkpoints and background threads (bookie.thread_guard), for the state answer and `local status`."""
+    bookie = server.bookie
+    return {
+        "storageFailed": bookie.storage_failed, "checkpointFailures": bookie.checkpoint_failures,
+        "lastCheckpointTime": bookie.last_checkpoint_time, "threadFailures": FAILURES.counts(),
     }
 
 

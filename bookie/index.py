@@ -10,6 +10,7 @@ the slots themselves are paged in and out through `bookie.core.index_pages.PageC
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Iterator
@@ -46,12 +47,27 @@ class LedgerIndex:
     fenced: bool = False
     explicit_lac: bytes | None = None
     max_lac: int = -1
-    meta_dirty: bool = False
+    meta_version: int = 0  # counts changes of the state in the meta file; `meta_written`: the version durable
+    meta_written: int = 0
     file_pages: int = 0  # pages of the index file that may hold slots; later pages are all absent
     usage: dict[int, list[int]] = field(default_factory=dict)  # entry log id -> [slots, bytes] naming it
     # its directory's live bytes per entry log, shared by its ledgers and kept with `usage`, so the GC's
     # per-log totals take no walk over every ledger (which held the storage lock 10 ms per 20,000)
     totals: dict[int, int] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def meta_dirty(self) -> bool:
+        """Whether the meta file lacks a change: cleared only by `meta_durable` for the version written."""
+        return self.meta_version != self.meta_written
+
+    @meta_dirty.setter
+    def meta_dirty(self, changed: bool) -> None:
+        if changed:
+            self.meta_version += 1
+
+    def meta_durable(self, version: int) -> None:
+        """The meta file holds `version` of the state, fsynced (the state is clean unless it changed since)."""
+        self.meta_written = max(self.meta_written, version)
 
     def count(self, slots: Slots, sign: int) -> None:
         """Add (sign 1) or remove (sign -1) the held slots among `slots` from the per-log usage."""
@@ -188,12 +204,71 @@ def read_slots(path: Path, first_slot: int, count: int) -> Slots:
 
 
 def scan_file(path: Path, first_slot: int, end_slot: int) -> Iterator[tuple[int, Slots]]:
-    """(first slot, slots) chunks of at most SCAN_SLOTS covering [first_slot, end_slot) of an index file."""
-    pos = first_slot
-    while pos < end_slot:
-        count = min(SCAN_SLOTS, end_slot - pos)
-        yield pos, read_slots(path, pos, count)
-        pos += count
+    """(first slot, slots) chunks of at most SCAN_SLOTS covering the data of [first_slot, end_slot) of an
+    index file: its holes (never written, so all absent) are skipped, so a scan costs time in proportion
+    to the slots written, not to the highest entry id."""
+    for run_start, run_end in data_runs(path, first_slot, end_slot):
+        pos = run_start
+        while pos < run_end:
+            count = min(SCAN_SLOTS, run_end - pos)
+            yield pos, read_slots(path, pos, count)
+            pos += count
+
+
+def data_runs(path: Path, first_slot: int, end_slot: int) -> list[tuple[int, int]]:
+    """The [start, end) slot runs of [first_slot, end_slot) that hold file data (SEEK_DATA / SEEK_HOLE); the
+    whole range where the file system cannot tell, none where the file is missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return []
+    try:
+        return _runs(fd, first_slot, end_slot)
+    finally:
+        os.close(fd)
+
+
+def next_data_slot(path: Path, slot: int) -> int | None:
+    """The first slot at or after `slot` in a data region of the index file (None: no data after it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return max(slot, os.lseek(fd, slot * SLOT_SIZE, os.SEEK_DATA) // SLOT_SIZE)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return None
+        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+            return slot
+        raise StorageError(f"index file {path.name}: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def _runs(fd: int, first_slot: int, end_slot: int) -> list[tuple[int, int]]:
+    end = end_slot * SLOT_SIZE
+    pos = first_slot * SLOT_SIZE
+    runs: list[tuple[int, int]] = []
+    while pos < end:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:          # no data at or after pos
+                break
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return [(first_slot, end_slot)]  # the file system cannot say: scan it all
+            raise StorageError(f"index file: {exc}") from exc
+        if data >= end:
+            break
+        hole = os.lseek(fd, data, os.SEEK_HOLE)
+        run = (max(first_slot, data // SLOT_SIZE), min(end_slot, -(-hole // SLOT_SIZE)))
+        if runs and run[0] <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], run[1]))
+        else:
+            runs.append(run)
+        pos = hole
+    return runs
 
 
 def write_pages(path: Path, page_bytes: int, pages: list[tuple[int, bytes]]) -> None:

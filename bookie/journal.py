@@ -23,6 +23,7 @@ from pathlib import Path
 from bkledger.bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
 from bkledger.bookie.direct_append import DirectAppender, open_direct
 from bkledger.bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
+from bkledger.bookie.thread_guard import FAILURES
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
 
@@ -309,13 +310,20 @@ class Journal:
 
     def _run(self) -> None:
         while True:
-            group, checkpoints, stop = self._next_work()
-            if group:
-                self._commit(group)
-            elif self._flush_due():
-                self._flush_page_cache()
-            for fn in checkpoints:
-                self._run_checkpoint(fn)
+            group: list[_Item] = []
+            try:
+                group, checkpoints, stop = self._next_work()
+                if group:
+                    self._commit(group)
+                elif self._flush_due():
+                    self._flush_page_cache()
+                for fn in checkpoints:
+                    self._run_checkpoint(fn)
+            except Exception as exc:  # noqa: BLE001 - never a dead journal thread that adds wait on for ever
+                FAILURES.record("journal", "a journal group")
+                if self.error is None:
+                    self._fail(exc, group)      # the file's state is unknown: no further record is acknowledged
+                continue
             if stop:
                 self._finish()
                 return
@@ -411,7 +419,7 @@ class Journal:
         for item in group:
             _call(item.callback, None)
 
-    def _fail(self, exc: OSError, group: list[_Item]) -> None:
+    def _fail(self, exc: BaseException, group: list[_Item]) -> None:
         log.error("journal write/fsync failed: %s; the journal stops accepting records", exc)
         with self._cond:
             self.error = exc

@@ -25,6 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bkledger.bookie.thread_guard import FAILURES, THREADS
+from bkledger.client.metrics import add_default_collectors
+
 if TYPE_CHECKING:
     from bkledger.bookie.autorecovery.daemon import AutoRecovery
     from bkledger.bookie.http_admin import AdminHttpServer
@@ -38,9 +41,14 @@ BYTES_BUCKETS = tuple(float(1 << n) for n in range(10, 28, 2))     # 1 KiB .. 12
 
 
 def new_registry() -> CollectorRegistry:
-    """A registry of this process's own (no `_created` series: they double every counter for nothing)."""
+    """A registry of this process's own (no `_created` series: they double every counter for nothing), with
+    prometheus_client's default process, platform and GC collectors (`process_*`, `python_info`,
+    `python_gc_*`), as its default registry has them."""
     disable_created_metrics()
-    return CollectorRegistry(auto_describe=True)
+    registry = CollectorRegistry(auto_describe=True)
+    add_default_collectors(registry)
+    return registry
+
 
 
 class NoServerStats:
@@ -164,6 +172,7 @@ class BookieCollector(Collector):
         server = self.server
         yield _gauge("bookie_SERVER_STATUS", "1: writable, 0: read-only, -1: not serving", server.status_code())
         yield from self._journal()
+        yield from self._health()
         yield from self._directories()
         yield from self._gc()
 
@@ -177,6 +186,22 @@ class BookieCollector(Collector):
         yield _counter("bookie_journal_JOURNAL_WRITE_BYTES", "bytes written to the journal",
                        journal.stats.bytes_written)
         yield _gauge("bookie_journal_JOURNAL_FAILED", "1 once a journal write or fdatasync failed", journal.failed)
+
+    def _health(self) -> Iterator[Metric]:
+        """Checkpoints and background-thread failures (bookie.thread_guard): a bookie never runs on silently."""
+        bookie = self.server.bookie
+        yield _gauge("bookie_LAST_CHECKPOINT_TIMESTAMP_SECONDS", "unix time of the last checkpoint that succeeded "
+                     "(0: none since start)", bookie.last_checkpoint_time)
+        yield _counter("bookie_CHECKPOINT_FAILURES", "checkpoints that failed (the journal is kept)",
+                       bookie.checkpoint_failures)
+        yield _gauge("bookie_LEDGER_STORAGE_FAILED", "1 once checkpointFailuresBeforeReadOnly checkpoints in a row "
+                     "failed (read-only until restarted)", bool(bookie.storage_failed))
+        failures = CounterMetricFamily("bookie_THREAD_FAILURES", "unexpected exceptions caught in a background "
+                                       "thread (logged with their traceback)", labels=["thread"])
+        counts = FAILURES.counts()
+        for thread in THREADS:
+            failures.add_metric([thread], counts.get(thread, 0))
+        yield failures
 
     def _directories(self) -> Iterator[Metric]:
         storage = self.server.bookie.storage

@@ -3,7 +3,7 @@
 `Progress` implements `client.progress.ProgressSink` in three modes, chosen from the output:
 - "bar" on a terminal: a tqdm bar over the bytes (or the ledgers when no byte estimate exists) with
   ledgers done of the total, rate and time left;
-- "lines" when stderr is not a terminal (logs, CI): one plain line every `interval` seconds
+- "lines" when stderr is not a terminal (logs, CI) or a terminal with no size: one plain line every `interval` seconds
   (BKLEDGER_PROGRESS_INTERVAL, default 10; 0: on every step) and one at the end;
 - "off" with `--json`: nothing extra, the JSON result says it all.
 
@@ -29,9 +29,11 @@ INTERVAL_ENV = "BKLEDGER_PROGRESS_INTERVAL"
 
 
 def choose_mode(json_output: bool, stream: IO[str]) -> str:
+    """"off" with --json, "bar" on a terminal that knows its width, else "lines" (a pipe, a file, or a
+    terminal with no size, e.g. a pty nobody sized, where a bar's redrawn line can vanish)."""
     if json_output:
         return "off"
-    return "bar" if stream.isatty() else "lines"
+    return "bar" if stream.isatty() and _columns(stream) > 0 else "lines"
 
 
 def human_bytes(n: float) -> str:
@@ -86,10 +88,9 @@ class Progress:
             from tqdm import tqdm
 
             by_bytes = total_bytes > 0
-            width = {"dynamic_ncols": True} if _columns(self.stream) > 0 else {"ncols": 100}   # 0: unset pty
             self._bar = tqdm(total=total_bytes if by_bytes else total_items, desc=self.what, file=self.stream,
                              unit="B" if by_bytes else f" {self.unit}", unit_scale=by_bytes, leave=True,
-                             mininterval=0.2, **width)
+                             mininterval=0.2, dynamic_ncols=True)
             self._bar.set_postfix_str(self._items_text(), refresh=True)
         elif self.mode == "lines":
             self._line(f"{self.what}: {total_items} {self.unit}" +

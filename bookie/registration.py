@@ -17,6 +17,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
+from bkledger.bookie.thread_guard import FAILURES
+from bkledger.client.errors import BKError
 from bkledger.client.meta.store import MetadataStore
 
 log = logging.getLogger("bkledger.bookie")
@@ -74,8 +78,10 @@ class Registrar:
                 return
             try:
                 self.reconcile()
-            except Exception as exc:  # noqa: BLE001 - ZooKeeper may be away; the next round tries again
+            except (BKError, KazooException) as exc:   # ZooKeeper may be away: the next round tries again
                 log.warning("could not update the registration in ZooKeeper: %s", exc)
+            except Exception:  # noqa: BLE001 - anything else: logged with its traceback, counted, tried again
+                FAILURES.record("registrar", "updating the registration")
 
     def reconcile(self) -> None:
         """One round: register in the wanted mode if the mode changed or the registration was lost."""

@@ -130,6 +130,10 @@ class BookieService(pb_grpc.BookieServicer):
         why = decisions.check_batch_shape(ledger_id, entry_ids, sizes, len(data), self.max_entry_size)
         if not why:
             why, max_lac = decisions.check_headers(ledger_id, entry_ids, sizes, data)
+        if not why:
+            why = self._check_entry_range(ledger_id, entry_ids, max_lac)
+            if why:
+                log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", why)
         if why:
             answer(pb.EBADREQ, why)
             return
@@ -168,6 +172,15 @@ class BookieService(pb_grpc.BookieServicer):
             done=journaled,
             max_lac=max_lac,
         )
+
+    def _check_entry_range(self, ledger_id: int, entry_ids: decisions.IntArray | list[int], batch_lac: int) -> str:
+        """R26: the facts `decisions.check_entry_range` needs: the highest id, what the bookie knows of the ledger."""
+        storage = self.bookie.storage
+        assert storage is not None
+        highest = int(np.max(entry_ids))
+        known = max(storage.last_entry_id(ledger_id), self._lac.get(ledger_id, -1))
+        return decisions.check_entry_range(highest, known, batch_lac, self.bookie.config.entryIdWindow,
+                                           self.bookie.max_entry_id)
 
     def _added(
         self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None],
@@ -385,13 +398,18 @@ class BookieService(pb_grpc.BookieServicer):
     async def GetListOfEntries(
         self, request: pb.GetListOfEntriesRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetListOfEntriesResponse:
+        """The entries held of a ledger: an index scan, on a thread (never on the loop: R26), over the data
+        of the index file only (`LedgerStorage.entry_ids` skips its holes)."""
         storage = self.bookie.storage
         assert storage is not None
         if not storage.has_ledger(request.ledger_id):
             return pb.GetListOfEntriesResponse(status=pb.ENOLEDGER, ledger_id=request.ledger_id)
-        return pb.GetListOfEntriesResponse(
-            status=pb.EOK, ledger_id=request.ledger_id, entry_ids=storage.entry_ids(request.ledger_id)
-        )
+        try:
+            entry_ids = await asyncio.to_thread(storage.entry_ids, request.ledger_id)
+        except (StorageError, OSError) as exc:
+            log.error("listing the entries of ledger %d failed: %s", request.ledger_id, exc)
+            return pb.GetListOfEntriesResponse(status=pb.EIO, ledger_id=request.ledger_id)
+        return pb.GetListOfEntriesResponse(status=pb.EOK, ledger_id=request.ledger_id, entry_ids=entry_ids)
 
 
 GRPC_OPTIONS = [

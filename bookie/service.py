@@ -1,10 +1,12 @@
 """The standalone bookie process: cookies, storage, the gRPC server, registration and disk checks.
 
-Mirrors BookKeeper's BookieServer: check cookies (R24) before touching storage, replay the journal,
+Mirrors BookKeeper's BookieServer: check that its ports can be bound (before anything is written: a
+first start on a taken port must not leave cookies under an id it cannot serve), check cookies (R24)
+before touching storage, replay the journal,
 listen, then register `{root}/available/<bookie id>` in ZooKeeper (ephemeral; `bookie.registration`
 keeps it, off the event loop). A disk-usage check turns the bookie read-only above `diskUsageThreshold`
 and back below `diskUsageLwmThreshold` (R25), re-registering it under `available/readonly`; a failed
-journal also makes it read-only.
+journal or failed ledger storage (checkpoints failing, `Bookie.storage_failed`) also makes it read-only.
 A garbage-collection thread (`bookie.gc`) runs every `gcWaitTime` ms.
 SIGTERM unregisters, stops the server and GC, and checkpoints.
 """
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import socket
 from pathlib import Path
 
 import grpc
@@ -30,6 +33,7 @@ from bkledger.bookie.memory import pin_malloc_thresholds
 from bkledger.bookie.registration import Registrar, call_bounded
 from bkledger.bookie.server import GRPC_OPTIONS, BookieService, add_to_server
 from bkledger.bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
+from bkledger.bookie.thread_guard import FAILURES
 from bkledger.bookie.tls import server_credentials
 from bkledger.client.errors import InvalidOptionError
 from bkledger.client.meta.errors import RegistrationAbandonedError
@@ -38,6 +42,35 @@ from bkledger.client.meta.zkauth import zk_auth
 
 log = logging.getLogger("bkledger.bookie")
 GC_STOP_WAIT_S = 10.0   # shutdown waits this long for a garbage-collection round to end
+
+
+class PortInUseError(OSError):
+    """A port the bookie is to serve on cannot be bound; the message names it and what to do."""
+
+
+def _serving_ports(config: BookieConfig) -> list[tuple[str, int]]:
+    ports = [("bookiePort", config.bookiePort)]
+    if config.prometheusStatsHttpPort:
+        ports.append(("prometheusStatsHttpPort", config.prometheusStatsHttpPort))
+    if config.httpServerEnabled:
+        ports.append(("httpServerPort", config.httpServerPort))
+    return ports
+
+
+def port_in_use(config: BookieConfig, key: str, port: int, why: str) -> PortInUseError:
+    fix = ("stop that process; the bookie's id holds its port, so a bookie with data must keep bookiePort"
+           if key == "bookiePort" else f"stop that process or set {key} to a free port")
+    return PortInUseError(f"cannot listen on {config.listenAddress}:{port} ({key}): {why}. Another process "
+                          f"holds it (ss -ltnp 'sport = :{port}' shows which): {fix}")
+
+
+def check_ports(config: BookieConfig) -> None:
+    """Before any cookie is written: every port this bookie serves on can be bound now."""
+    for key, port in _serving_ports(config):
+        try:
+            socket.create_server((config.listenAddress, port)).close()
+        except OSError as exc:
+            raise port_in_use(config, key, port, exc.strerror or str(exc)) from None
 
 
 def _cookie_dirs(config: BookieConfig) -> list[Path]:
@@ -88,13 +121,17 @@ class BookieServer:
         self.registrar = Registrar(self.store, config.bookie_id, info, max(config.diskCheckInterval, 50) / 1000.0)
 
     def _on_journal_fatal(self, exc: BaseException) -> None:
+        """The journal failed, or ledger storage did (`Bookie.storage_failed`): read-only until restarted."""
+        what = "ledger storage failed" if self.bookie.storage_failed else "journal failed"
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._set_read_only, True, f"journal failed: {exc}")
+            with contextlib.suppress(RuntimeError):     # the loop is closed: the bookie has stopped anyway
+                self._loop.call_soon_threadsafe(self._set_read_only, True, f"{what}: {exc}")
 
     def _set_read_only(self, read_only: bool, why: str) -> None:
         if self.service is None or self.service.read_only == read_only:
             return
-        if not read_only and (self.bookie.journal_failed or self.config.forceReadOnlyBookie or self.admin_read_only):
+        failed = self.bookie.journal_failed or bool(self.bookie.storage_failed)
+        if not read_only and (failed or self.config.forceReadOnlyBookie or self.admin_read_only):
             return
         if read_only and not self.config.readOnlyModeEnabled:
             log.error("%s and readOnlyModeEnabled=false: shutting down", why)
@@ -138,11 +175,13 @@ class BookieServer:
         interval = max(self.config.diskCheckInterval, 50) / 1000.0
         while not self._stop.is_set():
             assert self.service is not None
-            usages = self._usages()
-            want = decisions.disk_state(
-                usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
-            )
-            self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold {self.config.diskUsageThreshold:.0%})")
+            with FAILURES.guard("disk-check", "a disk-usage check"):   # a failing disk must not end the checks
+                usages = self._usages()
+                want = decisions.disk_state(
+                    usages, self.config.diskUsageThreshold, self.config.diskUsageLwmThreshold, self.service.read_only
+                )
+                self._set_read_only(want, f"disk usage {max(usages):.1%} (threshold "
+                                    f"{self.config.diskUsageThreshold:.0%})")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
 
@@ -152,6 +191,7 @@ class BookieServer:
         for sig in STOP_SIGNALS:    # the fallback (see bookie.stop_signals): wakes the loop itself
             self._loop.add_signal_handler(sig, self._on_stop_signal, FALLBACK.format(sig.name))
         cfg = self.config
+        check_ports(cfg)
         self.store.start()
         self.store.init_cluster()
         check_cookies(cfg, self.store)
@@ -161,10 +201,7 @@ class BookieServer:
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         add_to_server(self.service, self.server)
         address = f"{cfg.listenAddress}:{cfg.bookiePort}"
-        bound = (self.server.add_secure_port(address, self.credentials) if self.credentials
-                 else self.server.add_insecure_port(address))
-        if bound == 0:
-            raise OSError(f"cannot listen on {address}: the port is taken")
+        await self._bind(address)
         self.http = start_bookie_http(self)
         await self.server.start()
         if not await self._registered(self.service.read_only):
@@ -180,6 +217,19 @@ class BookieServer:
         monitor = asyncio.create_task(self._disk_monitor())
         await self._stop.wait()
         await self._shutdown(monitor)
+
+    async def _bind(self, address: str) -> None:
+        """Bind the gRPC port; taken since check_ports (a race): close what was opened, PortInUseError."""
+        assert self.server is not None
+        try:
+            bound = (self.server.add_secure_port(address, self.credentials) if self.credentials
+                     else self.server.add_insecure_port(address))
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            await asyncio.to_thread(self.bookie.close)
+            await call_bounded("close the ZooKeeper session", self.store.close, 5)
+            raise port_in_use(self.config, "bookiePort", self.config.bookiePort, "taken since the check at start")
 
     async def _registered(self, read_only: bool) -> bool:
         """The first registration; False if a stop signal came first. After a crash the bookie waits
@@ -233,6 +283,9 @@ def run_bookie(config: BookieConfig) -> int:
     except CookieError as exc:
         log.error("refusing to start: %s", exc)
         return 3
+    except PortInUseError as exc:
+        log.error("refusing to start: %s", exc)
+        return 4
     except (ConfigError, InvalidOptionError) as exc:
         log.error("bad configuration: %s", exc)
         return 2

@@ -39,9 +39,17 @@ class ShellError(Exception):
 # ---- output -----------------------------------------------------------------------------------
 
 
+def printable(text: str) -> str:
+    """`text` with control and other non-printable characters escaped (`\\n`, `\\x1b`): a table cell stays
+    on its line and no terminal escape sequence gets through."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """An aligned text table; numbers are right-aligned."""
-    cells = [[str(c) for c in row] for row in rows]
+    """An aligned text table; numbers are right-aligned, control characters escaped (`printable`)."""
+    cells = [[printable(str(c)) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     numeric = [all(isinstance(row[i], int | float) for row in rows) and bool(rows) for i in range(len(headers))]
 
@@ -93,7 +101,7 @@ def resolve_uri(args: argparse.Namespace) -> str:
     from bkledger.bookie.local.cluster import ClusterError, LocalCluster
 
     try:
-        return LocalCluster.load(args.dir).metadata_service_uri
+        return LocalCluster.load_running(args.dir).metadata_service_uri
     except ClusterError as exc:
         raise ShellError(f"give --uri or --conf ({exc})") from None
 
@@ -195,24 +203,28 @@ def cmd_ledgermetadata(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(payload: bytes, mode: str, width: int) -> str:
-    text = payload.hex() if mode == "hex" else payload.decode("utf-8", "backslashreplace")
-    return text if width <= 0 or len(text) <= width else text[: width - 3] + "..."
-
-
 def cmd_readledger(args: argparse.Namespace) -> int:
-    mode = "hex" if args.hex else "utf8"
+    """Entries of a ledger; those of a ledger written with the record envelope decoded into key,
+    timestamp and value (`bookie.log_records`), unless --raw."""
+    from bkledger.bookie.log_records import ledger_envelope, shown, text_fields
+
     with connect(args) as bk:
         md = bk.ledger_metadata(args.ledger)
         handle = bk.open_ledger(args.ledger, md.password, recovery=args.recover)
         last_readable = handle.last_add_confirmed
         last = last_readable if args.last < 0 else min(args.last, last_readable)
         entries = [] if last < args.first else list(handle.read_entries(args.first, last))
-    data = [{"entry_id": e.entry_id, "size": len(e.payload),
-             "payload": e.payload.hex() if mode == "hex" else e.payload.decode("utf-8", "backslashreplace")}
-            for e in entries]
-    rows = [(e.entry_id, len(e.payload), _show(e.payload, mode, args.width)) for e in entries]
-    emit(args, data, ("entry", "size", "payload"), rows)
+        version = 0 if args.raw else ledger_envelope(bk, args.ledger)
+    data = [{"entry_id": e.entry_id, **shown(e.payload, version, args.raw, args.hex)} for e in entries]
+    if not version:
+        for d in data:
+            d["payload"] = d.pop("value")            # bare entries keep their JSON field's name
+        emit(args, data, ("entry", "size", "payload"),
+             [(d["entry_id"], d["size"], text_fields(d | {"value": d["payload"]}, args.width)[-1]) for d in data])
+        return 0
+    rows = [(d["entry_id"], d["size"], printable(d.get("key") or "-"), d.get("timestamp") or "-",
+             " ".join(text_fields({**d, "key": None, "timestamp": None}, args.width))) for d in data]
+    emit(args, data, ("entry", "size", "key", "timestamp", "value"), rows)
     return 0
 
 
@@ -407,6 +419,7 @@ def add_shell_parser(sub: Any) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--hex", action="store_true", help="payloads as hex")
     fmt.add_argument("--utf8", action="store_true", help="payloads as UTF-8 text (default)")
+    p.add_argument("--raw", action="store_true", help="entries as stored: no record envelope decoding")
     p.add_argument("--width", type=int, default=80, help="cut payloads to this many characters (0: never)")
     p.add_argument("--recover", action="store_true", help="open with recovery (fences and closes an open ledger)")
     p = verb("recover", cmd_recover, "re-replicate the data of lost bookie(s) (manual recovery)")
@@ -437,6 +450,9 @@ def add_shell_parser(sub: Any) -> None:
     p.add_argument("--delete", action="store_true", help="delete them (default: only list them)")
     p = verb("lostbookierecoverydelay", cmd_lostbookierecoverydelay, "get or set the auditor's delay (s)")
     p.add_argument("-s", "--set", type=int, help="new delay in seconds")
+    from bkledger.bookie.cookie_shell import add_cookie_verbs
+
+    add_cookie_verbs(verbs, common)     # bookieformat, cookie get|delete|list (bookie.cookie_shell)
 
 
 def cmd_shell(args: argparse.Namespace) -> int:

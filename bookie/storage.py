@@ -38,6 +38,7 @@ from bkledger.bookie.index import (
     empty_slots,
     index_path,
     load_index_dir,
+    next_data_slot,
     read_slots,
     remove_ledger_files,
     write_meta,
@@ -356,6 +357,8 @@ class LedgerStorage:
         while True:
             with self._lock:
                 gone = self._ledgers.get(led.ledger_id) is not led
+                if not gone and led.last_entry >= 0:
+                    start = self._next_page_locked(led, start)      # over holes: time follows the data held
                 if gone or led.last_entry < 0 or start > geo.page_of(led.last_entry):
                     return
                 count = step
@@ -367,6 +370,18 @@ class LedgerStorage:
                         slots[i * geo.entries : (i + 1) * geo.entries] = page.slots
             yield geo.first_entry(start), slots
             start += count
+
+    def _next_page_locked(self, led: LedgerIndex, page_no: int) -> int:
+        """The first page from `page_no` on that may hold an entry: cached, or with data in the index file
+        (SEEK_DATA); past the last entry's page when there is none. Index files are sparse, so an entry id far
+        beyond the others leaves a hole that no scan or range read walks through."""
+        cached = self._pages.first_page(led.ledger_id, page_no)
+        in_file = None
+        if page_no < led.file_pages:
+            slot = next_data_slot(self._index_file(led), self._geometry.first_entry(page_no))
+            in_file = None if slot is None else self._geometry.page_of(slot)
+        found = [p for p in (cached, in_file) if p is not None]
+        return min(found) if found else self._geometry.page_of(max(led.last_entry, 0)) + 1
 
     def _make_room(self) -> None:
         """Called with the write lock: when the cache is over its limit with every page dirty, flush. That
@@ -440,9 +455,8 @@ class LedgerStorage:
             self._flush_lock.acquire()
             try:
                 with self._lock:
-                    metas = [(led, led.encode_meta()) for led in self._ledgers.values() if led.meta_dirty]
-                    for led, _ in metas:
-                        led.meta_dirty = False
+                    metas = [(led, led.meta_version, led.encode_meta()) for led in self._ledgers.values()
+                             if led.meta_dirty]
                     by_ledger: dict[int, list[PageKey]] = {}
                     for key, _ in self._pages.dirty_pages():
                         by_ledger.setdefault(key[0], []).append(key)
@@ -454,23 +468,24 @@ class LedgerStorage:
         finally:
             self._flush_lock.release()
 
-    def _flush_snapshot(self, metas: list[tuple[LedgerIndex, bytes]], by_ledger: dict[int, list[PageKey]]) -> None:
-        try:
-            for logger in self._logs:
-                logger.flush()
-            touched: set[int] = set()
-            for ledger_id, keys in by_ledger.items():
-                touched |= self._write_pages(ledger_id, keys)
-            for led, meta in metas:
-                write_meta(self._index_dirs[led.dir_index], led.ledger_id, meta)
-                touched.add(led.dir_index)
-        except OSError:
-            with self._lock:
-                for led, _ in metas:
-                    led.meta_dirty = True  # dirty pages stay dirty until reported written
-            raise
+    def _flush_snapshot(self, metas: list[tuple[LedgerIndex, int, bytes]], by_ledger: dict[int, list[PageKey]]
+                        ) -> None:
+        """A meta (like a page) is clean only once its version is written and its directory fsynced: a flush
+        that fails anywhere, with any exception, leaves every change it did not make durable dirty (a fence
+        of one ledger outlives a failing index write of another, R15)."""
+        for logger in self._logs:
+            logger.flush()
+        touched: set[int] = set()
+        for ledger_id, keys in by_ledger.items():
+            touched |= self._write_pages(ledger_id, keys)
+        for led, _, meta in metas:
+            write_meta(self._index_dirs[led.dir_index], led.ledger_id, meta)
+            touched.add(led.dir_index)
         for i in touched:
             fsync_dir(self._index_dirs[i])
+        with self._lock:
+            for led, version, _ in metas:
+                led.meta_durable(version)
 
     def _write_pages(self, ledger_id: int, keys: list[PageKey]) -> set[int]:
         """Write one ledger's dirty pages and fsync its index file; they become clean (evictable) only then."""
@@ -581,15 +596,19 @@ class LedgerStorage:
     def _range_batches(self, ledger_id: int, first: int, last: int, limits: tuple[int, int],
                        residues: tuple[int, int]) -> Iterator[Batch]:
         window = READ_WINDOW_PAGES * self._geometry.entries
-        pos = first
+        pos, skip = first, True
         while pos <= last:
             end = min(last, pos + window - 1)
             with self._lock:
                 led = self._ledgers.get(ledger_id)
-                if led is None or pos > led.last_entry:
+                if skip and led is not None and pos <= led.last_entry:     # after an empty window: over the hole
+                    pos = max(pos, self._geometry.first_entry(self._next_page_locked(led, self._geometry.page_of(pos))))
+                    end = min(last, pos + window - 1)
+                if led is None or pos > min(led.last_entry, last):
                     return
                 ids, slots = self._held_locked(led, pos, end)
                 logger = self._logs[led.dir_index]
+            skip = not len(ids)
             keep = residue_keep(ids, residues)
             if keep is None or keep.any():
                 yield from self._batches(ledger_id, logger, ids, slots, limits, keep)

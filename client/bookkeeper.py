@@ -30,6 +30,8 @@ from bkledger.client.errors import (
     ClientClosedError,
     InvalidOptionError,
     LedgerSquattedError,
+    ReadTimeoutError,
+    typed_error,
 )
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
@@ -100,6 +102,7 @@ class BookKeeper(LogsMixin):
         return self._ctx.store
 
     def _check_open(self) -> None:
+        self._ctx.runtime.check_not_forked()
         if self._closed:
             raise ClientClosedError("this BookKeeper client is closed")
 
@@ -254,10 +257,12 @@ class BookKeeper(LogsMixin):
                         self.config.readTimeout * 4), bound))
 
         def settle_rest(done: concurrent.futures.Future[None]) -> None:
-            error = done.exception() if not done.cancelled() else None
+            exc = done.exception() if not done.cancelled() else None
+            error = (typed_error(exc, f"reads of {len(items)} ledgers within {bound:.1f}s", ReadTimeoutError)
+                     if exc is not None else ClientClosedError("the read was stopped (client closed)"))
             for item in items:
                 if not item.future.done():
-                    item.future.set_exception(error or ClientClosedError("the read was stopped (client closed)"))
+                    item.future.set_exception(error)
 
         run.add_done_callback(settle_rest)
         return [item.future for item in items]
@@ -330,6 +335,8 @@ class BookKeeper(LogsMixin):
         if self._closed:
             return
         self._closed = True
+        if self._ctx.runtime.forked:        # a fork child: the loop, connections and ZooKeeper are the parent's
+            return
         try:
             self._ctx.runtime.run(self._shutdown(), 15)
         finally:

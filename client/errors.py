@@ -183,6 +183,54 @@ class ClientClosedError(BKError):
     default_message = "the BookKeeper client is closed: create a new client"
 
 
+class ClientTimeoutError(BKError, TimeoutError):
+    """An operation of the client did not finish within its bound (derived from the client's timeouts)."""
+
+    default_message = "the bkledger operation did not finish in time"
+
+
+class AddEntryQuorumTimeoutError(ClientTimeoutError):
+    """Adds stayed pending past the client's bound (a multiple of addEntryTimeoutSec) with none completing:
+    they fail, "maybe written", and the ledger handle takes no more adds (as BookKeeper's
+    BKAddEntryQuorumTimeoutException)."""
+
+    default_message = "adds did not reach their ack quorum in time; they were maybe written"
+
+
+class ReadTimeoutError(ClientTimeoutError):
+    """A read did not complete within the client's bound (derived from readTimeout)."""
+
+    default_message = "the read did not complete in time"
+
+
+class ClientInternalError(BKError):
+    """An unexpected error inside the client failed the operations it held (a bug: please report it with
+    the log); the ledger handle involved takes no more adds."""
+
+
+def typed_error(exc: BaseException, what: str = "the operation",
+                timeout: type[ClientTimeoutError] = ClientTimeoutError) -> BKError:
+    """`exc` as a BKError for a caller's future: itself if it is one; a timeout as `timeout`; anything else
+    (a bug) as ClientInternalError. The original is kept as the cause."""
+    if isinstance(exc, BKError):
+        return exc
+    error: BKError
+    if isinstance(exc, TimeoutError):
+        error = timeout(f"{what} did not finish in time")
+    else:
+        error = ClientInternalError(f"{what} failed unexpectedly ({exc!r}); please report it with the log")
+    error.__cause__ = exc
+    return error
+
+
+class ClientForkedError(ClientClosedError):
+    """This client was created in another process: after fork() its connections and event loop belong to
+    the parent. Create a new BookKeeper client in the child process."""
+
+    default_message = ("this BookKeeper client was created before fork() and cannot be used in the child "
+                       "process; create a new BookKeeper client in the child")
+
+
 _STATUS_ADVICE: dict[int | None, str] = {
     StatusCode.EIO: "the bookie had an I/O error; another replica may have the data",
     StatusCode.EBADREQ: "the request was malformed or too large; this is a client bug or a size limit",
@@ -228,6 +276,8 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 
 
 __all__ = [
+    "AddEntryQuorumTimeoutError", "ClientForkedError", "ClientInternalError", "ClientTimeoutError",
+    "ReadTimeoutError", "typed_error",
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
     "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LedgerSquattedError",

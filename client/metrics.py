@@ -3,8 +3,10 @@
 Mirrors BookKeeper's client stats (`bookkeeper_client_*`, a StatsLogger handed to the client builder):
 `BookKeeper(uri, metrics_registry=registry)` with a `prometheus_client.CollectorRegistry` counts entries
 added and read, add failures, speculative reads, ensemble changes and ledger recoveries. Without a registry
-every counter is a no-op object (no prometheus import, nothing counted). Call sites are one line each:
-`ctx.metrics.adds.inc(n)`. Several clients passing the same registry share its counters.
+every counter is a no-op object (no prometheus import, nothing counted). The registry also gets
+prometheus_client's process, platform and GC collectors unless it has them (its default REGISTRY does).
+Call sites are one line each: `ctx.metrics.adds.inc(n)`. Several clients passing the same registry share
+its counters.
 """
 
 from __future__ import annotations
@@ -63,7 +65,21 @@ def client_metrics(registry: Any | None) -> ClientMetrics:
         if found is None:
             from prometheus_client import Counter
 
+            add_default_collectors(registry)          # process_*, python_info, python_gc_*: once per registry
             found = ClientMetrics({attr: Counter(name, text, registry=registry)
                                    for attr, (name, text) in COUNTERS.items()})
             _shared[registry] = found
         return found
+
+
+def add_default_collectors(registry: Any) -> None:
+    """Add ProcessCollector, PlatformCollector and GCCollector to `registry`, each unless it has its series
+    already (registering one twice raises with auto_describe, or doubles every series without)."""
+    from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+
+    present = {metric.name for metric in registry.collect()}
+    wanted = (("process_cpu_seconds", ProcessCollector), ("python_info", PlatformCollector),
+              ("python_gc_objects_collected", GCCollector))
+    for name, collector in wanted:
+        if name not in present:
+            collector(registry=registry)

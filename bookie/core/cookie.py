@@ -4,7 +4,8 @@ Mirrors BookKeeper's Cookie: one copy in ZooKeeper (`{root}/cookies/<bookie id>`
 `current/VERSION` of every directory. Before serving, every copy must agree; a bookie whose disks
 were wiped (ZooKeeper has a cookie, the disks have none) refuses to start, so it can never rejoin
 empty and answer NoSuchEntry for entries it had acknowledged. This module is pure: it encodes,
-decodes and decides; the driver reads and writes the copies.
+decodes and decides; the driver reads and writes the copies. Every refusal names its fix: the
+`bkledger shell` verbs after BookKeeper's (`bookieformat`, `cookie get|delete`, `decommission`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import dataclasses
 from collections.abc import Sequence
 
 LAYOUT_VERSION = 5
+FORMAT = "bkledger shell bookieformat --conf <this bookie's conf> -n -f -d"
+FORMAT_HINT = (f"to drop this bookie's data and start it empty, `{FORMAT}` wipes its directories and deletes "
+               "its cookie (only once no ledger needs its data: `bkledger shell listledgers --bookie ID`)")
 
 
 class CookieError(RuntimeError):
@@ -64,27 +68,29 @@ def decide(expected: Cookie, zk: Cookie | None, local: Sequence[Cookie | None], 
         if dirs_have_data:
             raise CookieError(
                 "the directories hold data but no cookie: they belong to another bookie or cluster; "
-                "point the bookie at empty directories or restore its cookie"
+                f"point the bookie at empty directories or restore its cookie; or, {FORMAT_HINT}"
             )
         return CookieDecision(write_local=True, write_zk=True)
     if zk is not None and not found:
         raise CookieError(
             f"ZooKeeper has a cookie for {expected.bookie_id} but its directories have none: the disks "
             "were wiped or replaced. Starting would answer NoSuchEntry for acknowledged entries. "
-            "Decommission the bookie (bkledger shell decommission) before reusing its id"
+            f"Re-replicate its data and delete its cookie with `bkledger shell decommission {expected.bookie_id}`, "
+            "then start it on empty directories (`bkledger shell cookie get|delete ID` show and remove a cookie)"
         )
     if len(found) != len(local):
         missing = len(local) - len(found)
         raise CookieError(
-            f"{missing} of the bookie's directories have no cookie (a wiped or new disk); "
-            "restore the disk or decommission the bookie"
+            f"{missing} of the bookie's directories have no cookie (a wiped or new disk); restore the disk, or "
+            f"decommission the bookie (`bkledger shell decommission {expected.bookie_id}`); or, {FORMAT_HINT}"
         )
     for cookie in found:
         _must_match(expected, cookie, "a directory")
     if zk is None:
         raise CookieError(
             f"the directories have a cookie but ZooKeeper has none for {expected.bookie_id}: the bookie "
-            "points at another cluster, or its cookie was removed by decommission; use fresh directories"
+            "points at another cluster, or its cookie was removed by decommission; use fresh directories, or, "
+            f"{FORMAT_HINT}"
         )
     _must_match(expected, zk, "ZooKeeper")
     return CookieDecision(write_local=False, write_zk=False)
@@ -96,5 +102,14 @@ def _must_match(expected: Cookie, found: Cookie, where: str) -> None:
         if want != got:
             raise CookieError(
                 f"cookie in {where} has {field}={got!r} but this bookie has {want!r}; "
-                "a bookie must keep its id, directories and cluster"
+                f"a bookie must keep its id, directories and cluster. {_FIXES[field].format(got=got)}; or, "
+                f"{FORMAT_HINT}"
             )
+
+
+_FIXES = {
+    "bookie_id": "Start it with its old id (bookiePort / advertisedAddress / bookieId giving {got})",
+    "instance_id": "The directories belong to another cluster (instance {got}): point metadataServiceUri at it",
+    "journal_dir": "Point journalDirectories back at {got}",
+    "ledger_dirs": "Point ledgerDirectories back at {got}",
+}

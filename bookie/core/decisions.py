@@ -1,7 +1,8 @@
 """The bookie's request decisions: which status an add, read or fence request gets (pure).
 
 Mirrors BookKeeper's WriteEntryProcessorV3 / ReadEntryProcessorV3 checks, in their order:
-malformed or oversized request -> EBADREQ (R26), read-only bookie -> EREADONLY unless high priority
+malformed or oversized request, or an entry id far beyond what the ledger can hold next -> EBADREQ
+(R26, `check_entry_range`), read-only bookie -> EREADONLY unless high priority
 (R25), master key mismatch -> EUA (R26), fenced ledger -> EFENCED unless a recovery add (R15); and,
 once storage has supplied what it holds of the batch's ids, an entry stored with other bytes -> EBADREQ.
 The driver executes what these return; nothing here touches a socket, a file or a clock.
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from bkledger.bookie.core.index_pages import PageGeometry
 from bkledger.bookie.core.records import be64_at
 from bkledger.proto import bookie_pb2 as pb
 
@@ -123,6 +125,32 @@ def _check_headers_vector(
         i = int(np.argmax(bad))
         return _header_mismatch(int(lids[i]), int(eids[i]), ledger_id, int(entry_ids[i])), -1
     return "", max(-1, int(be64_at(data, starts + 16).max()))
+
+
+def max_entry_id(max_index_file_bytes: int, geometry: PageGeometry) -> int:
+    """The largest entry id whose index page (written whole) fits an index file of `max_index_file_bytes`."""
+    return (max_index_file_bytes // geometry.page_bytes) * geometry.entries - 1
+
+
+def check_entry_range(highest_id: int, known_last: int, batch_lac: int, window: int, limit: int) -> str:
+    """'' if a batch whose highest entry id is `highest_id` may be stored, else why not (R26: EBADREQ).
+
+    Writers send consecutive ids (a striped bookie sees every E-th one), so an add lies within `window`
+    ids past the ledger's *known range*: the highest of the bookie's last stored entry and the LAC it
+    has seen (`known_last`) and the LAC the batch itself carries (`batch_lac`: after an ensemble change
+    or for a re-replicated fragment the bookie knows nothing of the ledger yet, but each entry names the
+    writer's LAC, which trails its id by the adds in flight). The same rule holds for recovery adds: a
+    recovering writer only writes back entries some bookie holds, so below the known range's end plus
+    the window too. Whatever the headers say, an id whose index slot lies past `limit` (the largest id
+    an index file can hold on this file system) is refused: its index write would fail every checkpoint.
+    """
+    if highest_id > limit:
+        return f"entry id {highest_id} is beyond the largest id an index file here can hold ({limit})"
+    bound = max(known_last, batch_lac) + window
+    if highest_id > bound:
+        return (f"entry id {highest_id} is far beyond the ledger's known range (last entry or LAC "
+                f"{max(known_last, batch_lac)}, window {window})")
+    return ""
 
 
 def _header_mismatch(lid: int, eid: int, ledger_id: int, entry_id: int) -> str:

@@ -86,6 +86,7 @@ class PageCache:
         self.limit = limit
         self._clean: OrderedDict[PageKey, Page] = OrderedDict()
         self._dirty: dict[PageKey, Page] = {}
+        self._by_ledger: dict[int, set[int]] = {}     # ledger id -> its cached page numbers (first_page)
 
     def __len__(self) -> int:
         return len(self._clean) + len(self._dirty)
@@ -116,14 +117,23 @@ class PageCache:
     def insert(self, key: PageKey, page: Page) -> None:
         """Add a page just read from its file (or a new empty one), making room for it first."""
         while len(self) >= self.limit and self._clean:
-            self._clean.popitem(last=False)
+            self._forget(self._clean.popitem(last=False)[0])
         (self._dirty if page.dirty else self._clean)[key] = page
+        self._by_ledger.setdefault(key[0], set()).add(key[1])
+
+    def _forget(self, key: PageKey) -> None:
+        pages = self._by_ledger.get(key[0])
+        if pages is not None:
+            pages.discard(key[1])
+            if not pages:
+                del self._by_ledger[key[0]]
 
     def changed(self, key: PageKey, page: Page) -> None:
         """The page's slots changed: it is dirty (pinned) until `written` is reported for this version."""
         page.version += 1
         self._clean.pop(key, None)
         self._dirty[key] = page
+        self._by_ledger.setdefault(key[0], set()).add(key[1])
 
     def written(self, key: PageKey, page: Page, version: int) -> None:
         """`version` of the page is durable in its file; the page is clean unless it changed since."""
@@ -136,7 +146,7 @@ class PageCache:
         """Drop least recently used clean pages while over the limit; returns how many."""
         dropped = 0
         while len(self) > self.limit and self._clean:
-            self._clean.popitem(last=False)
+            self._forget(self._clean.popitem(last=False)[0])
             dropped += 1
         return dropped
 
@@ -144,6 +154,12 @@ class PageCache:
         """Dirty pages (of one ledger, or all), in (ledger, page) order."""
         items = [(k, p) for k, p in self._dirty.items() if ledger_id is None or k[0] == ledger_id]
         return sorted(items, key=lambda kp: kp[0])
+
+    def first_page(self, ledger_id: int, page_no: int) -> int | None:
+        """The lowest cached page number of the ledger from `page_no` on (None: none): a walk over the
+        ledger's cached pages only."""
+        found = [p for p in self._by_ledger.get(ledger_id, ()) if p >= page_no]
+        return min(found) if found else None
 
     def dirty_ledgers(self) -> set[int]:
         return {k[0] for k in self._dirty}
@@ -153,3 +169,4 @@ class PageCache:
         for table in (self._clean, self._dirty):
             for key in [k for k in table if k[0] == ledger_id]:
                 del table[key]
+        self._by_ledger.pop(ledger_id, None)

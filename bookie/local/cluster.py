@@ -3,18 +3,24 @@
 Used by `bkledger local up|down|status`, by `make demo` and by the integration-test fixtures. Beside
 each bookie runs an autorecovery daemon (`bkledger autorecovery`, log `bookie-<i>/autorecovery.log`)
 unless disabled. With `secure`, bookies serve TLS with client authentication and every znode gets
-ZooKeeper ACLs (material in `<dir>/secure/`, see bookie.local.secure). The state (addresses, pids of
-bookies and daemons, directories) lives in `<dir>/cluster.json`, so another process can stop the
+ZooKeeper ACLs (material in `<dir>/secure/`, see bookie.local.secure). The state (addresses, ports,
+pids of bookies and daemons, directories) lives in `<dir>/cluster.json`, so another process can stop the
 cluster or find a bookie to kill, pause or restart.
+
+`down` keeps the data and the state; `up` over the same directory restarts that cluster: ZooKeeper on
+its port over its data, each bookie with its configuration, so with its port and id (a bookie's id is
+address:port, and its cookies hold it). A kept port that another process holds now is refused before
+anything starts, naming the port and the fix. `down(wipe=True)` (`local down --wipe`) deletes it all.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import http.client
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +31,7 @@ from typing import Any
 
 from bkledger.bookie import config as bkconfig
 from bkledger.bookie.local.secure import SecureMaterial
-from bkledger.bookie.local.zookeeper import ZooKeeperServer, free_port, pid_alive, stop_pid
+from bkledger.bookie.local.zookeeper import ZooKeeperServer, free_port, pid_alive, reserve_ports, stop_pid
 from bkledger.client.config import CLIENT_CONF_ENV, ClientConfig
 from bkledger.client.meta.store import MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
@@ -62,6 +68,19 @@ class BookieProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def urls(self) -> dict[str, str]:
+        """Where the bookie and its autorecovery daemon answer over HTTP (`local status`): Prometheus
+        metrics, and the admin API's bookie info (`/api/v1` itself is no route: it answers 404)."""
+        out = {}
+        if self.metrics_port:
+            out["metrics"] = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        if self.http_port:
+            out["admin"] = f"http://127.0.0.1:{self.http_port}/api/v1/bookie/info"
+        if self.autorecovery_metrics_port:
+            out["autorecovery_metrics"] = f"http://127.0.0.1:{self.autorecovery_metrics_port}/metrics"
+        return out
+
 
 class LocalCluster:
     def __init__(self, base_dir: Path | str):
@@ -72,6 +91,7 @@ class LocalCluster:
         self.bookies: list[BookieProcess] = []
         self.autorecovery = True
         self.secure = False
+        self.embedded_zookeeper = True     # ours to start and stop (else one given by port, e.g. tests')
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     # ---- security ---------------------------------------------------------------------------
@@ -103,26 +123,46 @@ class LocalCluster:
         state = json.loads(cluster.state_path.read_text())
         cluster.zk_port = state["zookeeper"]["port"]
         cluster.zk_pid = state["zookeeper"]["pid"]
+        cluster.embedded_zookeeper = bool(state["zookeeper"].get("embedded", cluster.zk_pid))  # older state: no key
         cluster.metadata_service_uri = state["metadataServiceUri"]
         cluster.autorecovery = bool(state.get("autorecovery", False))
         cluster.secure = bool(state.get("secure", False))
         cluster.bookies = [
-            BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive", "autorecovery_alive")})
+            BookieProcess(**{k: v for k, v in b.items() if k not in ("address", "alive", "autorecovery_alive", "urls")})
             for b in state["bookies"]
         ]
         return cluster
 
-    def status(self) -> dict[str, Any]:
+    @classmethod
+    def load_running(cls, base_dir: Path | str) -> LocalCluster:
+        """`load`, and ClusterError at once if the cluster is stopped (its own ZooKeeper is not running),
+        rather than a client's wait for a ZooKeeper that is not there."""
+        cluster = cls.load(base_dir)
+        if cluster.embedded_zookeeper and not (cluster.zk_pid and pid_alive(cluster.zk_pid)):
+            raise ClusterError(f"the local cluster in {cluster.base_dir} is stopped: start it with bkledger local "
+                               f"up --dir {base_dir}")
+        return cluster
+
+    def status(self, health: bool = False) -> dict[str, Any]:
+        """The cluster's state; with `health`, each live bookie's own account of itself too (its admin HTTP
+        `/api/v1/bookie/state`: writable or read-only, checkpoint failures, the last checkpoint, thread failures)."""
+        out = self._status()
+        if health:
+            for b in out["bookies"]:
+                b["health"] = bookie_health(b["http_port"]) if b["alive"] and b["http_port"] else None
+        return out
+
+    def _status(self) -> dict[str, Any]:
         return {
             "dir": str(self.base_dir),
             "zookeeper": {"address": f"127.0.0.1:{self.zk_port}", "port": self.zk_port, "pid": self.zk_pid,
-                          "alive": bool(self.zk_pid) and pid_alive(self.zk_pid)},
+                          "alive": bool(self.zk_pid) and pid_alive(self.zk_pid), "embedded": self.embedded_zookeeper},
             "metadataServiceUri": self.metadata_service_uri,
             "autorecovery": self.autorecovery,
             **self._client_status(),
             "bookies": [
                 {**dataclasses.asdict(b), "address": b.address, "alive": bool(b.pid) and pid_alive(b.pid),
-                 "autorecovery_alive": bool(b.autorecovery_pid) and pid_alive(b.autorecovery_pid)}
+                 "autorecovery_alive": bool(b.autorecovery_pid) and pid_alive(b.autorecovery_pid), "urls": b.urls}
                 for b in self.bookies
             ],
         }
@@ -138,7 +178,7 @@ class LocalCluster:
     # ---- up -------------------------------------------------------------------------------
     def up(
         self,
-        num_bookies: int = 3,
+        num_bookies: int | None = 3,
         conf_overrides: dict[str, str] | None = None,
         timeout: float = 60.0,
         zookeeper_port: int = 0,
@@ -153,21 +193,26 @@ class LocalCluster:
         False (None: the `autoRecoveryDaemonEnabled` key, default true). Local clusters default to
         `lostBookieRecoveryDelay=2` s and a 10 s `openLedgerRereplicationGracePeriod` (settable).
         `secure`: TLS with client certificates and ZooKeeper ACLs (bookie.local.secure).
+        Over a directory that holds a stopped cluster, that cluster is restarted (`restart`); then
+        `zookeeper_port`, `root` and `scheme` are those kept, and `num_bookies` only adds bookies
+        (None: 3 for a new cluster, the kept ones on a restart).
         """
         overrides = dict(conf_overrides or {})
         if autorecovery is None:
             autorecovery = overrides.get("autoRecoveryDaemonEnabled", "true").strip().lower() == "true"
         self.autorecovery = autorecovery
-        if self.state_path.exists():
-            old = LocalCluster.load(self.base_dir)
-            if old.zk_pid and pid_alive(old.zk_pid):
-                raise ClusterError(f"a local cluster is already running in {self.base_dir} (bkledger local down)")
+        kept = self._kept()
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        if kept is not None:
+            self.restart(kept, num_bookies, overrides, timeout, secure)
+            return
         if not secure and SecureMaterial(self.base_dir).exists:
             raise ClusterError(f"{self.base_dir} holds a cluster made with --secure (its znodes have ACLs): "
                                "start it with bkledger local up --secure, or use another --dir")
+        num_bookies = 3 if num_bookies is None else num_bookies
         self.secure = secure
         zk_properties = SecureMaterial(self.base_dir).ensure().zookeeper_properties() if secure else {}
+        self.embedded_zookeeper = not zookeeper_port
         if zookeeper_port:
             self.zk_port, self.zk_pid = zookeeper_port, 0
         else:
@@ -182,7 +227,88 @@ class LocalCluster:
         self.save()
         self.wait_registered(timeout)
 
-    def add_bookie(self, conf_overrides: dict[str, str]) -> BookieProcess:
+    def _kept(self) -> LocalCluster | None:
+        """The stopped cluster kept in this directory, if any; ClusterError if it is running."""
+        if not self.state_path.exists():
+            return None
+        old = LocalCluster.load(self.base_dir)
+        running = [pid for pid in (old.zk_pid, *(b.pid for b in old.bookies)) if pid and pid_alive(pid)]
+        if running:
+            raise ClusterError(f"a local cluster is already running in {self.base_dir} (bkledger local down)")
+        return old
+
+    def restart(self, kept: LocalCluster, num_bookies: int | None, overrides: dict[str, str], timeout: float,
+                secure: bool) -> None:
+        """Start the stopped cluster `kept` again: the same ZooKeeper port and data, each bookie with its
+        configuration (port, id, directories; `overrides` applied on top), then `num_bookies` minus
+        those as new bookies. A cluster made with `secure` restarts secure, with or without it. The
+        autorecovery daemons start once every bookie is registered: an auditor started earlier would
+        take the bookies not yet back for lost."""
+        if secure and not kept.secure:
+            raise ClusterError(f"{self.base_dir} holds a cluster made without --secure: start it without "
+                               "--secure, or delete it (bkledger local down --wipe) and start a new one")
+        self.zk_port, self.metadata_service_uri = kept.zk_port, kept.metadata_service_uri
+        self.embedded_zookeeper, self.secure, self.bookies = kept.embedded_zookeeper, kept.secure, kept.bookies
+        reserve_ports(self.zk_port, *(p for b in self.bookies for p in (b.port, b.metrics_port, b.http_port,
+                                                                         b.autorecovery_metrics_port)))
+        self._check_kept_ports()
+        if self.embedded_zookeeper:
+            zk_properties = SecureMaterial(self.base_dir).ensure().zookeeper_properties() if self.secure else {}
+            zk = ZooKeeperServer(system_properties=zk_properties)
+            zk.start(self.base_dir / "zookeeper", port=self.zk_port)
+            self.zk_pid = zk.pid
+        self.save()
+        for proc in self.bookies:
+            self._reconfigure(proc, overrides)
+            self.start_bookie(proc.index)
+        wanted = (len(self.bookies) or 3) if num_bookies is None else num_bookies
+        if self.bookies and wanted != len(self.bookies):
+            log.warning("%d bookies asked for, %d kept: %s", wanted, len(self.bookies),
+                        "adding the others" if wanted > len(self.bookies) else
+                        "starting them all (bkledger shell decommission ID moves a bookie's data off it)")
+        while len(self.bookies) < wanted:
+            self.add_bookie(overrides, autorecovery=False)
+        self.save()
+        self.wait_registered(timeout)
+        if self.autorecovery:
+            for proc in self.bookies:
+                self.start_autorecovery(proc.index)
+
+    def _check_kept_ports(self) -> None:
+        """Before anything starts: the ports that name the cluster (ZooKeeper's: its metadataServiceUri)
+        and its bookies (a bookie's id) must be free; a taken metrics or admin port is moved."""
+        fix = (f"free it (ss -ltnp 'sport = :{{port}}' shows which process holds it) and run bkledger local up "
+               f"--dir {self.base_dir} again; or, to drop the data, bkledger local down --wipe --dir {self.base_dir}")
+        if self.embedded_zookeeper and not bindable(self.zk_port):
+            raise ClusterError(f"ZooKeeper's port {self.zk_port}, kept in {self.state_path} (the metadataServiceUri "
+                               f"{self.metadata_service_uri} names it), is taken now: " + fix.format(port=self.zk_port))
+        for proc in self.bookies:
+            if not bindable(proc.port):
+                raise ClusterError(f"bookie-{proc.index}'s port {proc.port}, kept in {self.state_path} (its id "
+                                   f"{proc.bookie_id} is in its cookies), is taken now: " + fix.format(port=proc.port))
+            for attr in ("metrics_port", "http_port", "autorecovery_metrics_port"):
+                port = getattr(proc, attr)
+                if port and not bindable(port):
+                    setattr(proc, attr, free_port())
+                    log.warning("bookie-%d: its %s %d is taken now; using %d", proc.index, attr.replace("_", " "),
+                                port, getattr(proc, attr))
+
+    def _reconfigure(self, proc: BookieProcess, overrides: dict[str, str]) -> None:
+        """Rewrite a kept bookie's configuration: what it had, its (possibly moved) operations ports,
+        and `overrides` on top."""
+        ports = {"prometheusStatsHttpPort": str(proc.metrics_port)}
+        if proc.http_port:
+            ports["httpServerPort"] = str(proc.http_port)
+        try:
+            config = bkconfig.load(Path(proc.conf)).with_overrides(**{**ports, **overrides})
+        except bkconfig.ConfigError as exc:
+            raise ClusterError(f"bookie-{proc.index}: {proc.conf}: {exc}") from None
+        Path(proc.conf).write_text(bkconfig.render(config))
+        proc.port, proc.bookie_id = config.bookiePort, config.bookie_id
+        proc.metrics_port = config.prometheusStatsHttpPort
+        proc.http_port = config.httpServerPort if config.httpServerEnabled else 0
+
+    def add_bookie(self, conf_overrides: dict[str, str], autorecovery: bool | None = None) -> BookieProcess:
         index = len(self.bookies)
         port = free_port()
         home = self.base_dir / f"bookie-{index}"
@@ -202,7 +328,10 @@ class LocalCluster:
             **(SecureMaterial(self.base_dir).bookie_options(index) if self.secure else {}),
             **conf_overrides,
         }
-        config = bkconfig.from_mapping(values)
+        try:
+            config = bkconfig.from_mapping(values)
+        except bkconfig.ConfigError as exc:
+            raise ClusterError(f"bookie-{index}'s configuration: {exc}") from None
         home.mkdir(parents=True, exist_ok=True)
         conf_path = home / "bookie.conf"
         conf_path.write_text(bkconfig.render(config))
@@ -212,7 +341,7 @@ class LocalCluster:
                              http_port=config.httpServerPort if config.httpServerEnabled else 0)
         self.bookies.append(proc)
         self.start_bookie(index)
-        if self.autorecovery:
+        if self.autorecovery if autorecovery is None else autorecovery:
             self.start_autorecovery(index)
         return proc
 
@@ -308,10 +437,13 @@ class LocalCluster:
         for pid in running:
             _await_exit(pid, 20.0, self._children.pop(pid, None))
 
-    def down(self) -> None:
+    def down(self, wipe: bool = False) -> None:
         """Stop every process of the cluster, also when the disk is full or one of them resists. The
         daemons, then the bookies, are sent SIGTERM all at once and then waited for: a bookie with
-        clients' streams open waits out its gRPC grace (2 s), and one after the other that added up."""
+        clients' streams open waits out its gRPC grace (2 s), and one after the other that added up.
+        The data and the state stay for the next `up`, unless `wipe` (then the directory is deleted)."""
+        if not (self.bookies or self.zk_pid or self.zk_port):
+            return      # nothing started or loaded (e.g. `up` refused): the state on disk is not ours
         self._stop_all([proc.autorecovery_pid for proc in self.bookies])
         for proc in self.bookies:
             proc.autorecovery_pid = 0
@@ -322,8 +454,9 @@ class LocalCluster:
         if self.zk_pid:
             stop_pid(self.zk_pid)
             self.zk_pid = 0
-        with contextlib.suppress(FileNotFoundError):
-            self.state_path.unlink()
+            self._save_quietly()
+        if wipe and self.state_path.exists():
+            shutil.rmtree(self.base_dir)
 
 
 def _stop_process(pid: int, sig: int, timeout: float, child: subprocess.Popen[bytes] | None) -> int | None:
@@ -363,6 +496,29 @@ def _operations_ports(overrides: dict[str, str]) -> dict[str, str]:
     if "httpServerEnabled" not in overrides and "httpServerPort" not in overrides:
         out.update(httpServerEnabled="true", httpServerPort=str(free_port()))
     return out
+
+
+def bindable(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:port now."""
+    try:
+        socket.create_server(("127.0.0.1", port)).close()
+        return True
+    except OSError:
+        return False
+
+
+def bookie_health(http_port: int, timeout: float = 2.0) -> dict[str, Any] | None:
+    """A bookie's `/api/v1/bookie/state` answer, or None if it does not answer within `timeout`."""
+    conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=timeout)
+    try:
+        conn.request("GET", "/api/v1/bookie/state")
+        response = conn.getresponse()
+        body = response.read()
+        return json.loads(body) if response.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
 
 
 def accepts(port: int) -> bool:

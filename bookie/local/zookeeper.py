@@ -89,6 +89,11 @@ def free_port(host: str = HOST) -> int:
             return port
 
 
+def reserve_ports(*ports: int) -> None:
+    """Ports free_port must not hand out (a restarted cluster's kept ports, bound a moment later)."""
+    _HANDED_OUT.update(p for p in ports if p)
+
+
 def four_letter_word(port: int, word: str = "ruok", timeout: float = 1.0, host: str = HOST) -> bytes:
     """Send a ZooKeeper four-letter command (must be whitelisted) and return the whole answer."""
     with socket.create_connection((host, port), timeout=timeout) as s:

@@ -342,17 +342,20 @@ class LogsMixin:
     def open_log_writer(self, name: str, *, ensemble_size: int = 3, write_quorum: int = 2,
                         ack_quorum: int = 2, password: bytes = b"", roll_entries: int | None = 50_000,
                         roll_bytes: int | None = 256 * 1024 * 1024, roll_age_s: float | None = 4 * 3600.0,
-                        create: bool = True, digest_type: str = "crc32c") -> LogWriter:
+                        create: bool = True, digest_type: str = "crc32c", envelope: int = 0) -> LogWriter:
         """Become the writer of the log (R28): fence its last two ledgers, create a new ledger, CAS it into
         the list. LogFencedError if another writer changed the list meanwhile; LogNotFoundError if the log
-        does not exist and create is False. A previous writer's further appends fail with LogFencedError."""
+        does not exist and create is False. A previous writer's further appends fail with LogFencedError.
+        `envelope`: the record envelope version the writer's ledgers name in their custom metadata
+        (`bkledger.envelope`, as the Spark writer's do); the caller then appends enveloped payloads
+        (`spark_connector.envelope.encode`). 0: bare values."""
         from bkledger.client.log.writer import LogWriter
 
         bk = _bk(self)
         bk._check_open()
         roll = RollPolicy(roll_entries, roll_bytes, roll_age_s)
         return LogWriter.open(bk, name, quorum=(ensemble_size, write_quorum, ack_quorum), password=password,
-                              roll=roll, create=create, digest_type=digest_type)
+                              roll=roll, create=create, digest_type=digest_type, envelope=envelope)
 
     def open_log_reader(self, name: str, start: StartSpec = "earliest", *,
                         fail_on_data_loss: bool = True, password: bytes = b"",

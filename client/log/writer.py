@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from bkledger.client.errors import (
     BKError,
+    ClientTimeoutError,
     LedgerClosedError,
     LedgerFencedError,
     LogFencedError,
@@ -68,8 +69,9 @@ class LogWriter:
     """Appends to one log. Thread-safe; create it with `BookKeeper.open_log_writer`."""
 
     def __init__(self, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
-                 roll: RollPolicy, digest_type: str) -> None:
+                 roll: RollPolicy, digest_type: str, envelope: int = 0) -> None:
         self._bk = bk
+        self._envelope = envelope        # the record envelope version its ledgers name (0: bare values)
         self.name = name
         self._quorum = quorum
         self._password = password
@@ -88,8 +90,9 @@ class LogWriter:
     # ---- becoming the writer (R28) ------------------------------------------------------------
     @classmethod
     def open(cls, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
-             roll: RollPolicy, create: bool, digest_type: str) -> LogWriter:
-        writer = cls(bk, name, quorum=quorum, password=password, roll=roll, digest_type=digest_type)
+             roll: RollPolicy, create: bool, digest_type: str, envelope: int = 0) -> LogWriter:
+        writer = cls(bk, name, quorum=quorum, password=password, roll=roll, digest_type=digest_type,
+                     envelope=envelope)
         writer._become_writer(create)
         return writer
 
@@ -113,8 +116,11 @@ class LogWriter:
 
     def _new_ledger(self) -> LedgerHandle:
         e, qw, qa = self._quorum
+        custom = {"log": self.name.encode("utf-8")}
+        if self._envelope:
+            custom[lm.ENVELOPE_KEY] = str(self._envelope).encode()
         lh = self._bk.create_ledger(e, qw, qa, digest_type=self._digest_type, password=self._password,
-                                    custom_metadata={"log": self.name.encode("utf-8")})
+                                    custom_metadata=custom)
         self._leases.hold(lh.ledger_id)         # before the ledger enters the list: no unleased open tail
         return lh
 
@@ -168,6 +174,7 @@ class LogWriter:
     # ---- appending ----------------------------------------------------------------------------
     def append_async(self, payload: bytes | bytearray | memoryview) -> concurrent.futures.Future[Position]:
         """Queue an append; the future gives its Position once acknowledged. May roll first (R29)."""
+        self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
         with self._lock:
             self._check_usable()
             if self._should_roll(len(payload)):
@@ -188,6 +195,7 @@ class LogWriter:
         """Queue n records at once, record i being data[offsets[i]:offsets[i + 1]] (LedgerHandle.add_entries:
         same offsets, `copy`, errors and failure semantics); the future gives the Position of the last record. The
         records go to one ledger, consecutive: a roll due happens before them, never among them."""
+        self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
         with self._lock:
             self._check_usable()
             nbytes = _span(offsets)
@@ -204,8 +212,15 @@ class LogWriter:
         return outer
 
     def append(self, payload: bytes | bytearray | memoryview, timeout: float | None = 60.0) -> Position:
-        """Append and wait for the acknowledgement; the record's Position."""
-        return self.append_async(payload).result(timeout)
+        """Append and wait for the acknowledgement; the record's Position. ClientTimeoutError (a TimeoutError)
+        if it is not acknowledged within `timeout`: it is still pending then and may complete."""
+        try:
+            return self.append_async(payload).result(timeout)
+        except TimeoutError as exc:
+            if isinstance(exc, BKError):
+                raise
+            raise ClientTimeoutError(f"log {self.name!r}: the append was not acknowledged within {timeout}s; it "
+                                     "is still pending and may complete") from None
 
     def _settle(self, ledger_id: int, inner: concurrent.futures.Future[int],
                 outer: concurrent.futures.Future[Position]) -> None:

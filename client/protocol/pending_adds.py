@@ -336,12 +336,17 @@ class PendingAdds:
         return all(sum(i not in failed for i in members) >= self._qa for members in self._write_sets)
 
     def fail_all(self, error: BKError) -> list[AddAction]:
-        """Fail every pending add with `error` (fenced, closed, no bookies...) and refuse further adds."""
-        if self._error is None:
+        """Fail every pending add with `error` (fenced, closed, no bookies...) and refuse further adds.
+
+        The first failure is announced even when no add is pending (a late EFENCED for an entry the others
+        acknowledged, an ensemble change that finds the ledger closed): the driver must learn that the
+        pipeline is dead, or the adds it takes next would wait for ever."""
+        first = self._error is None
+        if first:
             self._error = error
         failed = self.pending_entry_ids
         del self._masks[:]
-        return [FailAdds(failed, error)] if failed else []
+        return [FailAdds(failed, error)] if failed or first else []
 
     # ---- internals --------------------------------------------------------------------------
     def _holds(self, index: int, entry_id: int) -> bool:

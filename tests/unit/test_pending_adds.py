@@ -375,3 +375,19 @@ def test_on_adds_refuses_after_failure():
         pa.on_adds(1)
     with pytest.raises(ValueError):
         PendingAdds(["a"], 1, 1).on_adds(0)
+
+
+def test_r21_fail_all_with_nothing_pending_still_tells_the_driver():
+    """R21 (issue 46): a late EFENCED for an entry the others acknowledged, or an ensemble change that finds
+    the ledger closed, comes when no add is pending: the machine still answers FailAdds (no entries), so
+    the driver fails the adds it takes next instead of leaving them unsettled; only the first failure is
+    announced."""
+    pa = PendingAdds(["a", "b", "c"], 3, 2)
+    pa.on_adds(1)
+    assert pa.on_acks_from([0], "a") == [] and pa.on_acks_from([0], "b")[0] == CompleteAdds(0, 0)
+    actions = pa.on_error_from(0, "c", StatusCode.EFENCED)
+    assert len(actions) == 1 and isinstance(actions[0], FailAdds)
+    assert actions[0].entry_ids == () and isinstance(actions[0].error, LedgerFencedError)
+    assert pa.fail_all(LedgerFencedError()) == []
+    with pytest.raises(LedgerFencedError):
+        pa.on_adds(1)

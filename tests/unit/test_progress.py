@@ -56,20 +56,36 @@ def read_all(fd: int) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-@pytest.mark.parametrize("columns", [120, 0])        # 0: a pty whose size nobody set
-def test_bar_on_a_terminal(columns: int):
+def on_pty(columns: int) -> tuple[str, str]:
+    """The mode chosen for, and what a run shows on, a pty `columns` wide (0: a pty nobody sized)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     try:
         with os.fdopen(slave, "w", closefd=False) as stream:
-            assert choose_mode(False, stream) == "bar"
-            run(Progress("recover", stream=stream))
-        shown = read_all(master)
+            mode = choose_mode(False, stream)
+            run(Progress("recover", stream=stream, interval=0))
+        return mode, read_all(master)
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_bar_on_a_terminal():
+    mode, shown = on_pty(120)
+    assert mode == "bar"
     assert "\r" in shown and "recover" in shown
     assert "4/4 ledgers" in shown and "4.00M" in shown and "B/s" in shown
+
+
+def test_terminal_with_no_size_gets_plain_lines():
+    """A terminal that reports no size (0 columns: a pty nobody sized, as under some job runners) gets the
+    plain progress lines, not a bar that may vanish: every step is there, one line each."""
+    mode, shown = on_pty(0)
+    assert mode == "lines"
+    lines = shown.replace("\r\n", "\n").splitlines()
+    assert lines[0] == "recover: 4 ledgers, ~4.0 MB"
+    assert [line.split(",")[0] for line in lines[1:5]] == [f"recover: {n}/4 ledgers" for n in range(1, 5)]
+    assert "(done after" in lines[-1] and "\r" not in shown.replace("\r\n", "")
 
 
 def test_byte_estimate_exceeded_grows_the_bar_total():
