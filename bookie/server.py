@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 
 from bkledger.bookie import ranges_read, request_guard
 from bkledger.bookie.add_request import AddBatchView
-from bkledger.bookie.bookie import Bookie
+from bkledger.bookie.bookie import Bookie, EntryRewriteError
 from bkledger.bookie.config import BookieConfig
 from bkledger.bookie.core import decisions, request_checks
 from bkledger.bookie.core.request_checks import Malformed
@@ -202,7 +202,7 @@ class BookieService(pb_grpc.BookieServicer):
             return
 
         def journaled(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer)
+            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer, peer)
 
         self.bookie.add_batch(
             ledger_id,
@@ -226,8 +226,13 @@ class BookieService(pb_grpc.BookieServicer):
                                            self.bookie.max_entry_id)
 
     def _added(
-        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None]
+        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None],
+        peer: str = "",
     ) -> None:
+        if isinstance(err, EntryRewriteError):
+            log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", err)
+            answer(pb.EBADREQ, str(err))
+            return
         if err is not None:
             answer(pb.EIO, str(err))
             return

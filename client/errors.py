@@ -278,6 +278,13 @@ def _status_name(code: int | None) -> str:
         return str(code)
 
 
+class LedgerSquattedError(BKError):
+    default_message = (
+        "the new ledger ids were already claimed on bookies by another client (fenced or written before their "
+        "metadata existed: squatted); check which clients hold a certificate or the public key, then retry"
+    )
+
+
 def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "") -> BKError:
     """The typed error for a bookie status code; `what` (e.g. "ledger 7 entry 3") is added to the message."""
     by_code: dict[int, type[BKError]] = {
@@ -302,8 +309,8 @@ __all__ = [
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
     "InvalidLogNameError", "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
-    "LiveLogWriterError", "MetadataConflictError", "MetadataVersionError", "NoClusterError", "NoSuchEntryError",
-    "NoSuchLedgerError", "NotEnoughBookiesError", "PasswordTypeError", "ReadBeyondLastEntryError",
+    "LedgerSquattedError", "LiveLogWriterError", "MetadataConflictError", "MetadataVersionError", "NoClusterError",
+    "NoSuchEntryError", "NoSuchLedgerError", "NotEnoughBookiesError", "PasswordTypeError", "ReadBeyondLastEntryError",
     "checked_password", "error_for_status",
 ]
 

@@ -39,7 +39,7 @@ from bkledger.client import BookKeeper, InvalidOptionError, InvalidQuorumError, 
 from bkledger.client.errors import InvalidLogNameError
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.core.names import check_log_name
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
 from bkledger.spark_connector.clients import planning_client, shared_client
@@ -161,8 +161,8 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
                   LOG_KEY: log_name.encode(), "bkledger.partition": str(partition_id).encode()}
         try:
             return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type
-                                    or "crc32c", password=src.password, custom_metadata=custom,
-                                    compression=o.compression)
+                                    or "crc32c", password=log_ledger_password(bk, log_name, src.password),
+                                    custom_metadata=custom, compression=o.compression)   # the log's key
         except (NotEnoughBookiesError, InvalidQuorumError) as exc:
             raise in_spark_terms(exc) from exc
 

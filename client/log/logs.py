@@ -49,7 +49,9 @@ from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import (
     LoadedLog,
+    create_log,
     delete_log_znodes,
+    load_log,
     now_ms,
     read_log,
     require_loaded,
@@ -245,15 +247,27 @@ def _closed(bk: BookKeeper, name: str, ledger_id: int, envelopes: dict[int, int 
     return (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
 
 
+def log_ledger_password(bk: BookKeeper, name: str, given: bytes = b"") -> bytes:
+    """The password to create ledgers for log `name` with: the one given (not empty), else the log's own
+    key (`client.log.core.meta.log_password`; a missing log is created, empty, so that its key exists before
+    its first ledgers), else the empty password (a log made before logs had keys). What a Spark task or
+    any other job that writes ledgers for a log and appends them later (`append_ledgers`) must use."""
+    if given:
+        return given
+    got = load_log(bk.store, name, whole=False) or create_log(bk.store, name, whole=False)
+    return lm.ledger_password(got.meta, b"")
+
+
 def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:
     """Fence and recover (open with recovery) every ledger not recorded as sealed: the last two (R28 step 2;
     those recorded as sealed are CLOSED already) and any older one a crashed writer left unrecorded. Their
-    entry counts and sizes go into the returned metadata."""
+    entry counts and sizes go into the returned metadata. No password given: each ledger is recovered with
+    the one its metadata holds (the log's own key for the ledgers its writers made)."""
     out = meta
     for led in meta.ledgers:
         if led.sealed:          # recorded only once CLOSED, and CLOSED is terminal: fencing is a no-op
             continue
-        rh = bk.open_ledger(led.ledger_id, password, recovery=True)
+        rh = bk.open_ledger(led.ledger_id, password or None, recovery=True)
         out = lm.with_ledger_sealed(out, led.ledger_id, rh.last_entry_id, rh.metadata.length, now_ms())
     return out
 
@@ -483,6 +497,13 @@ class LogsMixin:
         bk._check_open()
         return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password,
                               fence_live_writer=fence_live_writer, time_spans=time_spans)
+
+    def log_ledger_password(self, name: str) -> bytes:
+        """The password to create ledgers with that will be appended to log `name` (`append_ledgers`): the
+        log's own key (the log is created, empty, if missing), or b"" for a log made before logs had keys."""
+        bk = _bk(self)
+        bk._check_open()
+        return log_ledger_password(bk, name)
 
     def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""

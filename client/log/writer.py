@@ -103,6 +103,7 @@ class LogWriter:
                 raise LogNotFoundError(f"log {self.name!r} does not exist: open the writer with create=True")
             got = create_log(self._bk.store, self.name, whole=False)
         sealed = seal_tail(self._bk, got.meta, self._password)          # fence + recover the last two
+        self._password = lm.ledger_password(got.meta, self._password)   # none given: the log's own key
         lh = self._new_ledger()
         try:
             self._loaded = self._cas_owned(got, lambda m: lm.with_ledger_appended(
