@@ -26,7 +26,7 @@ log = logging.getLogger("bkledger.zookeeper")
 DEFAULT_DIR = "var/zookeeper"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:     # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("zookeeper", help="run a standalone ZooKeeper server that other hosts reach (foreground)")
     p.add_argument("--listen", default="0.0.0.0",
                    help="address to listen on (default: all interfaces; 127.0.0.1: this host only)")
