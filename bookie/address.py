@@ -4,7 +4,8 @@
 source address of the default route, every interface's; only those that can be bound here, so an
 /etc/hosts entry for another network namespace is passed over), lets the pure module choose, logs one
 line saying which id the bookie registers and why (a warning when it is a loopback one), and returns the
-configuration with `advertisedAddress` filled in, so `config.bookie_id` is the id to register. The
+configuration with `advertisedAddress` filled in, so `config.bookie_id` is the id to register
+(and with `listeningInterface`, BookKeeper's key, `listenAddress` set to that interface's address). The
 bookie, its autorecovery daemon and `bookieformat` all resolve through here, so they agree on the id.
 """
 
@@ -40,14 +41,16 @@ def _route_source() -> list[str]:
     return []
 
 
+def interface_address(name: str) -> str | None:
+    """The IPv4 address of network interface `name`, or None (no such interface, or no IPv4 address)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s, contextlib.suppress(OSError):
+        packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        return socket.inet_ntoa(packed[20:24])
+    return None
+
+
 def _interface_addresses() -> list[str]:
-    found: list[str] = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            with contextlib.suppress(OSError):
-                packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-                found.append(socket.inet_ntoa(packed[20:24]))
-    return found
+    return [a for a in (interface_address(name) for _, name in socket.if_nameindex()) if a]
 
 
 def _bindable(address: str) -> bool:
@@ -68,7 +71,14 @@ def local_host() -> LocalHost:
 
 
 def resolve(config: BookieConfig) -> BookieConfig:
-    """`config` with advertisedAddress set to what the bookie registers; ConfigError if nobody could reach it."""
+    """`config` with advertisedAddress set to what the bookie registers; ConfigError if nobody could reach it.
+    With `listeningInterface` (BookKeeper's key), listenAddress becomes that interface's address."""
+    if config.listeningInterface:
+        found = interface_address(config.listeningInterface)
+        if found is None:
+            raise ConfigError(f"listeningInterface={config.listeningInterface}: no such network interface with an "
+                              "IPv4 address here (`ip -4 addr` lists them)")
+        config = dataclasses.replace(config, listenAddress=found)
     try:
         chosen = choose(config.listenAddress, config.advertisedAddress, config.bookiePort,
                         use_host_name=config.useHostNameAsBookieID, allow_loopback=config.allowLoopback,

@@ -32,6 +32,7 @@ class BookieConfig:
     listenAddress: str = "0.0.0.0"         # where the servers bind (default: all interfaces, as BookKeeper)
     advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress, or when that
     #   is 0.0.0.0 this host's address (bookie.core.bookie_address; resolved when the bookie starts)
+    listeningInterface: str = ""           # a network interface (eth0): listen on, and advertise, its address
     useHostNameAsBookieID: bool = False    # advertise this host's canonical name instead of its address
     allowLoopback: bool = False            # allow a loopback id / listenAddress (only this host reaches it)
     bookieId: str = ""                     # explicit bookie id; default: advertisedAddress:bookiePort

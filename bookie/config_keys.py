@@ -56,7 +56,7 @@ BOOKKEEPER_IGNORED_KEYS = frozenset({
     "journalQueueSize", "journalRemoveFromPageCache", "journalReuseFiles", "journalWriteBufferSizeKB",
     "journalWriteData", "ledgerIdFormatterClass", "ledgerManagerFactoryClass",
     "ledgerManagerFactoryDisableClassCheck", "ledgerManagerType", "ledgerMetadataRocksdbConf",
-    "ledgerMetadataVersion", "ledgerStorageClass", "limitStatsLogging", "listeningInterface",
+    "ledgerMetadataVersion", "ledgerStorageClass", "limitStatsLogging",
     "localConsistencyCheckOnStartup", "localScrubInterval", "localScrubRateLimit",
     "lockReleaseOfFailedLedgerGracePeriod", "majorCompactionMaxTimeMillis", "maxAddsInProgressLimit",
     "maxBatchReadSize", "maxPendingAddRequestsPerThread", "maxPendingReadRequestsPerThread",

@@ -82,3 +82,13 @@ def test_resolve_refuses_loopback_as_a_config_error_and_logs_when_allowed(caplog
         resolved = address.resolve(BookieConfig(listenAddress="127.0.0.1", allowLoopback=True))
     assert resolved.bookie_id == "127.0.0.1:3181"
     assert "loopback" in caplog.text and "allowLoopback=true" in caplog.text
+
+
+def test_listening_interface_listens_on_and_advertises_that_interfaces_address() -> None:
+    """BookKeeper's listeningInterface: the interface's address is bound and advertised."""
+    resolved = address.resolve(BookieConfig(listeningInterface="lo", allowLoopback=True))
+    assert resolved.listenAddress == "127.0.0.1" and resolved.bookie_id == "127.0.0.1:3181"
+    with pytest.raises(ConfigError, match="allowLoopback"):
+        address.resolve(BookieConfig(listeningInterface="lo"))
+    with pytest.raises(ConfigError, match="listeningInterface=nosuch0: no such network interface"):
+        address.resolve(BookieConfig(listeningInterface="nosuch0"))
