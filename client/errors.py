@@ -71,6 +71,11 @@ def checked_password(password: object) -> bytes:
                             f"encode the text (password.encode('utf-8'))")
 
 
+def open_password(password: object) -> bytes | None:
+    """`checked_password` for opening a ledger, where None is allowed: open it with its metadata's password."""
+    return None if password is None else checked_password(password)
+
+
 class BadPasswordError(BKError):
     default_message = (
         "wrong password for this ledger (bookies answered EUA): open it with the password used to create it"
