@@ -58,6 +58,6 @@ def test_spark_standalone_cluster_and_bookies_on_separate_hosts(tmp_path: Path) 
 def _logs(base: Path) -> str:
     tails = []
     for path in sorted([*base.glob("*.log"), *base.glob("bookie-*/bookie.log")]):
-        lines = path.read_text(errors="replace").splitlines()[-15:]
+        lines = path.read_text(errors="replace").splitlines()[-(40 if path.name == "spark-driver.log" else 15):]
         tails.append(f"\n--- {path.relative_to(base)} ---\n" + "\n".join(lines))
     return "".join(tails)
