@@ -29,8 +29,12 @@ class ConfigError(ValueError):
 class BookieConfig:
     metadataServiceUri: str = "zk://127.0.0.1:2181/ledgers"
     bookiePort: int = 3181
-    listenAddress: str = "127.0.0.1"       # where the server binds; keep it on loopback for tests
-    advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress
+    listenAddress: str = "0.0.0.0"         # where the servers bind (default: all interfaces, as BookKeeper)
+    advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress, or when that
+    #   is 0.0.0.0 this host's address (bookie.core.bookie_address; resolved when the bookie starts)
+    listeningInterface: str = ""           # a network interface (eth0): listen on, and advertise, its address
+    useHostNameAsBookieID: bool = False    # advertise this host's canonical name instead of its address
+    allowLoopback: bool = False            # allow a loopback id / listenAddress (only this host reaches it)
     bookieId: str = ""                     # explicit bookie id; default: advertisedAddress:bookiePort
     journalDirectories: tuple[str, ...] = ("/tmp/bk-txn",)
     ledgerDirectories: tuple[str, ...] = ("/tmp/bk-data",)
