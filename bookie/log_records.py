@@ -50,7 +50,7 @@ def iso_us(timestamp_us: int) -> str:
 def shown(payload: bytes, envelope: int, raw: bool = False, hex_out: bool = False) -> dict[str, Any]:
     """One entry's printable fields: key, timestamp_us, timestamp (ISO), value (or `error` when an entry of
     an enveloped ledger does not decode: its raw bytes are the value then)."""
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     out: dict[str, Any] = {"size": len(payload)}
     if raw or envelope == env.NONE:
@@ -108,7 +108,7 @@ class Envelopes:
 
 def ledger_envelope(bk: BookKeeper, ledger_id: int) -> int:
     """The envelope version a ledger's custom metadata names (0: none, or the ledger is gone)."""
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     try:
         return env.version_of(bk.ledger_metadata(ledger_id).custom_metadata)
@@ -170,7 +170,7 @@ def lines_of(files: Iterable[str], stdin: IO[bytes]) -> Iterator[bytes]:
 
 def record_of(line: bytes, args: argparse.Namespace, timestamp: int | None) -> bytes:
     """The enveloped record for one input line: key from --key or (--key-separator) the line's head."""
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     key = args.key.encode() if args.key is not None else None
     value = line
@@ -186,7 +186,7 @@ def append(bk: BookKeeper, args: argparse.Namespace) -> int:
     """Append each input line as one enveloped record through a log writer; a summary on stderr (stdout
     with --json). Refuses to fence a live writer of the log unless --fence-writer. If appending fails
     midway, stderr says how many records were acknowledged before the error."""
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     timestamp = parse_timestamp(args.timestamp)
     _check_target(bk, args)

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkledger.spark_connector import envelope as env
-from bkledger.spark_connector.envelope import I64, U8, Bools
-from bkledger.spark_connector.gather import array_parts, packed
+from bkledger.client.log.core import envelope as env
+from bkledger.client.log.core.envelope import I64, U8, Bools
+from bkledger.client.log.core.gather import array_parts, packed
 
 if TYPE_CHECKING:
     from bkledger.client.reader import Spans

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bkledger.client import BookKeeper, LedgerHandle
-from bkledger.spark_connector import envelope as env
+from bkledger.client.log.core import envelope as env
 from bkledger.spark_connector.planning import LedgerView
 
 
