@@ -37,11 +37,11 @@ from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
 from bkledger.client import BookKeeper, InvalidOptionError, LogNotFoundError
 from bkledger.client.ledger_handle import LedgerHandle
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY
 from bkledger.client.log.core import envelope as env
+from bkledger.client.log.core.envelope import I64, U8
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY
 from bkledger.spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
 from bkledger.spark_connector.clients import planning_client, shared_client
-from bkledger.client.log.core.envelope import I64, U8
 from bkledger.spark_connector.log_commit import commit_to_logs
 from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions
 

@@ -30,7 +30,6 @@ import numpy as np
 import numpy.typing as npt
 
 from bkledger.client.log.core import meta as lm
-from bkledger.client.log.core.gather import packed_parts
 
 ENVELOPE_KEY = lm.ENVELOPE_KEY              # the log records what it names (client.log.core.meta)
 NONE = 0
@@ -229,6 +228,8 @@ def decode_record(entry: bytes | memoryview, version: int = V1) -> Record:
 # ---- bulk ---------------------------------------------------------------------------------------
 def gather(data: U8, starts: I64, ends: I64) -> tuple[U8, I64]:
     """The bytes of the ranges of `data`, packed back to back, and their offsets (n + 1)."""
+    from bkledger.client.log.core.gather import packed_parts  # pyarrow: loaded by bulk use only
+
     return packed_parts([data], _NO_INDEX, starts, ends)
 
 
@@ -335,6 +336,8 @@ def encode_bulk(values: tuple[U8, I64], keys: tuple[U8, I64, Bools] | None,
     starts = np.stack([r[0] for r in ranges], axis=1).reshape(-1)
     ends = np.stack([r[1] for r in ranges], axis=1).reshape(-1)
     which = np.tile(np.arange(parts, dtype=np.int64), n)
+    from bkledger.client.log.core.gather import packed_parts
+
     data, bounds = packed_parts(buffers, which, starts, ends)
     return data, bounds[::parts].copy()
 
