@@ -28,7 +28,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
-from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from bkledger.client import (
     BadPasswordError,
@@ -64,6 +73,7 @@ log = logging.getLogger("bkledger.spark")
 COLUMNS: dict[str, DataType] = {
     "log": StringType(), "ledger_id": LongType(), "entry_id": LongType(), "value": BinaryType(),
     "key": BinaryType(), "timestamp": TimestampType(),
+    "headers": ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
 }
 BASE_COLUMNS = ("log", "ledger_id", "entry_id", "value")
 ENVELOPE_COLUMNS = ("key", "timestamp")
@@ -80,8 +90,11 @@ _ENVELOPES: dict[tuple[str, int], int] = {}     # (metadata service URI, ledger 
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
 
-def read_schema(with_envelope: bool) -> StructType:
+def read_schema(with_envelope: bool, headers: bool = False) -> StructType:
+    """The columns of a read: `headers` (Kafka's, as array<struct<key, value>>) only when asked for
+    (option includeHeaders)."""
     names = (*BASE_COLUMNS, *ENVELOPE_COLUMNS) if with_envelope else BASE_COLUMNS
+    names = (*names, "headers") if headers else names
     return StructType([StructField(n, COLUMNS[n], nullable=True) for n in names])
 
 
@@ -92,7 +105,7 @@ def check_schema(schema: StructType) -> None:
         if expected is None:
             raise BkLedgerOptionError("schema", f"column {field.name!r} is not a bkledger column; "
                                                 f"columns are {', '.join(COLUMNS)}")
-        if field.dataType != expected:
+        if field.dataType.simpleString() != expected.simpleString():     # headers: nullability aside
             raise BkLedgerOptionError("schema", f"column {field.name!r} must be {expected.simpleString()}, "
                                                 f"not {field.dataType.simpleString()}")
 
@@ -200,8 +213,9 @@ def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
 def discover_schema(opts: ReadOptions) -> StructType:
     with gc_paused(), planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         if opts.logs is None:
-            return read_schema(carries_envelope(bk, opts))
-        return read_schema(any(carries_envelope(bk, for_log(opts, name)) for name in read_logs(bk, opts)))
+            return read_schema(carries_envelope(bk, opts), opts.include_headers)
+        return read_schema(any(carries_envelope(bk, for_log(opts, name)) for name in read_logs(bk, opts)),
+                           opts.include_headers)
 
 
 def carries_envelope(bk: BookKeeper, opts: ReadOptions) -> bool:
