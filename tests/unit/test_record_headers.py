@@ -176,3 +176,43 @@ def test_bulk_records_checks() -> None:
         records.enveloped_many(env.V1, b"ab", [0, 5], None, None, None, 0)
     data, bounds = records.enveloped_many(env.V1, np.frombuffer(b"abc", np.uint8), [1, 3], None, None, None, 42)
     assert env.decode_record(bytes(data[bounds[0]:bounds[1]]), env.V1) == env.Record(None, 42, b"bc")
+
+
+def test_spark_write_layout_picks_v2_for_a_headers_column_only() -> None:
+    """A DataFrame with a headers column of Kafka's type is written with envelope v2; without one, v1 (or
+    bare values); a headers column of another type, or with envelope=false, fails naming the option."""
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+
+    from bkledger.spark_connector.batch_writer import plan_layout
+    from bkledger.spark_connector.options import BkLedgerOptionError
+
+    kafka = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType(), False)]))
+    value = StructField("value", BinaryType())
+    with_headers = StructType([value, StructField("headers", kafka)])
+    assert plan_layout(with_headers, "auto", "t").envelope == env.V2
+    assert plan_layout(with_headers, "auto", "t").headers == "headers"
+    assert plan_layout(StructType([value, StructField("key", BinaryType())]), "auto", "t").envelope == env.V1
+    assert plan_layout(StructType([value]), "auto", "t").envelope == env.NONE
+    with pytest.raises(BkLedgerOptionError, match="headers must be array<struct<key: string, value: binary>>"):
+        plan_layout(StructType([value, StructField("headers", ArrayType(StringType()))]), "auto", "t")
+    with pytest.raises(BkLedgerOptionError, match="envelope"):
+        plan_layout(with_headers, "false", "t")
+
+
+def test_include_headers_option_and_schema() -> None:
+    """includeHeaders (Kafka's name, default false) adds the headers column to the read schema, for log
+    and raw-ledger reads alike; a bad value fails naming the option."""
+    from bkledger.spark_connector.batch_reader import check_schema, read_schema
+    from bkledger.spark_connector.options import BkLedgerOptionError, parse_read_options
+
+    base = {"metadataServiceUri": "zk://127.0.0.1:2181/ledgers"}
+    assert parse_read_options({**base, "log": "t"}).include_headers is False
+    assert parse_read_options({**base, "log": "t", "includeHeaders": "true"}).include_headers is True
+    assert parse_read_options({**base, "ledgers": "1", "includeHeaders": "true"}).include_headers is True
+    with pytest.raises(BkLedgerOptionError, match="includeHeaders"):
+        parse_read_options({**base, "log": "t", "includeHeaders": "maybe"})
+    schema = read_schema(True, headers=True)
+    assert schema.fieldNames()[-3:] == ["key", "timestamp", "headers"]
+    assert schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    check_schema(schema)
+    assert "headers" not in read_schema(True).fieldNames()
