@@ -118,6 +118,8 @@ def ledger_envelope(bk: BookKeeper, ledger_id: int) -> int:
 
     try:
         return env.version_of(bk.ledger_metadata(ledger_id).custom_metadata)
+    except env.EnvelopeVersionError as exc:
+        return exc.version                  # `shown` says of each entry: upgrade bkledger
     except BKError:
         return env.NONE
 

@@ -216,3 +216,15 @@ def test_include_headers_option_and_schema() -> None:
     assert schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
     check_schema(schema)
     assert "headers" not in read_schema(True).fieldNames()
+
+
+def test_the_cli_shows_headers_and_names_an_unknown_version() -> None:
+    """`log tail` / `shell readledger` fields of a v2 record carry its headers; an entry of a version this
+    bkledger does not know shows raw with the error naming it, not misread."""
+    from bkledger.bookie.log_records import shown, text_fields
+
+    fields = shown(env.encode(b"k", 1_000_000, b"v", [("trace", b"abc"), ("gone", None)]), env.V2)
+    assert fields["headers"] == [["trace", "abc"], ["gone", None]] and fields["value"] == "v"
+    assert "headers=trace=abc,gone=" in text_fields(fields)
+    future = shown(b"\x00" * 20, 3)
+    assert "envelope version 3" in future["error"] and "upgrade bkledger" in future["error"]
