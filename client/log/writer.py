@@ -73,7 +73,7 @@ class LogWriter:
     def __init__(self, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
                  roll: RollPolicy, digest_type: str, envelope: int = 0) -> None:
         self._bk = bk
-        if envelope:                     # a version this bkledger writes, else EnvelopeVersionError
+        if envelope != 0:                # a version this bkledger writes, else EnvelopeVersionError
             from bkledger.client.log.core.envelope import check_version
 
             check_version(envelope)

@@ -228,3 +228,11 @@ def test_the_cli_shows_headers_and_names_an_unknown_version() -> None:
     assert "headers=trace=abc,gone=" in text_fields(fields)
     future = shown(b"\x00" * 20, 3)
     assert "envelope version 3" in future["error"] and "upgrade bkledger" in future["error"]
+
+
+def test_an_envelope_version_is_an_int() -> None:
+    """envelope=True would name "True" in the ledger's metadata, which no reader could parse: refused."""
+    for bad in (True, 1.0, "1"):
+        with pytest.raises(TypeError, match="envelope version is an int"):
+            env.check_version(bad)  # type: ignore[arg-type]
+    assert env.check_version(2) == env.V2

@@ -97,7 +97,10 @@ def version_of(custom: Mapping[str, bytes]) -> int:
 
 
 def check_version(version: int) -> int:
-    """`version` if this bkledger can read and write it, else EnvelopeVersionError."""
+    """`version` if this bkledger can read and write it, else EnvelopeVersionError (TypeError if it is
+    not an int: True or 1.0 would be written into a ledger's metadata as "True" or "1.0")."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TypeError(f"an envelope version is an int ({SUPPORTED}), not {version!r}")
     if version not in SUPPORTED:
         raise EnvelopeVersionError(version)
     return version
