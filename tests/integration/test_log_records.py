@@ -1,7 +1,8 @@
 """LogWriter records like Kafka's (issue 44 item 1) on a real cluster: keys, timestamps and headers given to
 append / append_async / append_many are read back by open_log_reader (decoded with each ledger's envelope
 version, which the log records as it does the Spark writer's), across rolls; the default timestamp is the
-writer's clock at the append; a writer refuses what its envelope cannot carry and stays usable."""
+writer's clock at the append; a writer refuses what its envelope cannot carry and stays usable. The
+reader's records decode the envelope of their ledger (`key`, `timestamp_us`, `headers`, `value`)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,18 @@ def bk(cluster: LocalCluster, bk_factory) -> BookKeeper:
 
 
 def read_back(bk: BookKeeper, name: str, count: int) -> list[tuple[int, env.Record]]:
-    """(ledger id, decoded record) of the log's first `count` records, each decoded with the envelope
-    version the log records for its ledger."""
+    """(ledger id, decoded record) of the log's first `count` records as the reader decodes them, which is
+    as the envelope version the log records for each ledger says."""
     versions = {led.ledger_id: led.envelope for led in bk.log_metadata(name).ledgers}
     with bk.open_log_reader(name) as reader:
         got = list(reader.read(max_records=count, timeout=10))
     assert len(got) == count
-    return [(r.ledger_id, env.decode_record(r.payload, versions[r.ledger_id] or 0)) for r in got]
+    for r in got:
+        assert r.envelope == (versions[r.ledger_id] or 0)
+        assert r.record == env.decode_record(r.payload, r.envelope)
+        assert (r.key, r.timestamp_us, r.headers, r.value) == (r.record.key, r.record.timestamp_us,
+                                                               r.record.headers, r.record.value)
+    return [(r.ledger_id, r.record) for r in got]
 
 
 def test_keys_timestamps_headers_round_trip_through_the_log(bk: BookKeeper):
