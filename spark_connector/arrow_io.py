@@ -3,9 +3,10 @@
 The read path turns one `ReadChunk` (entry ids + payloads, up to ~4 MiB) into one `pyarrow.RecordBatch`
 with a fixed number of Python operations per chunk. A range read's chunk comes as `Spans` (where each
 payload sits in the received range batches): the binary column is packed from those buffers in one
-native pass (`spark_connector.gather`), no Python object per row. Payload lists (tiny pieces,
+native pass (`client.log.core.gather`), no Python object per row. Payload lists (tiny pieces,
 compressed ledgers) take two C-level passes (`bytes.join`, `map(len, ...)`) and
-`pa.Array.from_buffers`. Enveloped ledgers are decoded in bulk (`spark_connector.envelope.decode_bulk`).
+`pa.Array.from_buffers`. Enveloped ledgers are decoded in bulk (`client.log.core.envelope.decode_bulk`);
+v2 headers make the `headers` column (one Python list per row, built only when the read asks for it).
 The write path goes the other way: a binary/string column's (data, offsets, validity) as numpy arrays,
 zero-copy.
 The batch's schema is exactly the one Spark derives from the read schema (timestamps as UTC micros).

@@ -9,7 +9,8 @@ is now) or the last entry id of a CLOSED one is the bound. `spark_connector.plan
 ahead while the last is converted and shipped, yielding one Arrow RecordBatch per chunk
 (`spark_connector.arrow_io`); the first chunks of the next pieces are in flight on the client loop
 (`read_chunk_async`) and tiny pieces' rows are gathered into one batch (`TinyRows`).
-Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
+Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope, and
+`headers` (Kafka's array<struct<key, value>>) with option includeHeaders.
 A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
 times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
 are packed together; `minPartitions` then splits the largest partitions (`spark_connector.narrowing`).
