@@ -211,6 +211,10 @@ def test_include_headers_option_and_schema() -> None:
     assert parse_read_options({**base, "ledgers": "1", "includeHeaders": "true"}).include_headers is True
     with pytest.raises(BkLedgerOptionError, match="includeHeaders"):
         parse_read_options({**base, "log": "t", "includeHeaders": "maybe"})
+    from bkledger.spark_connector.stream_source import discovery_options, parse_stream_options
+
+    stream = {**base, "log": "t", "includeHeaders": "true", "maxEntriesPerTrigger": "5"}
+    assert parse_stream_options(stream).read.include_headers and discovery_options(stream).include_headers
     schema = read_schema(True, headers=True)
     assert schema.fieldNames()[-3:] == ["key", "timestamp", "headers"]
     assert schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
