@@ -6,8 +6,11 @@ Timestamps as the caller gives them: an int is milliseconds since the epoch (Kaf
 log append --timestamp`), a `datetime` is that moment (naive: UTC); the envelope keeps microseconds. No
 timestamp given: the writer's clock when `append` is called (Kafka's CreateTime, the producer's clock at
 send), passed in as `now_us`; `NO_TIMESTAMP`: the record has none (its `timestamp` column is null).
-A writer of bare values (envelope 0) refuses a key, timestamp or headers, and a version 1 writer refuses
-headers (EnvelopeError saying which `envelope=` to open it with): nothing given is silently dropped.
+The writer notes the (least, greatest) timestamp of each ledger's records and the log records it
+when the writer seals the ledger, as it does a Spark job's (reads by time then pick ledgers without
+reading entries). A writer of bare values (envelope 0) refuses a key, timestamp or headers, and a
+version 1 writer refuses headers (EnvelopeError saying which `envelope=` to open it with): nothing given
+is silently dropped.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class _Absent(enum.Enum):
 
 NO_TIMESTAMP = _Absent.NO_TIMESTAMP     # timestamp=NO_TIMESTAMP: a record without a timestamp
 Timestamp = int | datetime.datetime | Literal[_Absent.NO_TIMESTAMP]
+Span = tuple[int, int] | None        # (least, greatest) record timestamp in microseconds, as the log records
 _NO_LIMIT = 2**62
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -63,22 +67,33 @@ def check_fields(log: str, version: int, key: object, timestamp: object, headers
 
 
 def enveloped(version: int, value: bytes | bytearray | memoryview, key: bytes | None,
-              timestamp: Timestamp | None, headers: env.HeadersIn | None, now_us: int) -> bytes:
-    """One record as the entry a writer of this envelope version appends (bare values as given)."""
+              timestamp: Timestamp | None, headers: env.HeadersIn | None, now_us: int) -> tuple[bytes, Span]:
+    """One record as the entry a writer of this envelope version appends (bare values as given), and its
+    time span (its timestamp twice; None without one)."""
     if version == env.NONE:
-        return bytes(value)
+        return bytes(value), None
     if key is not None and not isinstance(key, bytes | bytearray | memoryview):
         raise TypeError(f"a record key is bytes or None, not {type(key).__name__}")
-    return env.encode(None if key is None else bytes(key), timestamp_us(timestamp, now_us), bytes(value),
-                      headers, version)
+    micros = timestamp_us(timestamp, now_us)
+    entry = env.encode(None if key is None else bytes(key), micros, bytes(value), headers, version)
+    return entry, None if micros is None else (micros, micros)
+
+
+def widened(span: Span, more: Span) -> Span:
+    """The span covering both (None: no timestamp known)."""
+    if span is None or more is None:
+        return span or more
+    return min(span[0], more[0]), max(span[1], more[1])
 
 
 def enveloped_many(version: int, data: Buffer | npt.NDArray[np.uint8],
                    offsets: Sequence[int] | npt.NDArray[np.integer], keys: Sequence[bytes | None] | None,
                    timestamps: Sequence[Timestamp | None] | None,
-                   headers: Sequence[env.HeadersIn | None] | None, now_us: int) -> tuple[env.U8, env.I64]:
-    """n records (record i: data[offsets[i]:offsets[i + 1]]) enveloped at once: (data, offsets from 0).
-    Bad data or offsets: InvalidBulkError, as `LedgerHandle.add_entries` says (nothing is queued)."""
+                   headers: Sequence[env.HeadersIn | None] | None,
+                   now_us: int) -> tuple[env.U8, env.I64, Span]:
+    """n records (record i: data[offsets[i]:offsets[i + 1]]) enveloped at once: (data, offsets from 0, the
+    least and greatest timestamp). Bad data or offsets: InvalidBulkError, as `LedgerHandle.add_entries`
+    says (nothing is queued)."""
     bulk = check_bulk(data, offsets, _NO_LIMIT, copy=False)       # the enveloped entries' sizes: checked later
     n = bulk.count
     for name, column in (("keys", keys), ("timestamps", timestamps), ("headers", headers)):
@@ -90,7 +105,9 @@ def enveloped_many(version: int, data: Buffer | npt.NDArray[np.uint8],
     times = (np.asarray([m or 0 for m in micros], dtype=np.int64),
              np.fromiter((m is not None for m in micros), dtype=np.bool_, count=n))
     blocks = env.header_blocks(headers) if headers is not None else None
-    return env.encode_bulk(values, _key_parts(keys) if keys is not None else None, times, blocks, version)
+    out, bounds = env.encode_bulk(values, _key_parts(keys) if keys is not None else None, times, blocks, version)
+    stamped = [m for m in micros if m is not None]
+    return out, bounds, (min(stamped), max(stamped)) if stamped else None
 
 
 def _key_parts(keys: Sequence[bytes | None]) -> tuple[env.U8, env.I64, env.Bools]:

@@ -92,6 +92,7 @@ class LogWriter:
         self._error: BKError | None = None
         self._closed = False
         self._leases = WriterLeases(bk, name)     # "this writer is alive" (client.log.liveness)
+        self._spans: dict[int, tuple[int, int]] = {}    # ledger id -> its records' (least, greatest) timestamp
 
     # ---- becoming the writer (R28) ------------------------------------------------------------
     @classmethod
@@ -188,13 +189,16 @@ class LogWriter:
             from bkledger.client.log import records
 
             records.check_fields(self.name, self._envelope, key, timestamp, headers)
-            payload = records.enveloped(self._envelope, payload, key, timestamp, headers, time.time_ns() // 1000)
+            payload, span = records.enveloped(self._envelope, payload, key, timestamp, headers,
+                                              time.time_ns() // 1000)
         with self._lock:
             self._check_usable()
             if self._should_roll(len(payload)):
                 self._roll_locked()
             lh = self._lh
             assert lh is not None
+            if self._envelope and span is not None:
+                self._note_span(lh.ledger_id, span)
             inner = lh.add_entry_async(payload)
             self._entries += 1
             self._bytes += len(payload)
@@ -217,8 +221,8 @@ class LogWriter:
             from bkledger.client.log import records
 
             records.check_fields(self.name, self._envelope, keys, timestamps, headers)
-            data, offsets = records.enveloped_many(self._envelope, data, offsets, keys, timestamps, headers,
-                                                   time.time_ns() // 1000)
+            data, offsets, span = records.enveloped_many(self._envelope, data, offsets, keys, timestamps, headers,
+                                                         time.time_ns() // 1000)
             copy = False                            # a fresh buffer nobody else holds
         with self._lock:
             self._check_usable()
@@ -227,6 +231,8 @@ class LogWriter:
                 self._roll_locked()
             lh = self._lh
             assert lh is not None
+            if self._envelope and span is not None:
+                self._note_span(lh.ledger_id, span)
             inner = lh.add_entries(data, offsets, copy=copy)
             self._entries += len(offsets) - 1
             self._bytes += nbytes
@@ -248,6 +254,11 @@ class LogWriter:
                 raise
             raise ClientTimeoutError(f"log {self.name!r}: the append was not acknowledged within {timeout}s; it "
                                      "is still pending and may complete") from None
+
+    def _note_span(self, ledger_id: int, span: tuple[int, int]) -> None:
+        from bkledger.client.log.records import widened
+
+        self._spans[ledger_id] = widened(self._spans.get(ledger_id), span) or span
 
     def _settle(self, ledger_id: int, inner: concurrent.futures.Future[int],
                 outer: concurrent.futures.Future[Position]) -> None:
@@ -333,9 +344,10 @@ class LogWriter:
     def _record_sealed(self, lh: LedgerHandle) -> None:
         """Best effort: note the closed ledger's count and size (the next writer would do it otherwise)."""
         md = lh.metadata
+        span = self._spans.pop(lh.ledger_id, None) if self._error is None else None   # all its appends acked
 
         def seal(m: LogMetadata) -> LogMetadata:
-            return lm.with_ledger_sealed(m, lh.ledger_id, md.last_entry_id, md.length, now_ms())
+            return lm.with_ledger_sealed(m, lh.ledger_id, md.last_entry_id, md.length, now_ms(), span)
 
         try:
             loaded = update_log(self._bk.store, self.name, seal, whole=False)

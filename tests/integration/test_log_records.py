@@ -1,8 +1,9 @@
 """LogWriter records like Kafka's (issue 44 item 1) on a real cluster: keys, timestamps and headers given to
 append / append_async / append_many are read back by open_log_reader (decoded with each ledger's envelope
-version, which the log records as it does the Spark writer's), across rolls; the default timestamp is the
-writer's clock at the append; a writer refuses what its envelope cannot carry and stays usable. The
-reader's records decode the envelope of their ledger (`key`, `timestamp_us`, `headers`, `value`)."""
+version, which the log records as it does the Spark writer's, with each sealed ledger's time span), across
+rolls; the default timestamp is the writer's clock at the append; a writer refuses what its envelope cannot
+carry and stays usable. The reader's records decode the envelope of their ledger (`key`, `timestamp_us`,
+`headers`, `value`)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,12 @@ def test_keys_timestamps_headers_round_trip_through_the_log(bk: BookKeeper):
     assert len({ledger for ledger, _ in got}) >= 2                          # rolled: every ledger enveloped
     meta = bk.log_metadata(name)
     assert {led.envelope for led in meta.ledgers} == {env.V2}                # the log records each one's
+    spans: dict[int, tuple[int, int]] = {}                                   # ... and its records' time span
+    for ledger, rec in got:
+        if rec.timestamp_us is not None:
+            low, high = spans.get(ledger, (rec.timestamp_us, rec.timestamp_us))
+            spans[ledger] = (min(low, rec.timestamp_us), max(high, rec.timestamp_us))
+    assert {led.ledger_id: led.time_span for led in meta.ledgers} == spans
     for led in meta.ledgers:
         assert env.version_of(bk.ledger_metadata(led.ledger_id).custom_metadata) == env.V2
 

@@ -39,7 +39,8 @@ def test_spark_reads_keys_timestamps_and_headers_of_python_records(spark, cluste
                    for i in range(60)]
         for fut in futures:
             fut.result(60)
-    assert len(bk.log_metadata(name).ledgers) == 3
+    spans = [led.time_span for led in bk.log_metadata(name).ledgers]        # reads by time prune with them
+    assert spans == [((T0 + i * 1000) * 1000, (T0 + (i + 19) * 1000) * 1000) for i in (0, 20, 40)]
 
     plain = reader(spark, uri, log=name)
     assert plain.columns == ["log", "ledger_id", "entry_id", "value", "key", "timestamp"]

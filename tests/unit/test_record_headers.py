@@ -159,14 +159,20 @@ def test_bare_and_v1_writers_refuse_what_they_cannot_carry() -> None:
 @given(v2_records.filter(bool), st.integers(0, 7))
 def test_bulk_records_equal_single_records(recs, lead) -> None:
     """append_many's enveloping equals append's, record for record (offsets need not start at 0; a bulk
-    has at least one record, as LedgerHandle.add_entries says)."""
+    has at least one record, as LedgerHandle.add_entries says), and its time span covers theirs."""
     data = b"\xff" * lead + b"".join(v for _, _, v, _ in recs)
     offsets = np.cumsum([lead] + [len(v) for _, _, v, _ in recs])
     stamps = [records.NO_TIMESTAMP if t is None else t // 1000 for _, t, _, _ in recs]
-    got, bounds = records.enveloped_many(env.V2, data, offsets, [k for k, _, _, _ in recs], stamps,
-                                         [h for _, _, _, h in recs], now_us=9)
-    want = [records.enveloped(env.V2, v, k, s, h, 9) for (k, _, v, h), s in zip(recs, stamps, strict=True)]
-    assert [bytes(got[bounds[i]:bounds[i + 1]]) for i in range(len(recs))] == want
+    got, bounds, span = records.enveloped_many(env.V2, data, offsets, [k for k, _, _, _ in recs], stamps,
+                                               [h for _, _, _, h in recs], now_us=9)
+    singles = [records.enveloped(env.V2, v, k, s, h, 9) for (k, _, v, h), s in zip(recs, stamps, strict=True)]
+    assert [bytes(got[bounds[i]:bounds[i + 1]]) for i in range(len(recs))] == [e for e, _ in singles]
+    micros = [(t // 1000) * 1000 for _, t, _, _ in recs if t is not None]
+    assert span == ((min(micros), max(micros)) if micros else None)
+    whole = None
+    for _, one in singles:
+        whole = records.widened(whole, one)
+    assert whole == span
 
 
 def test_bulk_records_checks() -> None:
@@ -174,8 +180,22 @@ def test_bulk_records_checks() -> None:
         records.enveloped_many(env.V1, b"ab", [0, 1, 2], [b"k"], None, None, 0)
     with pytest.raises(InvalidBulkError, match="within the buffer"):
         records.enveloped_many(env.V1, b"ab", [0, 5], None, None, None, 0)
-    data, bounds = records.enveloped_many(env.V1, np.frombuffer(b"abc", np.uint8), [1, 3], None, None, None, 42)
+    data, bounds, span = records.enveloped_many(env.V1, np.frombuffer(b"abc", np.uint8), [1, 3], None, None,
+                                                None, 42)
     assert env.decode_record(bytes(data[bounds[0]:bounds[1]]), env.V1) == env.Record(None, 42, b"bc")
+    assert span == (42, 42)
+    assert records.enveloped(env.NONE, b"v", None, None, None, 42) == (b"v", None)
+
+
+def test_sealing_records_a_time_span_once_known() -> None:
+    """The log keeps the span the writer gives when it seals a ledger; no span given keeps what it had."""
+    from bkledger.client.log.core import meta as lm
+
+    meta = lm.with_ledger_appended(lm.new_log("t", 1), 10, 2, envelope=env.V1)
+    sealed = lm.with_ledger_sealed(meta, 10, 4, 50, 3, (5, 9))
+    assert sealed.ledgers[0].time_span == (5, 9) and sealed.ledgers[0].entries == 5
+    assert lm.with_ledger_sealed(meta, 10, 4, 50, 3).ledgers[0].time_span is None
+    assert lm.decode("t", lm.encode(sealed)).ledgers[0].time_span == (5, 9)
 
 
 def test_spark_write_layout_picks_v2_for_a_headers_column_only() -> None:
