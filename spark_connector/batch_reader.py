@@ -9,7 +9,8 @@ is now) or the last entry id of a CLOSED one is the bound. `spark_connector.plan
 ahead while the last is converted and shipped, yielding one Arrow RecordBatch per chunk
 (`spark_connector.arrow_io`); the first chunks of the next pieces are in flight on the client loop
 (`read_chunk_async`) and tiny pieces' rows are gathered into one batch (`TinyRows`).
-Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
+Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope, and
+`headers` (Kafka's array<struct<key, value>>) with option includeHeaders.
 A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
 times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
 are packed together; `minPartitions` then splits the largest partitions (`spark_connector.narrowing`).
@@ -28,7 +29,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
-from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from bkledger.client import (
     BadPasswordError,
@@ -38,10 +48,10 @@ from bkledger.client import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
+from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core import meta as lm
 from bkledger.client.ranges_reader import Read, chunks_ahead
 from bkledger.client.reader import ReadChunk
-from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.arrow_io import chunk_to_batch, rows_to_batch
 from bkledger.spark_connector.clients import planning_client, shared_client
 from bkledger.spark_connector.coalesce import CoalescedPartition, coalesce
@@ -64,6 +74,7 @@ log = logging.getLogger("bkledger.spark")
 COLUMNS: dict[str, DataType] = {
     "log": StringType(), "ledger_id": LongType(), "entry_id": LongType(), "value": BinaryType(),
     "key": BinaryType(), "timestamp": TimestampType(),
+    "headers": ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
 }
 BASE_COLUMNS = ("log", "ledger_id", "entry_id", "value")
 ENVELOPE_COLUMNS = ("key", "timestamp")
@@ -80,8 +91,11 @@ _ENVELOPES: dict[tuple[str, int], int] = {}     # (metadata service URI, ledger 
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
 
-def read_schema(with_envelope: bool) -> StructType:
+def read_schema(with_envelope: bool, headers: bool = False) -> StructType:
+    """The columns of a read: `headers` (Kafka's, as array<struct<key, value>>) only when asked for
+    (option includeHeaders)."""
     names = (*BASE_COLUMNS, *ENVELOPE_COLUMNS) if with_envelope else BASE_COLUMNS
+    names = (*names, "headers") if headers else names
     return StructType([StructField(n, COLUMNS[n], nullable=True) for n in names])
 
 
@@ -92,7 +106,7 @@ def check_schema(schema: StructType) -> None:
         if expected is None:
             raise BkLedgerOptionError("schema", f"column {field.name!r} is not a bkledger column; "
                                                 f"columns are {', '.join(COLUMNS)}")
-        if field.dataType != expected:
+        if field.dataType.simpleString() != expected.simpleString():     # headers: nullability aside
             raise BkLedgerOptionError("schema", f"column {field.name!r} must be {expected.simpleString()}, "
                                                 f"not {field.dataType.simpleString()}")
 
@@ -200,8 +214,9 @@ def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
 def discover_schema(opts: ReadOptions) -> StructType:
     with gc_paused(), planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         if opts.logs is None:
-            return read_schema(carries_envelope(bk, opts))
-        return read_schema(any(carries_envelope(bk, for_log(opts, name)) for name in read_logs(bk, opts)))
+            return read_schema(carries_envelope(bk, opts), opts.include_headers)
+        return read_schema(any(carries_envelope(bk, for_log(opts, name)) for name in read_logs(bk, opts)),
+                           opts.include_headers)
 
 
 def carries_envelope(bk: BookKeeper, opts: ReadOptions) -> bool:

@@ -357,8 +357,9 @@ class LogsMixin:
         the list. LogFencedError if another writer changed the list meanwhile; LogNotFoundError if the log
         does not exist and create is False. A previous writer's further appends fail with LogFencedError.
         `envelope`: the record envelope version the writer's ledgers name in their custom metadata
-        (`bkledger.envelope`, as the Spark writer's do); the caller then appends enveloped payloads
-        (`spark_connector.envelope.encode`). 0: bare values."""
+        (`bkledger.envelope`, as the Spark writer's do) and its appends write (`client.log.records`): 0 bare
+        values (the default), 1 key and timestamp (Spark reads `key`, `timestamp`), 2 headers too (readers
+        before bkledger knew version 2 refuse such ledgers)."""
         from bkledger.client.log.writer import LogWriter
 
         bk = _bk(self)

@@ -366,13 +366,15 @@ def with_sealed_ledgers_appended(meta: LogMetadata,
 
 
 def with_ledger_sealed(meta: LogMetadata, ledger_id: int, last_entry_id: int, length: int,
-                       now_ms: int) -> LogMetadata:
-    """Record that a ledger of the log is CLOSED at `last_entry_id` (entries, size, close time) and fill
-    in the first offsets this makes known. Unchanged if the ledger is not in the log or already sealed."""
+                       now_ms: int, time_span: tuple[int, int] | None = None) -> LogMetadata:
+    """Record that a ledger of the log is CLOSED at `last_entry_id` (entries, size, close time; `time_span`:
+    its records' least and greatest timestamp, when its writer knew them) and fill in the first offsets
+    this makes known. Unchanged if the ledger is not in the log or already sealed."""
     led = meta.ledger(ledger_id)
     if led is None or led.sealed:
         return meta
-    sealed = dataclasses.replace(led, entries=last_entry_id + 1, size=length, closed_ms=now_ms)
+    sealed = dataclasses.replace(led, entries=last_entry_id + 1, size=length, closed_ms=now_ms,
+                                 time_span=parse_time_span(time_span) or led.time_span)
     ledgers = tuple(sealed if x.ledger_id == ledger_id else x for x in meta.ledgers)
     return with_first_positions(dataclasses.replace(meta, ledgers=ledgers))
 
