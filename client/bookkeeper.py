@@ -31,6 +31,7 @@ from bkledger.client.errors import (
     InvalidOptionError,
     LedgerSquattedError,
     ReadTimeoutError,
+    checked_optional_password,
     checked_password,
     typed_error,
 )
@@ -200,13 +201,13 @@ class BookKeeper(LogsMixin):
         password=None opens it with the password its metadata holds (which this client can read: the log
         machinery opens a log's ledgers so, whatever key each was created with)."""
         self._check_open()
-        password = checked_password(password)
+        password = checked_optional_password(password)
         return self._ctx.runtime.run(self._open(ledger_id, password, recovery, rules),
                                      self.config.fenceTimeout * 15 + 30)
 
     async def aopen_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True) -> LedgerHandle:
         self._check_open()
-        password = checked_password(password)
+        password = checked_optional_password(password)
         return await self._ctx.runtime.wrap(self._open(ledger_id, password, recovery, DEFAULT_RULES))
 
     def open_ledgers(self, ledger_ids: Iterable[int], password: bytes | None = b"", recovery: bool = False,
@@ -220,7 +221,7 @@ class BookKeeper(LogsMixin):
         the client loop. A ledger with no metadata is left out of the result (the caller decides whether
         that is data loss); a wrong password raises BadPasswordError as `open_ledger` does."""
         self._check_open()
-        password = checked_password(password)
+        password = checked_optional_password(password)
         ids = list(dict.fromkeys(ledger_ids))
         handles: dict[int, LedgerHandle] = {}
         for start in range(0, len(ids), OPEN_BATCH):
@@ -234,7 +235,7 @@ class BookKeeper(LogsMixin):
         """`open_ledgers` for ledgers whose metadata and version the caller has read already
         (`store.read_ledgers_versioned`): no ZooKeeper read for a CLOSED one."""
         found = list(found)
-        password = checked_password(password)
+        password = checked_optional_password(password)
         for md, _ in found:
             check_password(md, password)
         handles: dict[int, LedgerHandle] = {}

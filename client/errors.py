@@ -71,6 +71,11 @@ def checked_password(password: object) -> bytes:
                             f"encode the text (password.encode('utf-8'))")
 
 
+def checked_optional_password(password: object) -> bytes | None:
+    """`checked_password`, where None means "the password the ledger's own metadata holds"."""
+    return None if password is None else checked_password(password)
+
+
 class BadPasswordError(BKError):
     default_message = (
         "wrong password for this ledger (bookies answered EUA): open it with the password used to create it"
@@ -311,7 +316,7 @@ __all__ = [
     "InvalidLogNameError", "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
     "LedgerSquattedError", "LiveLogWriterError", "MetadataConflictError", "MetadataVersionError", "NoClusterError",
     "NoSuchEntryError", "NoSuchLedgerError", "NotEnoughBookiesError", "PasswordTypeError", "ReadBeyondLastEntryError",
-    "checked_password", "error_for_status",
+    "checked_optional_password", "checked_password", "error_for_status",
 ]
 
 
