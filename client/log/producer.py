@@ -127,6 +127,7 @@ class LogProducer:
         self._password = log_ledger_password(bk, name, password)    # creates the log if missing
         loaded = load_log(bk.store, name, whole=False)
         self._sequence = pr.next_sequence(loaded.meta, self.producer_id) if loaded is not None else 0
+        self._instance = uuid.uuid4().hex[:12]     # tells two producers sharing an id apart
         self._cond = threading.Condition()
         self._pending: list[_Record] = []
         self._pending_bytes = 0
@@ -247,9 +248,9 @@ class LogProducer:
         ledger_id = self._write(batch)
         stamps = [r.timestamp_us for r in batch]
         sequence, self._sequence = self._sequence, self._sequence + 1
-        final = commit_batch(self._bk, self.name, self.producer_id, sequence, ledger_id, password=self._password,
-                             bounds=self._config.bounds, time_span=(min(stamps), max(stamps)),
-                             timeout_s=self._config.delivery_timeout_s)
+        commit = Commit(self.name, self.producer_id, sequence, self._password, self._instance,
+                        self._config.bounds, (min(stamps), max(stamps)))
+        final = commit_batch(self._bk, commit, ledger_id, self._config.delivery_timeout_s)
         for entry_id, record in enumerate(batch):
             record.future.set_result(Position(final, entry_id))
 
@@ -276,12 +277,24 @@ class LogProducer:
 
 
 # ---- the commit ---------------------------------------------------------------------------------------
-def commit_batch(bk: BookKeeper, name: str, producer_id: str, sequence: int, ledger_id: int, *, password: bytes,
-                 bounds: pr.Bounds = pr.Bounds(), time_span: tuple[int, int] | None = None,
-                 timeout_s: float = 120.0) -> int:
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """One producer commit: which log, whose (id, instance), which sequence, and what the log records."""
+
+    name: str
+    producer_id: str
+    sequence: int
+    password: bytes
+    instance: str = ""
+    bounds: pr.Bounds = pr.Bounds()
+    time_span: tuple[int, int] | None = None
+
+
+def commit_batch(bk: BookKeeper, commit: Commit, ledger_id: int, timeout_s: float = 120.0) -> int:
     """Commit the producer's CLOSED ledger as its commit `sequence`, exactly once; the id of the ledger the
     log lists for it (the ledger itself, or its copy if another commit overtook it). Idempotent: called
-    again with the same producer id and sequence (a retry) it appends nothing and returns that id."""
+    again for the same commit (a retry) it appends nothing and returns that id. The ledgers it does not
+    list are deleted, unless ZooKeeper's answer stays unknown (MetadataStoreError): then `sweepjobs` does."""
     from bkledger.spark_connector.log_commit import copy_ledger
 
     current, made = ledger_id, []                     # the ledger tried now; the copies made
@@ -289,25 +302,25 @@ def commit_batch(bk: BookKeeper, name: str, producer_id: str, sequence: int, led
     try:
         for _ in range(COMMIT_ATTEMPTS):
             try:
-                listed = _commit_once(bk, name, producer_id, sequence, current, password, bounds, time_span,
-                                      deadline)
+                listed = _commit_once(bk, commit, current, deadline)
             except InvalidLogUpdateError:
-                got = load_log(bk.store, name, whole=False)
-                if got is None or not lm.late_ledgers({name: got.meta}, {name: [current]}):
+                got = load_log(bk.store, commit.name, whole=False)
+                if got is None or not lm.late_ledgers({commit.name: got.meta}, {commit.name: [current]}):
                     raise
-                current = copy_ledger(bk, current, password)
+                current = copy_ledger(bk, current, commit.password)
                 made.append(current)
                 log.info("producer %s: ledger %d was overtaken by another commit into log %r: copied to %d",
-                         producer_id, ledger_id, name, current)
+                         commit.producer_id, ledger_id, commit.name, current)
                 continue
             bk.delete_ledgers([i for i in [ledger_id, *made] if i != listed])
             return listed
-        raise LogUpdateConflictError(f"log {name!r}: producer {producer_id}'s commit {sequence} was overtaken "
-                                     f"{COMMIT_ATTEMPTS} times; nothing of it was appended")
+        raise LogUpdateConflictError(f"log {commit.name!r}: producer {commit.producer_id}'s commit "
+                                     f"{commit.sequence} was overtaken {COMMIT_ATTEMPTS} times; nothing of it "
+                                     "was appended")
     except MetadataStoreError:
         raise                                        # ZooKeeper unreachable: unknown; `sweepjobs` decides later
     except BaseException:
-        listed_after = _listed_for(bk, name, producer_id, sequence)
+        listed_after = _listed_for(bk, commit)
         if listed_after is not None:                 # the last answer lost was a commit after all
             bk.delete_ledgers([i for i in [ledger_id, *made] if i != listed_after])
             return listed_after
@@ -315,49 +328,45 @@ def commit_batch(bk: BookKeeper, name: str, producer_id: str, sequence: int, led
         raise
 
 
-def _listed_for(bk: BookKeeper, name: str, producer_id: str, sequence: int) -> int | None:
-    """The ledger the log lists for the producer's commit `sequence` if it is in the log, else None."""
-    got = load_log(bk.store, name, whole=False)
-    done = pr.committed(got.meta, producer_id, sequence) if got is not None else None
-    if done is None:
-        return None
-    if done.sequence != sequence:
-        raise InvalidOptionError(f"producer {producer_id} of log {name!r}: commit {done.sequence} is in the log, "
-                                 f"after this commit {sequence}: two producers use this id")
-    return done.ledger_id
+def _listed_for(bk: BookKeeper, commit: Commit) -> int | None:
+    """The ledger the log lists for the commit if it is in the log, else None."""
+    got = load_log(bk.store, commit.name, whole=False)
+    try:
+        done = pr.committed(got.meta, commit.producer_id, commit.sequence, commit.instance) if got else None
+    except pr.ProducerConflictError:
+        return None                                  # another producer's commit: not this one
+    return None if done is None else done.ledger_id
 
 
-def _commit_once(bk: BookKeeper, name: str, producer_id: str, sequence: int, ledger_id: int, password: bytes,
-                 bounds: pr.Bounds, time_span: tuple[int, int] | None, deadline: float) -> int:
+def _commit_once(bk: BookKeeper, commit: Commit, ledger_id: int, deadline: float) -> int:
     """One CAS loop of the commit, repeated while ZooKeeper's answer is unknown (the commit is idempotent,
     so a repeat after a lost answer is safe). The ledger id the log lists for the commit."""
     md = bk.ledger_metadata(ledger_id)
     closed: lm.ClosedLedger = (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
     envelopes = {ledger_id: lm.recorded_envelope(md.custom_metadata)}
-    spans = {ledger_id: time_span} if time_span is not None else None
+    spans = {ledger_id: commit.time_span} if commit.time_span is not None else None
     listed = [ledger_id]
+    name = commit.name
 
-    def commit(metas: Mapping[str, LogMetadata]) -> dict[str, LogMetadata]:
+    def change(metas: Mapping[str, LogMetadata]) -> dict[str, LogMetadata]:
         meta = metas[name]
-        done = pr.committed(meta, producer_id, sequence)
+        done = pr.committed(meta, commit.producer_id, commit.sequence, commit.instance)
         if done is not None:
-            if done.sequence != sequence:
-                raise InvalidOptionError(f"producer {producer_id} of log {name!r}: its commit {done.sequence} is "
-                                         f"in the log, past this commit {sequence}: two producers use this id")
             listed[0] = done.ledger_id
             return {}
         check_live_writer(bk, meta, False)
-        sealed = seal_tail(bk, meta, password)
-        new = pr.with_producer_commit(sealed, producer_id, sequence, [closed], now_ms(), bounds, spans, envelopes)
+        sealed = seal_tail(bk, meta, commit.password)
+        new = pr.with_producer_commit(sealed, commit.producer_id, commit.sequence, [closed], now_ms(),
+                                      commit.bounds, commit.instance, spans, envelopes)
         listed[0] = ledger_id
         return {name: new} if new is not None else {}
 
     while True:
         try:
-            update_logs(bk.store, [name], commit, create=True)
+            update_logs(bk.store, [name], change, create=True)
             return listed[0]
         except (MetadataStoreError, MetadataVersionError) as exc:
-            if isinstance(exc, LogUpdateConflictError) or time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 raise
             log.warning("producer %s: commit %d into log %r: ZooKeeper's answer is unknown (%s); asking again",
-                        producer_id, sequence, name, exc)
+                        commit.producer_id, commit.sequence, name, exc)

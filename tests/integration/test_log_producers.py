@@ -21,7 +21,7 @@ from bkledger.client import BookKeeper
 from bkledger.client.log.core import producers as pr
 from bkledger.client.log.core.meta import Position
 from bkledger.client.log.logs import JOB_KEY, LOG_KEY, delete_uncommitted, uncommitted_job_ledgers
-from bkledger.client.log.producer import commit_batch
+from bkledger.client.log.producer import Commit, commit_batch
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.log_commit import commit_ledgers
 from tests.integration.conftest import start_cluster
@@ -143,13 +143,13 @@ def test_a_retried_commit_lands_once(bk: BookKeeper, name: str):
         return lh.ledger_id
 
     first = ledger(b"a0", b"a1")
-    assert commit_batch(bk, name, "pa", 0, first, password=password) == first
+    assert commit_batch(bk, Commit(name, "pa", 0, password), first) == first
     other = ledger(b"b0")
-    assert commit_batch(bk, name, "pb", 0, other, password=password) == other
+    assert commit_batch(bk, Commit(name, "pb", 0, password), other) == other
     before = bk.log_metadata(name).ledger_ids
     retry_copy = ledger(b"a0", b"a1")                      # a retry that re-wrote its batch: still once
-    assert commit_batch(bk, name, "pa", 0, first, password=password) == first
-    assert commit_batch(bk, name, "pa", 0, retry_copy, password=password) == first
+    assert commit_batch(bk, Commit(name, "pa", 0, password), first) == first
+    assert commit_batch(bk, Commit(name, "pa", 0, password), retry_copy) == first
     assert bk.log_metadata(name).ledger_ids == before == [first, other]
     assert [v for _, _, v in read_all(bk, name)] == [b"a0", b"a1", b"b0"]
     assert bk.ledger_metadata(first).last_entry_id == 1     # the listed ledger was not deleted
@@ -164,6 +164,23 @@ def test_restarted_producer_continues_its_sequence(bk: BookKeeper, name: str):
         producer.send(b"two").result(30)
     assert [v for _, _, v in read_all(bk, name)] == [b"one", b"two"]
     assert pr.producers(bk.log_metadata(name))["svc"].sequence == 1
+
+
+def test_two_producers_with_one_id_are_told_apart(bk: BookKeeper, name: str):
+    """R27: two live producers given the same id: the one whose sequence the other committed fails with
+    ProducerConflictError (its record is not silently taken for a duplicate); the other goes on."""
+    first = bk.open_log_producer(name, "shared")
+    second = bk.open_log_producer(name, "shared")
+    try:
+        assert first.send(b"first").result(30).entry_id == 0
+        with pytest.raises(pr.ProducerConflictError):
+            second.send(b"second").result(30)
+        first.send(b"third").result(30)
+    finally:
+        first.close()
+        second.close()
+    assert [v for _, _, v in read_all(bk, name)] == [b"first", b"third"]
+    assert uncommitted_job_ledgers(bk, 0.0, name) == []      # the refused batch's ledger was deleted
 
 
 def test_killed_producer_loses_no_acknowledged_record_and_is_swept(cluster, bk: BookKeeper, name: str):

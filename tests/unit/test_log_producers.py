@@ -24,6 +24,7 @@ def test_commit_appends_and_records_sequence() -> None:
     assert meta is not None
     assert meta.ledger_ids == [5]
     assert pr.producers(meta) == {"p1": pr.ProducerState(0, 1000, 5)}
+    assert lm.decode("orders", lm.encode(meta)).extra[pr.PRODUCERS_KEY] == {"p1": [0, 1000, 5, ""]}
     assert pr.next_sequence(meta, "p1") == 1 and pr.next_sequence(meta, "p2") == 0
 
 
@@ -122,3 +123,19 @@ def test_any_interleaving_of_commits_and_retries_lands_each_batch_once(steps: li
     assert sorted(landed) == [(p, s) for p in range(4) for s in range(batches[p])]
     for producer in range(4):
         assert [s for p, s in landed if p == producer] == list(range(batches[producer]))
+
+
+def test_two_producers_sharing_an_id_conflict_not_drop() -> None:
+    """R27: a second live producer with the same id whose sequence the other committed gets
+    ProducerConflictError, not a silent duplicate; its own retry stays a duplicate; an entry of three
+    numbers (no instance) is read as instance ""."""
+    meta = pr.with_producer_commit(lm.new_log("orders", 0), "p", 0, [closed(5)], 1000, instance="a")
+    assert meta is not None
+    assert pr.committed(meta, "p", 0, "a") == pr.ProducerState(0, 1000, 5, "a")
+    with pytest.raises(pr.ProducerConflictError):
+        pr.with_producer_commit(meta, "p", 0, [closed(6)], 1001, instance="b")
+    with pytest.raises(pr.ProducerConflictError):
+        pr.committed(meta, "p", -1, "a")             # a later sequence of this id is in the log
+    assert pr.with_producer_commit(meta, "p", 1, [closed(6)], 1001, instance="b") is not None
+    old = lm.LogMetadata("orders", 0, extra={pr.PRODUCERS_KEY: {"p": [2, 1000, 5]}})
+    assert pr.committed(old, "p", 2) == pr.ProducerState(2, 1000, 5, "")

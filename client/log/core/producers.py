@@ -8,7 +8,10 @@ answer (connection loss after the write, and another commit landed meanwhile) th
 recorded and appends nothing: every batch lands exactly once.
 
 Stored form: top-level key `"producers"` of the log (kept by older clients as an unknown key):
-`{producer_id: [last_sequence, last_commit_ms, ledger_id]}`, `ledger_id` the ledger that commit listed.
+`{producer_id: [last_sequence, last_commit_ms, ledger_id, instance]}`, `ledger_id` the ledger that commit
+listed, `instance` a random token of the producer object that committed it. Two live producers that share
+an id (a misconfiguration; Kafka fences the older by epoch) are told apart by it: the one that finds its
+sequence taken by the other's instance gets ProducerConflictError instead of a silent "duplicate".
 
 Bounded state (Kafka: `producer.id.expiration.ms`, `transactional.id.expiration.ms`): a producer's entry
 goes when it has not committed for `expire_ms` (default one day), and at most `max_producers` entries
@@ -25,6 +28,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bkledger.client.errors import BKError
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogMetadata
 
@@ -34,6 +38,10 @@ DEFAULT_MAX_PRODUCERS = 1_000
 MAX_PRODUCER_ID = 128          # characters
 
 
+class ProducerConflictError(BKError):
+    """Another producer with the same id committed this sequence (or a later one): two producers share an id."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ProducerState:
     """What the log remembers of one producer: its last committed sequence, when, and that commit's ledger."""
@@ -41,6 +49,7 @@ class ProducerState:
     sequence: int
     commit_ms: int
     ledger_id: int
+    instance: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,18 +80,27 @@ def producers(meta: LogMetadata) -> dict[str, ProducerState]:
 
 
 def _state(item: Any) -> ProducerState | None:
-    if not isinstance(item, (list, tuple)) or len(item) != 3:
+    if not isinstance(item, (list, tuple)) or len(item) not in (3, 4):
         return None
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in item):
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in item[:3]):
         return None
-    return ProducerState(item[0], item[1], item[2])
+    instance = item[3] if len(item) == 4 else ""
+    return ProducerState(item[0], item[1], item[2], instance) if isinstance(instance, str) else None
 
 
-def committed(meta: LogMetadata, producer_id: str, sequence: int) -> ProducerState | None:
-    """The producer's recorded state if commit `sequence` (or a later one) of it is already in the log:
-    the commit is a duplicate and must append nothing. None: not committed (or the producer is unknown)."""
+def committed(meta: LogMetadata, producer_id: str, sequence: int, instance: str = "") -> ProducerState | None:
+    """The producer's recorded state if this commit (`sequence` of this `instance`) is already in the log:
+    a duplicate, to append nothing. None: not committed (or the producer is unknown). ProducerConflictError
+    if the log holds this sequence or a later one from another instance (or a later one from this one):
+    another producer uses the same id."""
     state = producers(meta).get(producer_id)
-    return state if state is not None and state.sequence >= sequence else None
+    if state is None or state.sequence < sequence:
+        return None
+    if state.sequence == sequence and state.instance == instance:
+        return state
+    raise ProducerConflictError(
+        f"log {meta.name!r}: producer id {producer_id!r} committed its sequence {state.sequence} from another "
+        f"producer than this one (at sequence {sequence}): two producers use this id; give each its own")
 
 
 def next_sequence(meta: LogMetadata, producer_id: str) -> int:
@@ -92,17 +110,17 @@ def next_sequence(meta: LogMetadata, producer_id: str) -> int:
 
 
 def with_producer_commit(meta: LogMetadata, producer_id: str, sequence: int, ledgers: Sequence[lm.ClosedLedger],
-                         now_ms: int, bounds: Bounds = Bounds(),
+                         now_ms: int, bounds: Bounds = Bounds(), instance: str = "",
                          time_spans: Mapping[int, tuple[int, int]] | None = None,
                          envelopes: Mapping[int, int | None] | None = None) -> LogMetadata | None:
     """The log with the producer's commit `sequence` applied: its ledgers appended, its sequence recorded
     (against the last ledger appended), expired entries dropped. None if it is a duplicate (`committed`).
     InvalidLogUpdateError if a ledger is not above the log's last one (R27; `meta.late_ledgers`)."""
-    if committed(meta, producer_id, sequence) is not None:
+    if committed(meta, producer_id, sequence, instance) is not None:
         return None
     new = lm.with_sealed_ledgers_appended(meta, ledgers, now_ms, time_spans, envelopes) if ledgers else meta
     last = ledgers[-1][0] if ledgers else -1
-    table = {**producers(meta), producer_id: ProducerState(sequence, now_ms, last)}
+    table = {**producers(meta), producer_id: ProducerState(sequence, now_ms, last, instance)}
     return dataclasses.replace(new, extra={**new.extra, PRODUCERS_KEY: _stored(bounded(table, now_ms, bounds))})
 
 
@@ -113,5 +131,5 @@ def bounded(table: Mapping[str, ProducerState], now_ms: int, bounds: Bounds) -> 
     return dict(alive[:max(0, bounds.max_producers)])
 
 
-def _stored(table: Mapping[str, ProducerState]) -> dict[str, list[int]]:
-    return {pid: [s.sequence, s.commit_ms, s.ledger_id] for pid, s in sorted(table.items())}
+def _stored(table: Mapping[str, ProducerState]) -> dict[str, list[int | str]]:
+    return {pid: [s.sequence, s.commit_ms, s.ledger_id, s.instance] for pid, s in sorted(table.items())}
