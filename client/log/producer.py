@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from bkledger.client.errors import (
+    ClientTimeoutError,
     InvalidLogUpdateError,
     InvalidOptionError,
     LogUpdateConflictError,
@@ -143,7 +144,7 @@ class LogProducer:
              headers: Mapping[str, bytes] | None = None) -> concurrent.futures.Future[Position]:
         """Queue a record; the future gives its Position once its batch's ledger is committed into the log
         (or the error that kept it out). Blocks while `max_buffered_bytes` are waiting (bounded by
-        `delivery_timeout_s`: ClientTimeoutError-like LogUpdateConflictError then)."""
+        `delivery_timeout_s`: ClientTimeoutError then)."""
         payload, ts_us = _enveloped(value, key, timestamp, headers)
         future: concurrent.futures.Future[Position] = concurrent.futures.Future()
         deadline = time.monotonic() + self._config.delivery_timeout_s
@@ -151,8 +152,9 @@ class LogProducer:
             while not self._closed and self._pending_bytes + len(payload) > self._config.max_buffered_bytes \
                     and self._pending:
                 if not self._cond.wait(deadline - time.monotonic()) and time.monotonic() >= deadline:
-                    raise LogUpdateConflictError(f"producer {self.producer_id} of log {self.name!r}: "
-                                                 "its buffer stayed full; the log's commits are too slow")
+                    raise ClientTimeoutError(f"producer {self.producer_id} of log {self.name!r}: its buffer "
+                                             "(max_buffered_bytes) stayed full for delivery_timeout_s; the "
+                                             "log's commits are too slow")
             if self._closed:
                 raise LogWriterClosedError(f"producer {self.producer_id} of log {self.name!r} is closed")
             if not self._pending:
@@ -173,8 +175,8 @@ class LogProducer:
                 while self._pending or self._busy:
                     left = deadline - time.monotonic()
                     if left <= 0 or not self._thread.is_alive():
-                        raise LogUpdateConflictError(f"producer {self.producer_id} of log {self.name!r}: "
-                                                     f"flush did not finish within {limit} s")
+                        raise ClientTimeoutError(f"producer {self.producer_id} of log {self.name!r}: "
+                                                 f"flush did not finish within {limit} s")
                     self._cond.wait(left)
             finally:
                 self._flushing -= 1

@@ -155,6 +155,27 @@ def test_a_retried_commit_lands_once(bk: BookKeeper, name: str):
     assert bk.ledger_metadata(first).last_entry_id == 1     # the listed ledger was not deleted
 
 
+def test_batches_follow_the_bounds(bk: BookKeeper, name: str):
+    """R27: a batch is committed at max_records, at max_bytes, or linger_ms after its first record; each
+    batch is one ledger, one CAS; records carry the key and timestamp sent (envelope v1)."""
+    with bk.open_log_producer(name, max_records=10, max_bytes=10_000, linger_ms=60_000) as producer:
+        futures = [producer.send(b"r%02d" % i, key=b"k", timestamp=1_700_000_000_000 + i) for i in range(25)]
+        done = [f.result(30) for f in futures[:20]]           # two full batches commit without a flush
+        assert not futures[20].done()                          # the third waits for its linger (60 s)
+        producer.flush(30)
+        big = [producer.send(b"x" * 4_000) for _ in range(3)]  # 3 x 4 KB: the bytes bound closes at 2
+        producer.flush(30)
+    assert {p.ledger_id for p in done[:10]} != {p.ledger_id for p in done[10:]}
+    assert big[0].result(0).ledger_id != big[2].result(0).ledger_id
+    assert [led.entries for led in bk.log_metadata(name).ledgers] == [10, 10, 5, 2, 1]
+    with bk.open_log_producer(name, linger_ms=20) as producer:
+        assert producer.send(b"alone").result(30).entry_id == 0   # committed by its linger, no flush
+    records = read_all(bk, name)
+    assert records[0][1] == b"k"
+    with bk.open_log_reader(name) as reader:
+        assert env.decode(next(reader.read(1)).payload)[1] == 1_700_000_000_000 * 1000
+
+
 def test_restarted_producer_continues_its_sequence(bk: BookKeeper, name: str):
     """R27: a producer reopened under the same id continues after its last recorded sequence, so its new
     batches are not taken for duplicates."""
