@@ -5,6 +5,7 @@ log is one CAS); a producer killed with -9 loses nothing it acknowledged and its
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from bkledger.client.log.producer import Commit, commit_batch
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.log_commit import commit_ledgers
 from tests.integration.conftest import start_cluster
+from tests.integration.zk_drop_proxy import DropProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCERS = 4
@@ -153,6 +155,36 @@ def test_a_retried_commit_lands_once(bk: BookKeeper, name: str):
     assert bk.log_metadata(name).ledger_ids == before == [first, other]
     assert [v for _, _, v in read_all(bk, name)] == [b"a0", b"a1", b"b0"]
     assert bk.ledger_metadata(first).last_entry_id == 1     # the listed ledger was not deleted
+
+
+def test_commit_whose_answer_zookeeper_lost_lands_once(cluster, bk: BookKeeper, name: str):
+    """R27: ZooKeeper applies a producer's commit, the reply is lost (the connection drops right after the
+    CAS, through a proxy) and another producer commits before the client asks again: the client's retry
+    finds its sequence recorded and the batch is in the log once."""
+    port = int(re.search(r":(\d+)/", cluster.metadata_service_uri).group(1))  # type: ignore[union-attr]
+    proxy = DropProxy(port)
+    try:
+        with BookKeeper(re.sub(r":\d+/", f":{proxy.port}/", cluster.metadata_service_uri, count=1)) as victim:
+            password = victim.log_ledger_password(name)
+
+            def ledger(client: BookKeeper, value: bytes) -> int:
+                lh = client.create_ledger(3, 2, 2, password=password, custom_metadata=env.custom_metadata(env.V1))
+                lh.add_entry(env.encode(None, None, value))
+                lh.close()
+                return lh.ledger_id
+
+            mine = ledger(victim, b"mine")
+            other = ledger(bk, b"other")
+            landed: list[int] = []
+            proxy.arm(lambda: landed.append(commit_batch(bk, Commit(name, "pb", 0, password), other)))
+            assert commit_batch(victim, Commit(name, "pa", 0, password, "a"), mine) == mine
+            assert proxy.dropped.is_set() and landed == [other]
+    finally:
+        proxy.close()
+    meta = bk.log_metadata(name)
+    assert meta.ledger_ids == [mine, other]
+    assert [v for _, _, v in read_all(bk, name)] == [b"mine", b"other"]
+    assert pr.producers(meta)["pa"].sequence == 0
 
 
 def test_batches_follow_the_bounds(bk: BookKeeper, name: str):
