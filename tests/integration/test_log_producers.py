@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from bkledger.client import BookKeeper
+from bkledger.client.errors import NoSuchLedgerError
 from bkledger.client.log.core import producers as pr
 from bkledger.client.log.core.meta import Position
 from bkledger.client.log.logs import JOB_KEY, LOG_KEY, delete_uncommitted, uncommitted_job_ledgers
@@ -155,6 +156,8 @@ def test_a_retried_commit_lands_once(bk: BookKeeper, name: str):
     assert bk.log_metadata(name).ledger_ids == before == [first, other]
     assert [v for _, _, v in read_all(bk, name)] == [b"a0", b"a1", b"b0"]
     assert bk.ledger_metadata(first).last_entry_id == 1     # the listed ledger was not deleted
+    with pytest.raises(NoSuchLedgerError):
+        bk.ledger_metadata(retry_copy)                      # the retry's unlisted ledger was
 
 
 def test_commit_whose_answer_zookeeper_lost_lands_once(cluster, bk: BookKeeper, name: str):
