@@ -68,6 +68,7 @@ from bkledger.client.protocol.metadata import LedgerState
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.log.compaction import CompactionResult, CompactionTask
+    from bkledger.client.log.producer import LogProducer
     from bkledger.client.log.reader import LogReader, StartSpec
     from bkledger.client.log.writer import LogWriter
 
@@ -372,6 +373,31 @@ class LogsMixin:
         roll = RollPolicy(roll_entries, roll_bytes, roll_age_s)
         return LogWriter.open(bk, name, quorum=(ensemble_size, write_quorum, ack_quorum), password=password,
                               roll=roll, create=create, digest_type=digest_type, envelope=envelope)
+
+    def open_log_producer(self, name: str, producer_id: str | None = None, *, max_records: int = 10_000,
+                          max_bytes: int = 1024 * 1024, linger_ms: float = 5.0,
+                          max_buffered_bytes: int = 32 * 1024 * 1024, delivery_timeout_s: float = 120.0,
+                          ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                          password: bytes = b"", digest_type: str = "crc32c",
+                          producer_expire_s: float = 86_400.0, max_producers: int = 1_000) -> LogProducer:
+        """One of any number of producers of the log (`client.log.producer`): batches of up to `max_records`
+        records / `max_bytes` bytes / `linger_ms` each go to a ledger of their own, committed into the log
+        in one CAS with the producer's id and sequence (idempotent: a retried commit lands once). No fencing:
+        other producers, Spark appends and sink commits write the log at the same time (a live LogWriter
+        refuses them: LiveLogWriterError). `producer_id`: a stable id (default: a new one) lets a restarted
+        producer continue its sequence; the log forgets a producer silent for `producer_expire_s` and keeps
+        at most `max_producers`."""
+        from bkledger.client.log.core.producers import Bounds
+        from bkledger.client.log.producer import LogProducer, ProducerConfig
+
+        bk = _bk(self)
+        bk._check_open()
+        creatable_log_name(bk, name)
+        config = ProducerConfig(max_records=max_records, max_bytes=max_bytes, linger_ms=linger_ms,
+                                max_buffered_bytes=max_buffered_bytes, delivery_timeout_s=delivery_timeout_s,
+                                quorum=(ensemble_size, write_quorum, ack_quorum), digest_type=digest_type,
+                                bounds=Bounds(int(producer_expire_s * 1000), max_producers))
+        return LogProducer(bk, name, producer_id, config, checked_password(password))
 
     def open_log_reader(self, name: str, start: StartSpec = "earliest", *,
                         fail_on_data_loss: bool = True, password: bytes = b"",
