@@ -13,7 +13,8 @@ from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position
 def meta(*sizes: int | None) -> LogMetadata:
     """Ledgers 10, 20, 30, ... of 10 entries each and the given sizes (None: open, not sealed)."""
     ledgers = tuple(LogLedger(10 * (i + 1), created_ms=1000 * (i + 1), first_position=10 * i,
-                              entries=None if s is None else 10, size=s, closed_ms=None if s is None else 1000 * (i + 2))
+                              entries=None if s is None else 10, size=s,
+                              closed_ms=None if s is None else 1000 * (i + 2))
                     for i, s in enumerate(sizes))
     return LogMetadata("orders", 0, ledgers)
 
