@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkledger.client.errors import (
     BKError,
@@ -38,7 +39,7 @@ from bkledger.client.log.core import cursors as cc
 from bkledger.client.log.core.meta import LogMetadata, Position
 from bkledger.client.log.reader import LogReader, LogRecord, StartSpec
 from bkledger.client.log.store import LOG_UPDATE_ATTEMPTS, commit_changes, prepare_change, require_loaded
-from bkledger.client.meta.errors import NoSuchNodeError, ZNodeExistsError
+from bkledger.client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
 from bkledger.client.meta.zksession import ZkOp
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from bkledger.client.meta.store import MetadataStore
 
 log = logging.getLogger("bkledger.logs")
+T = TypeVar("T")
 
 
 def now_ms() -> int:
@@ -111,6 +113,15 @@ def cursor_path(store: MetadataStore, name: str, cursor: str) -> str:
     return f"{parent_path(store, name)}/{cc.check_cursor_name(cursor)}"
 
 
+def _decoded(path: str, decode: Callable[[], T]) -> T:
+    """A znode's data decoded, or MetadataFormatError naming the znode (retention then deletes nothing)."""
+    try:
+        return decode()
+    except ValueError as exc:
+        log.error("%s: %s", path, exc)
+        raise MetadataFormatError(f"{path}: {exc}") from None
+
+
 def read_policy(store: MetadataStore, name: str) -> tuple[int | None, int]:
     """(the log's cursor quota, the parent znode's version), creating the parent if missing."""
     path = parent_path(store, name)
@@ -121,7 +132,8 @@ def read_policy(store: MetadataStore, name: str) -> tuple[int | None, int]:
         got = store.get(path)
         if got is None:
             raise MetadataVersionError(f"{path} was deleted meanwhile; retry")
-    return cc.decode_policy(got[0]), got[1]
+    data = got[0]
+    return _decoded(path, lambda: cc.decode_policy(data)), got[1]
 
 
 def read_cursors(store: MetadataStore, name: str) -> dict[str, tuple[cc.CursorState, int]]:
@@ -129,12 +141,20 @@ def read_cursors(store: MetadataStore, name: str) -> dict[str, tuple[cc.CursorSt
     path = parent_path(store, name)
     names = store.children(path)
     got = store.get_many([f"{path}/{c}" for c in names])
-    return {c: (cc.decode_cursor(c, g[0]), g[1]) for c, g in zip(names, got, strict=True) if g is not None}
+    out = {}
+    for cursor, g in zip(names, got, strict=True):
+        if g is not None:
+            out[cursor] = (_decoded(f"{path}/{cursor}", functools.partial(cc.decode_cursor, cursor, g[0])), g[1])
+    return out
 
 
 def read_cursor(store: MetadataStore, name: str, cursor: str) -> tuple[cc.CursorState, int] | None:
-    got = store.get(cursor_path(store, name, cursor))
-    return None if got is None else (cc.decode_cursor(cursor, got[0]), got[1])
+    path = cursor_path(store, name, cursor)
+    got = store.get(path)
+    if got is None:
+        return None
+    data = got[0]
+    return _decoded(path, lambda: cc.decode_cursor(cursor, data)), got[1]
 
 
 def _with_parent_bump(store: MetadataStore, name: str, ops: list[ZkOp]) -> None:
@@ -294,7 +314,7 @@ def describe_cursors(bk: BookKeeper, name: str, password: bytes = b"") -> dict[s
     meta = require_loaded(bk.store, name).meta
     tail = tail_entries(bk, meta, password)
     got = bk.store.get(parent_path(bk.store, name))
-    quota = None if got is None else cc.decode_policy(got[0])
+    quota = None if got is None else _decoded(parent_path(bk.store, name), lambda: cc.decode_policy(got[0]))
     now = now_ms()
     rows = []
     for cursor, (state, _) in sorted((read_cursors(bk.store, name) if got is not None else {}).items()):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -173,3 +174,51 @@ def test_cli_cursors(cluster, bk: BookKeeper, name: str):
     done = subprocess.run([*CLI, "log", "cursors", "no-such-log-x", *uri], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr and "no-such-log-x" in done.stderr
+
+
+def test_cursor_created_while_retention_decides_is_respected(bk: BookKeeper, name: str, monkeypatch):
+    """The race the parent znode's version closes: a cursor is created (holding the whole log) after
+    retention read the cursors and before it commits. The commit checks the parent's version in the same
+    transaction, fails, and the retry sees the new cursor: nothing is deleted."""
+    from bkledger.client.log import cursors
+
+    fill(bk, name, 15)
+    ids = bk.log_metadata(name).ledger_ids
+    bk.set_log_retention(name, max_bytes=1)
+    real = cursors.read_cursors
+    raced: list[str] = []
+
+    def read_then_race(store, log_name):
+        got = real(store, log_name)
+        if not raced:
+            raced.append(cursors.create_cursor(store, log_name, "latecomer").name)
+        return got
+
+    monkeypatch.setattr(cursors, "read_cursors", read_then_race)
+    assert bk.apply_log_retention(name) == []
+    assert raced == ["latecomer"] and bk.log_metadata(name).ledger_ids == ids
+
+
+def test_garbage_cursor_znode_blocks_retention_loudly(bk: BookKeeper, name: str):
+    """A cursor znode that does not hold a cursor: retention deletes nothing and says which znode (a
+    MetadataFormatError, which the retention task logs and survives); opening that cursor says it too."""
+    from bkledger.client.meta.errors import MetadataFormatError
+
+    fill(bk, name, 15)
+    ids = bk.log_metadata(name).ledger_ids
+    bk.open_log_reader(name, cursor="c").close()
+    bk.store.cas(bk.store.layout.log_cursor(name, "c"), b"\xffgarbage", -1)
+    bk.set_log_retention(name, max_bytes=1)
+    with pytest.raises(MetadataFormatError, match="does not hold a cursor"):
+        bk.apply_log_retention(name)
+    assert bk.log_metadata(name).ledger_ids == ids
+    with pytest.raises(MetadataFormatError, match="/c"):
+        bk.open_log_reader(name, cursor="c")
+    task = bk.start_log_retention(interval_s=0.05, names=[name])
+    try:
+        deadline = time.monotonic() + 10
+        while task.runs < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert task.runs >= 2 and task.deleted == []
+    finally:
+        task.stop()
