@@ -35,6 +35,7 @@ Options (streaming only, besides the batch ones of `spark_connector.options`): `
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -330,12 +331,14 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cursor = self.opts.cursor
         if cursor is None:
             return
+        from bkledger.client.errors import LogNotFoundError
         from bkledger.client.log.cursors import create_cursor
 
         for name in names:
             if name not in self._held:
-                create_cursor(self.bk.store, name, cursor)
-                self._held.add(name)
+                with contextlib.suppress(LogNotFoundError):     # not there yet: at a later trigger
+                    create_cursor(self.bk.store, name, cursor)
+                    self._held.add(name)
 
     def commit(self, end: dict[str, Any]) -> None:
         """The position lives in Spark's checkpoint; this runs a batch late, maybe never for the last batch

@@ -32,13 +32,20 @@ from bkledger.client.errors import (
     CursorNotFoundError,
     InvalidOptionError,
     InvalidPositionError,
+    LogNotFoundError,
     LogUpdateConflictError,
     MetadataVersionError,
 )
 from bkledger.client.log.core import cursors as cc
 from bkledger.client.log.core.meta import LogMetadata, Position
 from bkledger.client.log.reader import LogReader, LogRecord, StartSpec
-from bkledger.client.log.store import LOG_UPDATE_ATTEMPTS, commit_changes, prepare_change, require_loaded
+from bkledger.client.log.store import (
+    LOG_UPDATE_ATTEMPTS,
+    commit_changes,
+    log_path,
+    prepare_change,
+    require_loaded,
+)
 from bkledger.client.meta.errors import MetadataFormatError, NoSuchNodeError, ZNodeExistsError
 from bkledger.client.meta.zksession import ZkOp
 
@@ -171,8 +178,11 @@ def _with_parent_bump(store: MetadataStore, name: str, ops: list[ZkOp]) -> None:
 
 
 def create_cursor(store: MetadataStore, name: str, cursor: str) -> cc.CursorState:
-    """Create the cursor holding the whole log (position null); its current state if it exists."""
+    """Create the cursor holding the whole log (position null); its current state if it exists.
+    LogNotFoundError if the log does not exist (no cursor is left behind for it)."""
     path = cursor_path(store, name, cursor)
+    if not store.exists(log_path(store, name)):
+        raise LogNotFoundError(f"log {name!r} does not exist: a cursor needs its log (bkledger log list)")
     state = cc.CursorState(cursor, None, now_ms())
     with contextlib.suppress(ZNodeExistsError):
         _with_parent_bump(store, name, [ZkOp("create", path, cc.encode_cursor(state))])

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bkledger.client import BookKeeper, CursorLostError, CursorNotFoundError, DataLossError, Position
+from bkledger.client import (
+    BookKeeper,
+    CursorLostError,
+    CursorNotFoundError,
+    DataLossError,
+    LogNotFoundError,
+    Position,
+)
 from bkledger.client.errors import InvalidLogNameError, InvalidOptionError, InvalidPositionError
 from bkledger.client.log.reader import LogRecord
 from tests.integration.conftest import start_cluster
@@ -96,12 +103,17 @@ def test_ack_reopen_resume(bk: BookKeeper, name: str, registry: CollectorRegistr
         bk.delete_cursor(name, "late")
     with pytest.raises(InvalidLogNameError, match="cursor name"):
         bk.open_log_reader(name, cursor="a/b")
+    with pytest.raises(LogNotFoundError):
+        bk.open_log_reader(name + "-none", cursor="billing")
+    assert not bk.store.exists(bk.store.layout.log_cursors(name + "-none"))
     with bk.open_log_reader(name) as plain, pytest.raises(InvalidOptionError, match="no cursor"):
         plain.ack()
+    bk.delete_log(name)                                   # its cursors go with it
+    assert not bk.store.exists(bk.store.layout.log_cursors(name))
 
 
 def test_retention_and_truncation_held_back_by_a_cursor(bk: BookKeeper, name: str):
-    """Retention by size would drop 4 of 6 ledgers, truncation 5: both stop at the ledger holding the
+    """R30: retention by size would drop 4 of 6 ledgers, truncation 5: both stop at the ledger holding the
     cursor's next record, and go on once the cursor acknowledges further."""
     positions = fill(bk, name, 30)
     ids = bk.log_metadata(name).ledger_ids
