@@ -234,3 +234,40 @@ def test_garbage_cursor_znode_blocks_retention_loudly(bk: BookKeeper, name: str)
         assert task.runs >= 2 and task.deleted == []
     finally:
         task.stop()
+
+
+CONSUMER = """
+import sys
+from bkledger.client import BookKeeper
+bk = BookKeeper(sys.argv[1])
+reader = bk.open_log_reader(sys.argv[2], cursor="worker")
+while sys.stdin.readline():                       # one record per line the test sends
+    rec = reader.read_next(30)
+    reader.ack()
+    print(reader.position, flush=True)
+"""
+
+
+def test_consumer_killed_resumes_from_its_last_ack(cluster, bk: BookKeeper, name: str):
+    """A consumer process that acknowledged 30 records (one ack each) is killed with SIGKILL: a new reader on
+    the cursor resumes right after the 30th record (an ack that returned is stored in ZooKeeper), and a
+    second consumer continues from there."""
+    positions = fill(bk, name, 100, roll=20)
+    after = [str(Position(p.ledger_id, p.entry_id + 1)) for p in positions]
+    proc = subprocess.Popen([sys.executable, "-c", CONSUMER, cluster.metadata_service_uri, name],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        acked = []
+        for _ in range(30):
+            proc.stdin.write("next\n")
+            proc.stdin.flush()
+            acked.append(proc.stdout.readline().strip())
+        proc.kill()
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert acked == after[:30]
+    with bk.open_log_reader(name, cursor="worker") as reader:
+        assert reader.read_next(5).position == positions[30]      # type: ignore[union-attr]
