@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from bkledger.client.errors import (
     BKError,
@@ -35,9 +35,11 @@ from bkledger.client.errors import (
     LogNotFoundError,
     LogUpdateConflictError,
     MetadataVersionError,
+    checked_password,
 )
 from bkledger.client.log.core import cursors as cc
 from bkledger.client.log.core.meta import LogMetadata, Position
+from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.reader import LogReader, LogRecord, StartSpec
 from bkledger.client.log.store import (
     LOG_UPDATE_ATTEMPTS,
@@ -413,3 +415,23 @@ class CursorReader(LogReader):
         with contextlib.suppress(AttributeError):
             self._cursor_watch.cancel()
         super().close()
+
+
+# ---- the BookKeeper methods ---------------------------------------------------------------------------
+class CursorsMixin:
+    """Cursor operations of BookKeeper (list_cursors, delete_cursor); readers: open_log_reader(cursor=)."""
+
+    def list_cursors(self, name: str, *, password: bytes = b"") -> dict[str, Any]:
+        """The log's cursor quota and its cursors: position, last ack, lag (entries, bytes, seconds behind
+        the tail) and whether records they had not acknowledged were deleted (`client.log.cursors`)."""
+        bk = cast("BookKeeper", self)
+        bk._check_open()
+        check_log_name(name, new=False)
+        return describe_cursors(bk, name, checked_password(password))
+
+    def delete_cursor(self, name: str, cursor: str) -> None:
+        """Delete the log's cursor (it no longer holds retention); CursorNotFoundError if it has none so named."""
+        bk = cast("BookKeeper", self)
+        bk._check_open()
+        check_log_name(name, new=False)
+        delete_cursor(bk.store, name, cursor)

@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from bkledger.client.errors import (
     BKError,
@@ -45,6 +45,7 @@ from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
+from bkledger.client.log.cursors import CursorsMixin
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import (
@@ -332,7 +333,7 @@ def _bk(mixin: LogsMixin) -> BookKeeper:
 
 
 # ---- the BookKeeper methods -------------------------------------------------------------------
-class LogsMixin:
+class LogsMixin(CursorsMixin):
     """Log operations of BookKeeper (open_log_writer, open_log_reader, truncate_log, list_logs, ...)."""
 
     def open_log_writer(self, name: str, *, ensemble_size: int = 3, write_quorum: int = 2,
@@ -379,25 +380,6 @@ class LogsMixin:
                                 poll_interval_s=poll_interval_s)
         return LogReader(bk, name, start, fail_on_data_loss=fail_on_data_loss, password=password,
                          poll_interval_s=poll_interval_s)
-
-    def list_cursors(self, name: str, *, password: bytes = b"") -> dict[str, Any]:
-        """The log's cursor quota and its cursors: position, last ack, lag (entries, bytes, seconds behind
-        the tail) and whether records they had not acknowledged were deleted (`client.log.cursors`)."""
-        from bkledger.client.log.cursors import describe_cursors
-
-        bk = _bk(self)
-        bk._check_open()
-        check_log_name(name, new=False)
-        return describe_cursors(bk, name, checked_password(password))
-
-    def delete_cursor(self, name: str, cursor: str) -> None:
-        """Delete the log's cursor (it no longer holds retention); CursorNotFoundError if it has none so named."""
-        from bkledger.client.log.cursors import delete_cursor
-
-        bk = _bk(self)
-        bk._check_open()
-        check_log_name(name, new=False)
-        delete_cursor(bk.store, name, cursor)
 
     def list_logs(self) -> list[str]:
         bk = _bk(self)
