@@ -235,6 +235,24 @@ def ack_cursor(store: MetadataStore, name: str, cursor: str, position: Position 
     raise LogUpdateConflictError(f"cursor {cursor!r} of log {name!r} changed {LOG_UPDATE_ATTEMPTS} times in a row")
 
 
+def ack_op(store: MetadataStore, name: str, cursor: str, position: Position) -> ZkOp:
+    """An acknowledgement as ONE transaction operation, for a multi-operation transaction with other changes
+    (issue 44 item 4): the cursor's znode set at the version read (the transaction fails with
+    MetadataVersionError if the cursor moved meanwhile). Forward only: InvalidPositionError for a position
+    behind the stored one; CursorLostError / CursorNotFoundError as `ack_cursor`."""
+    got = read_cursor(store, name, cursor)
+    if got is None:
+        raise CursorNotFoundError(f"cursor {cursor!r} of log {name!r} does not exist: open a reader on it first")
+    state, version = got
+    if state.lost is not None:
+        raise lost_error(name, state)
+    if state.position is not None and position < state.position:
+        raise InvalidPositionError(f"cursor {cursor!r} of log {name!r} is at {state.position}: a transaction "
+                                   f"cannot move it back to {position}")
+    data = cc.encode_cursor(cc.CursorState(cursor, position, now_ms()))
+    return ZkOp("set", cursor_path(store, name, cursor), data, version)
+
+
 def delete_cursor(store: MetadataStore, name: str, cursor: str) -> None:
     path = cursor_path(store, name, cursor)
     if read_cursor(store, name, cursor) is None:

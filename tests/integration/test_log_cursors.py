@@ -271,3 +271,22 @@ def test_consumer_killed_resumes_from_its_last_ack(cluster, bk: BookKeeper, name
     assert acked == after[:30]
     with bk.open_log_reader(name, cursor="worker") as reader:
         assert reader.read_next(5).position == positions[30]      # type: ignore[union-attr]
+
+
+def test_ack_as_one_transaction_operation(bk: BookKeeper, name: str):
+    """`ack_op` (for transactions across logs and cursors): one versioned set of the cursor's znode; run
+    in a multi-operation transaction it acknowledges; replayed after the cursor moved it fails whole."""
+    from bkledger.client.errors import MetadataVersionError
+    from bkledger.client.log.cursors import ack_op
+
+    positions = fill(bk, name, 10)
+    bk.open_log_reader(name, cursor="tx").close()
+    op = ack_op(bk.store, name, "tx", positions[6])
+    bk.store.multi([op])
+    assert bk.list_cursors(name)["cursors"][0]["position"] == str(positions[6])
+    with pytest.raises(MetadataVersionError):
+        bk.store.multi([op])
+    with pytest.raises(InvalidPositionError):
+        ack_op(bk.store, name, "tx", positions[2])
+    with pytest.raises(CursorNotFoundError):
+        ack_op(bk.store, name, "nobody", positions[2])
