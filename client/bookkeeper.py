@@ -84,6 +84,7 @@ class BookKeeper(LogsMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
                  placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri
+        self.metrics_registry = metrics_registry     # also for per-cursor lag gauges (client.log.cursors)
         self.config = config or ClientConfig.from_environment(options)
         pool_tls = settings_of(self.config)
         channel_credentials(pool_tls)       # a bad TLS setting fails here, before any session is opened

@@ -374,6 +374,28 @@ class DataLossError(BKError):
     )
 
 
+class CursorLostError(DataLossError):
+    """Records a cursor had not acknowledged were deleted (its lag exceeded the log's cursor quota,
+    `cursor_max_lag_bytes`, or a truncation ignored cursors): `log`, `cursor`, `ledgers` (the deleted ledger
+    ids, where known)."""
+
+    default_message = (
+        "records this cursor had not acknowledged were deleted: reopen the reader with fail_on_data_loss=False "
+        "to go on from the earliest record still in the log, or delete the cursor"
+    )
+
+    def __init__(self, message: str | None = None, *, log: str = "", cursor: str = "",
+                 ledgers: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.log = log
+        self.cursor = cursor
+        self.ledgers = ledgers
+
+
+class CursorNotFoundError(BKError):
+    default_message = "no such cursor on this log: list them with bk.list_cursors(log) or bkledger log cursors LOG"
+
+
 class InvalidPositionError(BKError, ValueError):
     default_message = (
         "this position is not in the log: start from 'earliest', 'latest' or a position that a reader or "

@@ -45,6 +45,7 @@ from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
+from bkledger.client.log.cursors import CursorsMixin
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import (
@@ -347,7 +348,7 @@ def _bk(mixin: LogsMixin) -> BookKeeper:
 
 
 # ---- the BookKeeper methods -------------------------------------------------------------------
-class LogsMixin:
+class LogsMixin(CursorsMixin):
     """Log operations of BookKeeper (open_log_writer, open_log_reader, truncate_log, list_logs, ...)."""
 
     def open_log_writer(self, name: str, *, ensemble_size: int = 3, write_quorum: int = 2,
@@ -401,16 +402,23 @@ class LogsMixin:
 
     def open_log_reader(self, name: str, start: StartSpec = "earliest", *,
                         fail_on_data_loss: bool = True, password: bytes = b"",
-                        poll_interval_s: float = 0.2) -> LogReader:
+                        poll_interval_s: float = 0.2, cursor: str | None = None) -> LogReader:
         """Read the log in order from `start` ("earliest", "latest" or a Position) without fencing: it tails
         the open ledger up to its LAC and follows new ledgers. A start whose ledgers were truncated raises
-        DataLossError, or starts at the earliest available record if fail_on_data_loss is False."""
+        DataLossError, or starts at the earliest available record if fail_on_data_loss is False.
+        `cursor`: a cursor held by the cluster (`client.log.cursors`): the reader resumes from its
+        acknowledged position (from `start` if the cursor is new) and `reader.ack(position)` stores it."""
         from bkledger.client.log.reader import LogReader
 
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
         password = checked_password(password)
+        if cursor is not None:
+            from bkledger.client.log.cursors import CursorReader
+
+            return CursorReader(bk, name, cursor, start, fail_on_data_loss=fail_on_data_loss, password=password,
+                                poll_interval_s=poll_interval_s)
         return LogReader(bk, name, start, fail_on_data_loss=fail_on_data_loss, password=password,
                          poll_interval_s=poll_interval_s)
 
@@ -436,32 +444,36 @@ class LogsMixin:
                 raise
             raise LogNotFoundError(f"{exc}; {missing}") from None
 
-    def truncate_log(self, name: str, before: Position) -> list[int]:
+    def truncate_log(self, name: str, before: Position, *, ignore_cursors: bool = False) -> list[int]:
         """Drop the ledgers entirely before `before` (R30): CAS the shorter list, then delete the dropped
-        ledgers. The last ledger is never dropped. Returns the dropped ledger ids."""
+        ledgers. The last ledger is never dropped, nor one a cursor has not acknowledged (unless
+        `ignore_cursors`: those cursors are then marked lost). Returns the dropped ledger ids."""
+        from bkledger.client.log.cursors import held_update
+
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
-        dropped: list[int] = []
-
-        def cut(meta: LogMetadata) -> LogMetadata:
-            new, gone = lm.truncated_before(meta, before)
-            dropped[:] = gone
-            return new
-
-        update_log(bk.store, name, cut, whole=True)
+        dropped = held_update(bk, name, lambda meta: lm.truncated_before(meta, before), why="truncation",
+                              ignore_cursors=ignore_cursors)
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r truncated before %s: deleted ledgers %s", name, before, dropped)
         return list(dropped)
 
     def set_log_retention(self, name: str, *, max_age_s: float | None = None,
-                          max_bytes: int | None = None) -> LogMetadata:
-        """Store the log's retention settings (None: no limit); applied by apply_log_retention / the task."""
+                          max_bytes: int | None = None, cursor_max_lag_bytes: int | None | bool = False
+                          ) -> LogMetadata:
+        """Store the log's retention settings (None: no limit); applied by apply_log_retention / the task.
+        `cursor_max_lag_bytes`: a cursor further behind than this (bytes of sealed ledgers) no longer holds
+        retention or truncation back (None: every cursor holds; False, the default: unchanged)."""
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
         update_log(bk.store, name, lambda m: lm.with_retention(m, max_age_s, max_bytes), whole=False)
+        if cursor_max_lag_bytes is not False:
+            from bkledger.client.log.cursors import set_quota
+
+            set_quota(bk.store, name, cursor_max_lag_bytes)
         return require_log(bk.store, name)[0]
 
     def apply_log_retention(self, name: str) -> list[int]:
@@ -469,14 +481,9 @@ class LogsMixin:
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
-        dropped: list[int] = []
+        from bkledger.client.log.cursors import held_update
 
-        def cut(meta: LogMetadata) -> LogMetadata:
-            new, gone = lm.retention_cut(meta, now_ms())
-            dropped[:] = gone
-            return new
-
-        update_log(bk.store, name, cut, whole=True)
+        dropped = held_update(bk, name, lambda meta: lm.retention_cut(meta, now_ms()), why="retention")
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r retention: deleted ledgers %s", name, dropped)
@@ -544,5 +551,8 @@ class LogsMixin:
         except NoSuchNodeError:
             raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
         log_leases.forget_log(bk.store, name)
+        from bkledger.client.log.cursors import delete_all
+
+        delete_all(bk.store, name)
         if delete_ledgers_too:
             bk.delete_ledgers(sorted({*loaded.meta.listed_ids, *replaced}))

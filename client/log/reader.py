@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from bkledger.client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
+from bkledger.client.errors import DataLossError, InvalidOptionError, NoSuchEntryError, NoSuchLedgerError
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogMetadata, Position
 from bkledger.client.log.store import log_path, require_log
@@ -198,6 +198,12 @@ class LogReader:
             out.append(rec)
             size += len(rec.payload)
         return out
+
+    def ack(self, position: Position | None = None, *, backwards: bool = False) -> bool:
+        """Acknowledge records to the reader's cursor: only a reader opened with `cursor=` has one
+        (`client.log.cursors.CursorReader`); InvalidOptionError here."""
+        raise InvalidOptionError(f"this reader of log {self.name!r} has no cursor to acknowledge to: open it with "
+                                 "bk.open_log_reader(name, cursor='NAME')")
 
     def __iter__(self) -> Iterator[LogRecord]:
         return self.read(timeout=None)
