@@ -149,7 +149,9 @@ def unknown_option_hint(key: str, canon: Mapping[str, str], where: str) -> str:
 
 _OTHER_DIRECTIONS = {"maxEntriesPerTrigger": "streaming reads", "maxBytesPerTrigger": "streaming reads",
                      "checkpointLocation": "streaming writes", "queryName": "streaming writes",
-                     "sinkId": "streaming writes", "fenceLiveWriter": "writes"}
+                     "sinkId": "streaming writes", "fenceLiveWriter": "writes",
+                     "includeHeaders": "reads (a write takes a headers column when the DataFrame has one)",
+                     "cursor": "streaming reads"}
 
 
 def _other_direction(key: str) -> str | None:
