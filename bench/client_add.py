@@ -276,8 +276,9 @@ def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group:
         lh.add_entry(payload)  # the connections are up before the clock starts
         probes = contextlib.ExitStack()
         with probes, GroupMeter(session) as meter:
-            floor = probes.enter_context(tails.FloorProbe(data_dir or Path(session.cluster.bookies[0].journal_dir),
-                                                          floor_group, seconds))
+            first = session.cluster.bookies[0]
+            floor = probes.enter_context(tails.FloorProbe(data_dir or Path(first.journal_dir), floor_group, seconds,
+                                                          first.metrics_port))
             gc_pauses, steal = probes.enter_context(tails.GcPauses()), probes.enter_context(tails.CpuSteal())
             start = time.perf_counter() + 0.05
             timer = threading.Thread(target=_schedule, args=(lh, payload, rate, count, start, done, errors),

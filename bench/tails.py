@@ -4,7 +4,9 @@
   the run's data directory (the bookies' disk) and fdatasyncs each, a few hundred times a second, while
   the cluster takes the adds: the raw fdatasync latency distribution under the same background
   write-back, which no add can beat. It writes as the journal does (O_DIRECT where the file system
-  allows it, write(2) otherwise). It runs in another process so it takes no GIL from the client.
+  allows it, write(2) otherwise). It runs in another process so it takes no GIL from the client. Its
+  group size follows the journal's: once a second it reads a bookie's journal group histogram
+  (`bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES`, sum / count over the last second).
 - GC pauses of the client's process (`GcPauses`, gc.callbacks) and CPU steal (`CpuSteal`, /proc/stat).
 - The stage attribution of the slowest adds (`attribute`): the client's traces of the adds at or above
   a run's p99 (client.add_trace), joined with the deciding bookie's own stages from its slow-add log
@@ -56,19 +58,23 @@ def percentile(ordered: list[float], fraction: float) -> float:
 class FloorProbe:
     """`with FloorProbe(directory, group_bytes, seconds) as probe: ...` then `probe.latencies` (s, sorted)."""
 
-    def __init__(self, directory: Path, group_bytes: int, seconds: float) -> None:
+    def __init__(self, directory: Path, group_bytes: int, seconds: float, metrics_port: int = 0) -> None:
         self.directory = directory
-        self.group_bytes = group_bytes
+        self.group_bytes = group_bytes          # the first group size; then the median of those used
         self.seconds = seconds
+        self.metrics_port = metrics_port        # a bookie's metrics port: the group size follows its journal's
         self.latencies: list[float] = []
         self.error = ""
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> FloorProbe:
         args = [sys.executable, "-m", "bench.tails", "--dir", str(self.directory), "--group", str(self.group_bytes),
-                "--interval", str(FLOOR_INTERVAL), "--seconds", str(self.seconds + 120)]
+                "--interval", str(FLOOR_INTERVAL), "--seconds", str(self.seconds + 120),
+                "--metrics-port", str(self.metrics_port)]
         self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       cwd=Path(__file__).resolve().parent.parent)
+        assert self._proc.stdout is not None
+        self._proc.stdout.readline()          # "ready": it measures from now on ("" if it died: said at exit)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -82,14 +88,61 @@ class FloorProbe:
             proc.kill()
             out, err = proc.communicate()
         try:
-            self.latencies = sorted(json.loads(out))
-        except ValueError:
+            found = json.loads(out)
+            self.latencies = sorted(found["latencies"])
+            if found["groups"]:
+                self.group_bytes = int(statistics.median(found["groups"]))
+        except (ValueError, KeyError, TypeError):
             self.error = f"the floor probe gave no figures (exit {proc.returncode}): {err.strip()[-300:]}"
 
 
-def _probe(directory: str, group_bytes: int, interval: float, seconds: float) -> list[float]:
+GROUP_METRIC = "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES"
+
+
+def _journal_groups(metrics_port: int) -> tuple[float, float] | None:
+    """(bytes, groups) the bookie's journal has written so far, from its metrics; None if unreadable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return None
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith((f"{GROUP_METRIC}_sum ", f"{GROUP_METRIC}_count ")):
+            name, value = line.rsplit(" ", 1)
+            found[name] = float(value)
+    if len(found) != 2:
+        return None
+    return found[f"{GROUP_METRIC}_sum"], found[f"{GROUP_METRIC}_count"]
+
+
+class _GroupFollower:
+    """The journal's average group over the last second (rounded up to 4 KiB), read from its metrics."""
+
+    def __init__(self, metrics_port: int, group_bytes: int) -> None:
+        self.port = metrics_port
+        self.group_bytes = group_bytes
+        self._last = _journal_groups(metrics_port) if metrics_port else None
+        self._next = time.perf_counter() + 1.0
+
+    def update(self) -> int:
+        if not self.port or time.perf_counter() < self._next:
+            return self.group_bytes
+        self._next = time.perf_counter() + 1.0
+        now = _journal_groups(self.port)
+        if now is not None and self._last is not None and now[1] > self._last[1]:
+            average = (now[0] - self._last[0]) / (now[1] - self._last[1])
+            self.group_bytes = max(4096, -(-int(average) // 4096) * 4096)
+        self._last = now if now is not None else self._last
+        return self.group_bytes
+
+
+def _probe(directory: str, group_bytes: int, interval: float, seconds: float,
+           metrics_port: int = 0) -> dict[str, list[float]]:
     stop = [False]
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    follower = _GroupFollower(metrics_port, group_bytes)
+    print("ready", flush=True)
     data = os.urandom(group_bytes)
     fd, path = tempfile.mkstemp(prefix="floor-", suffix=".bin", dir=directory)
     appender = None
@@ -98,10 +151,13 @@ def _probe(directory: str, group_bytes: int, interval: float, seconds: float) ->
         os.close(fd)
         fd, appender = direct_fd, DirectAppender(direct_fd)
     latencies: list[float] = []
+    groups: list[float] = []
     try:
         start = time.perf_counter()
         due = start
         while not stop[0] and time.perf_counter() - start < seconds:
+            if follower.update() != len(data):
+                data = os.urandom(follower.group_bytes)
             began = time.perf_counter()
             if appender is not None:
                 appender.append([data])
@@ -109,6 +165,7 @@ def _probe(directory: str, group_bytes: int, interval: float, seconds: float) ->
                 write_all(fd, data)
             os.fdatasync(fd)
             latencies.append(time.perf_counter() - began)
+            groups.append(len(data))
             due += interval
             time.sleep(max(0.0, due - time.perf_counter()))
     finally:
@@ -116,7 +173,7 @@ def _probe(directory: str, group_bytes: int, interval: float, seconds: float) ->
             appender.close()
         os.close(fd)
         os.unlink(path)
-    return latencies
+    return {"latencies": latencies, "groups": groups}
 
 
 # ---- GC pauses and CPU steal ------------------------------------------------------------------
@@ -250,7 +307,8 @@ def _floor_text(run: Any) -> str:
     if floor is None or not floor.latencies:
         return f"floor not measured ({floor.error if floor is not None else 'no probe'})"
     lat = floor.latencies
-    return (f"floor (raw append+fdatasync of {floor.group_bytes // 1024} KiB groups on the same disk, meanwhile, "
+    return (f"floor (raw append+fdatasync of {floor.group_bytes // 1024} KiB groups (median; as the journal's) on "
+            f"the same disk, meanwhile, "
             f"{len(lat)} fsyncs) p50 {_ms(lat, 0.5):.2f} / p99 {_ms(lat, 0.99):.2f} / p999 {_ms(lat, 0.999):.2f} / "
             f"max {lat[-1] * 1000:.1f} ms")
 
@@ -304,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, required=True)
     parser.add_argument("--interval", type=float, default=FLOOR_INTERVAL)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--metrics-port", type=int, default=0, help="a bookie's: follow its journal's group size")
     args = parser.parse_args(argv)
-    print(json.dumps(_probe(args.dir, args.group, args.interval, args.seconds)))
+    print(json.dumps(_probe(args.dir, args.group, args.interval, args.seconds, args.metrics_port)))
     return 0
 
 
