@@ -14,7 +14,9 @@ its time: the peak is measured with no callback at all, and one per add (a closu
 a call on the client's event loop) took enough of the client's loop that an open loop at 80 % of the
 peak fell behind (0.80-0.87 of its adds/s acknowledged, p99 1.6-2.5 s); with one in eight it keeps up
 (1.00). The client has the peak's settings too (maxOutstandingAdds 20,000). The limit is the time of
-one fdatasync at the group size the bookies made at that load.
+one fdatasync at the group size the bookies made at that load. Beside each run, bench.tails measures the
+floor (raw fdatasync on the same disk, meanwhile), GC pauses and CPU steal, and prints every run, the spread
+and the stage attribution of the worst run's p99 adds (issue 48).
 """
 
 from __future__ import annotations
@@ -317,7 +319,7 @@ def _peak(ctx: Context, session: ClusterSession) -> float:
 def run_latency(ctx: Context) -> list[Row]:
     """Each load level runs `latency_rounds` times, each on a fresh cluster; each percentile is the median
     of the rounds' (one round's disk hiccup swung the 80% p99 between 56 and 103 ms from run to run), the
-    worst round's p99 is printed beside it."""
+    worst round's p99 is printed beside it, and every round by bench.tails.run_rows."""
     session = cluster_session(ctx)
     peak = _peak(ctx, session)
     sizes = ClientSizes.of(ctx)
