@@ -272,6 +272,8 @@ def attribute(adds: list[dict[str, Any]], bookie_logs: dict[str, list[dict[str, 
     whose deciding bookie logged the batch, that bookie's stages and what is left of the client's `bookie`
     stage (network both ways, the bookie's loop before it reads the request)."""
     client = {s: statistics.median([a["stages_ms"][s] for a in adds]) if adds else 0.0 for s in CLIENT_STAGES}
+    lags = [a["latency_ms"] - a["total_ms"] for a in adds if "latency_ms" in a]
+    before = statistics.median(lags) if lags else 0.0       # scheduled -> queued: the load generator's lag
     found: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for add in adds:
         batch = _covering(bookie_logs.get(add.get("deciding_bookie") or "", []), add["ledger_id"], add["entry_id"])
@@ -279,13 +281,15 @@ def attribute(adds: list[dict[str, Any]], bookie_logs: dict[str, list[dict[str, 
             found.append((add, batch))
     bookie = {s: statistics.median([b["stagesMs"][s] for _, b in found]) if found else 0.0 for s in BOOKIE_STAGES}
     outside = statistics.median([a["stages_ms"]["bookie"] - b["totalMs"] for a, b in found]) if found else 0.0
-    return {"adds": len(adds), "on_bookie": len(found), "client_ms": client, "bookie_ms": bookie,
-            "outside_bookie_ms": outside}
+    return {"adds": len(adds), "on_bookie": len(found), "before_client_ms": before, "client_ms": client,
+            "bookie_ms": bookie, "outside_bookie_ms": outside}
 
 
 def describe_attribution(att: dict[str, Any], timed: int, threshold_ms: float) -> str:
     c, b = att["client_ms"], att["bookie_ms"]
-    text = ", ".join(f"{s} {c[s]:.1f}" for s in CLIENT_STAGES)
+    text = (f"before add_entry queued them (the open loop's lag: GC pauses, the GIL, a full maxOutstandingAdds "
+            f"window) {att.get('before_client_ms', 0.0):.1f}, ")
+    text += ", ".join(f"{s} {c[s]:.1f}" for s in CLIENT_STAGES)
     if att["on_bookie"]:
         inside = ", ".join(f"{s} {b[s]:.1f}" for s in BOOKIE_STAGES)
         text += (f"; of the bookie stage, on the deciding bookie ({att['on_bookie']} adds in its slow-add log): "
@@ -314,10 +318,11 @@ def _floor_text(run: Any) -> str:
 
 
 def _p99_adds(run: Any) -> list[dict[str, Any]]:
-    """The client's traces of the run's timed adds at or above its p99."""
+    """The client's traces of the run's timed adds at or above its p99, each with its latency (`latency_ms`,
+    from its scheduled time: it includes what came before add_entry queued it)."""
     p99 = percentile(run.latencies, 0.99)
-    slow_ids = {entry_id for entry_id, latency in run.timed if latency >= p99}
-    return [a for a in run.traces if a["entry_id"] in slow_ids]
+    slow = {entry_id: latency for entry_id, latency in run.timed if latency >= p99}
+    return [{**a, "latency_ms": slow[a["entry_id"]] * 1000.0} for a in run.traces if a["entry_id"] in slow]
 
 
 def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
