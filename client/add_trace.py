@@ -4,15 +4,15 @@ One add in `addTraceSampleEvery` (per ledger handle, counted at `add_entry`; 0: 
 `AddTrace`, stamped with `time.perf_counter_ns` (CLOCK_MONOTONIC) at each hand-off: enqueued (the
 caller's thread queues it), drained (the client loop gives it its entry id and packages it), sent to
 each bookie (the request holding it is written to that bookie's add stream), acknowledged by each
-bookie, completed (its future is set, in entry order: R6). Stages are taken along the path that
-decided the add: the bookie whose acknowledgement made the ack quorum.
+bookie, completed (the LAC passed it and its future is about to be set, in entry order: R6). Stages are
+taken along the path that decided the add: the bookie whose acknowledgement made the ack quorum.
 
 | stage       | from -> to                                 | what it holds                                      |
 |-------------|--------------------------------------------|----------------------------------------------------|
 | `queue`     | enqueued -> drained                        | the add queue: waiting for the client loop         |
 | `send_wait` | drained -> sent (deciding bookie)          | the connection: in-flight bound (Nagle), encoding  |
 | `bookie`    | sent -> acknowledged (deciding bookie)     | network both ways and the bookie (bookie.add_trace) |
-| `complete`  | acknowledged (quorum) -> completed         | earlier entries still pending, the completion      |
+| `complete`  | acknowledged (quorum) -> completed         | earlier entries still pending (R6)                 |
 
 Finished traces are observed into `bookkeeper_client_ADD_ENTRY_STAGE` (label `stage`, ms) when the
 client has a metrics registry, and those whose total reaches `slowAddThresholdMs` are kept in a bounded

@@ -492,8 +492,8 @@ class LedgerWriter:
             if contiguous or _contains(entry_ids, entry_id):
                 self._traces[entry_id].acked.setdefault(bookie_id, now)
 
-    def _finish_traces(self, last: int) -> None:
-        """The traced entries up to `last` completed."""
+    def _finish_traces(self, last: int, completed: int) -> None:
+        """The traced entries up to `last` completed at `completed` (ns: when their futures began to be set)."""
         ids = self._trace_ids
         done = bisect.bisect_right(ids, last)
         if not done:
@@ -501,7 +501,7 @@ class LedgerWriter:
         finished = [self._traces.pop(entry_id) for entry_id in ids[:done]]
         del ids[:done]
         if self._slow_log is not None:
-            self._slow_log.finish(finished, time.perf_counter_ns())
+            self._slow_log.finish(finished, completed)
 
     def on_bookie_failed(self, bookie_id: str) -> None:
         try:
@@ -533,6 +533,7 @@ class LedgerWriter:
 
     def _complete(self, action: CompleteAdds) -> None:
         last = action.last_add_confirmed
+        completed = time.perf_counter_ns() if self._trace_ids else 0
         self.lac_length = self._length_at(last)
         futures = self._futures
         done = 0
@@ -541,7 +542,7 @@ class LedgerWriter:
             done += slots
             fut.set_result(entry_id)
         if self._trace_ids:
-            self._finish_traces(last)
+            self._finish_traces(last, completed)
         self._release_window(done)
         self.ctx.metrics.adds.inc(done)
         self._last_progress = self._settled_at = asyncio.get_running_loop().time()
