@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bkledger.bookie import records_io
 from bkledger.bookie.config import BookieConfig
@@ -244,7 +245,9 @@ class Bookie:
         sync: bool,
         done: Done,
         max_lac: int | None = None,
+        trace: Any = None,
     ) -> None:
+        """`trace`: a bookie.add_trace.BatchTrace the journal stamps (or None)."""
         assert self.journal is not None and self.storage is not None
         if record_key:
             with self._lock:
@@ -266,7 +269,7 @@ class Bookie:
                 log.error("storing an add to ledger %d failed: %r", ledger_id, exc)
                 done(exc)
                 return
-            journal.append([*payloads, *record], done, sync=sync)
+            journal.append([*payloads, *record], done, sync=sync, trace=trace)
 
         self._in_order(store_then_journal)
 

@@ -85,6 +85,10 @@ class BookieConfig:
     httpServerAdminToken: str = ""         # bearer token for state-changing endpoints ("": they are refused)
     httpServerSocketTimeoutMs: int = 10000  # bkledger's own: an HTTP connection idle this long is closed
     httpServerMaxConnections: int = 64     # bkledger's own: more open HTTP connections are answered 503 and closed
+    # where adds spend their time (bookie.add_trace): stage histograms and the slow-add log
+    addTraceSampleEvery: int = 1           # bkledger's own: stamp 1 add batch in this many (0: none)
+    slowAddThresholdMs: float = 50.0       # bkledger's own: a traced batch this slow enters the slow-add log ...
+    slowAddLogSize: int = 256              # ... which keeps this many, the newest (/api/v1/bookie/slow_adds)
     # log files (`--log-file FILE`, bookie.log_files): rolled by size, at most logFileMaxBackups kept
     logFileMaxSize: str = "100MB"          # roll at this size (B, KB, MB or GB, as log4j2's size trigger)
     logFileMaxBackups: int = 10            # rolled files kept (FILE.1 newest .. FILE.N), the oldest deleted

@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from bkledger.client.add_trace import SlowAddLog
 from bkledger.client.bookies import BookiePool
 from bkledger.client.config import ClientConfig
 from bkledger.client.errors import (
@@ -74,6 +75,7 @@ class ClientContext:
     metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
     health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
     no_ranges: NoRanges = dataclasses.field(default_factory=NoRanges)   # bookies without ReadRanges (older)
+    slow_log: SlowAddLog = dataclasses.field(default_factory=lambda: SlowAddLog(0, 0.0, 1))   # client.add_trace
 
     @property
     def speculative(self) -> SpeculativePolicy:
@@ -95,8 +97,11 @@ class BookKeeper(LogsMixin):
                           self.config.addPipelineMinBytes)
         health = BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
                               self.config.reorderReadSequenceEnabled)
+        metrics = client_metrics(metrics_registry)
+        slow_log = SlowAddLog(self.config.addTraceSampleEvery, self.config.slowAddThresholdMs,
+                              self.config.slowAddLogSize, metrics.add_stages)
         self._ctx = ClientContext(runtime, store, pool, self.config, placement or RandomPlacementPolicy(),
-                                  metrics=client_metrics(metrics_registry), health=health)
+                                  metrics=metrics, health=health, slow_log=slow_log)
         self._closed = False
         if self.config.gcFreezeOnStart:
             _freeze_heap_once()
@@ -104,6 +109,11 @@ class BookKeeper(LogsMixin):
     @property
     def store(self) -> MetadataStore:
         return self._ctx.store
+
+    def slow_adds(self) -> list[dict[str, Any]]:
+        """The slow-add log: the traced adds (1 in addTraceSampleEvery) that took slowAddThresholdMs or more,
+        the newest slowAddLogSize, oldest first, each with its stages (client.add_trace)."""
+        return self._ctx.slow_log.slow_adds()
 
     def _check_open(self) -> None:
         self._ctx.runtime.check_not_forked()
