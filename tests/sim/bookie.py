@@ -37,6 +37,8 @@ from tests.sim.world import Event, World
 
 _LAC = struct.Struct(">q")
 MAX_ENTRY_SIZE = 1 << 16
+ENTRY_ID_WINDOW = 1 << 30          # the bookie's default entryIdWindow
+ENTRY_ID_LIMIT = (1 << 40) // 24   # ids whose index slot fits a 1 TiB index file (24-byte slots)
 
 Answer = Callable[[], AddResponse | ReadResponse]
 
@@ -117,7 +119,10 @@ class SimBookie:
         size = len(req.body)
         why = decisions.check_batch_shape(req.ledger_id, [req.entry_id], [size], size, MAX_ENTRY_SIZE)
         if not why:
-            why, _max_lac = decisions.check_headers(req.ledger_id, [req.entry_id], [size], req.body)
+            why, max_lac = decisions.check_headers(req.ledger_id, [req.entry_id], [size], req.body)
+        if not why:   # R26: wild entry ids (the buggy client's 2^32, 2^41, 2^62), as the real bookie refuses them
+            known_last = max(self.written.get(req.ledger_id, {}), default=-1)
+            why = decisions.check_entry_range(req.entry_id, known_last, max_lac, ENTRY_ID_WINDOW, ENTRY_ID_LIMIT)
         if why:
             self._reply(src, req_id, _const(AddResponse(StatusCode.EBADREQ)))
             return
