@@ -124,3 +124,35 @@ def test_append_ledgers_whose_answer_was_lost_reports_it_appended(bk: BookKeeper
     assert client.append_ledgers(name, [mine], password=password) is True
     assert proxy.dropped.is_set()
     assert bk.log_metadata(name).ledger_ids == [mine, *landed]
+
+
+def test_rehomed_commit_that_raises_after_landing_keeps_its_copy(bk: BookKeeper, victim, name: str):
+    """R27: a job commit re-homes its overtaken ledger; the transaction listing the copy lands, its answer
+    is lost and a LogWriter opens the log meanwhile (a live writer at the tail: the retry would raise
+    LiveLogWriterError). Before, the retry raised and the error path deleted the copy the log lists; now
+    the retry sees its ledgers listed: done, the copy kept, the writer not fenced."""
+    client, proxy = victim
+    password = client.log_ledger_password(name)
+    late = ledger(client, password, b"late")
+    first = ledger(bk, password, b"first")
+    assert bk.append_ledgers(name, [first], password=password)
+    writers = []
+
+    def live_writer() -> None:
+        writer = bk.open_log_writer(name, envelope=env.V1)
+        writer.append(b"live")
+        writers.append(writer)
+
+    proxy.arm(live_writer)
+    try:
+        done = commit_to_logs(client, {name: [late]}, password=password, fence_live_writer=False)
+        assert proxy.dropped.is_set() and len(writers) == 1
+        writers[0].append(b"after")                                 # not fenced
+    finally:
+        for writer in writers:
+            writer.close()
+    ids = bk.log_metadata(name).ledger_ids
+    assert len(ids) == 3 and ids[0] == first and ids[1] not in (late, first)
+    bk.ledger_metadata(ids[1])                                      # the copy exists
+    assert values(bk, name) == [b"first", b"late", b"live", b"after"]
+    assert done is True
