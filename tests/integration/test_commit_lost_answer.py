@@ -156,3 +156,22 @@ def test_rehomed_commit_that_raises_after_landing_keeps_its_copy(bk: BookKeeper,
     bk.ledger_metadata(ids[1])                                      # the copy exists
     assert values(bk, name) == [b"first", b"late", b"live", b"after"]
     assert done is True
+
+
+def test_compaction_swap_whose_answer_was_lost_keeps_its_copy(bk: BookKeeper, victim, name: str):
+    """R27: compaction's swap lands, its answer is lost and a commit appends meanwhile: the retry finds
+    the run already replaced. Before, it took the copy for one it could not swap and deleted it while the
+    log listed it (every compacted record lost); now the copy the log lists is kept and reported swapped."""
+    client, proxy = victim
+    password = client.log_ledger_password(name)
+    for value in (b"a", b"b", b"c", b"d", b"e"):        # the last two stay (compaction keeps the tail)
+        assert bk.append_ledgers(name, [ledger(bk, password, value)], password=password)
+    landed: list[int] = []
+    proxy.arm(lambda: another_commit(bk, name, password, landed))
+    done = client.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=600)
+    assert proxy.dropped.is_set() and len(landed) == 1
+    meta = bk.log_metadata(name)
+    assert len(meta.ledgers) == 4 and len(meta.ledgers[0].replaced) == 3
+    bk.ledger_metadata(meta.ledger_ids[0])                          # the compacted copy exists
+    assert values(bk, name) == [b"a", b"b", b"c", b"d", b"e", b"meanwhile"]
+    assert [new for new, _ in done.compacted] == [meta.ledger_ids[0]]
