@@ -17,21 +17,19 @@ them in ONE ZooKeeper transaction (`client.log.logs.append_ledgers_to_logs`), re
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Mapping
 
 from bkledger.client import BookKeeper, append_ledgers_to_logs
 from bkledger.client.errors import InvalidLogUpdateError, LogNotFoundError, LogUpdateConflictError
-from bkledger.client.log.core.meta import late_ledgers
+from bkledger.client.log.core import outcome
+from bkledger.client.log.core.meta import LogMetadata, late_ledgers
+from bkledger.client.log.ledger_copy import COPY_IN_FLIGHT, COPY_TIMEOUT_S, copy_ledger  # noqa: F401 - its old home
 
 log = logging.getLogger("bkledger.spark")
 
 COMMIT_ATTEMPTS = 20
-COPY_IN_FLIGHT = 2_000
-COPY_TIMEOUT_S = 120.0
 
 
 def commit_ledgers(bk: BookKeeper, name: str, ids: list[int], *, password: bytes, fence_live_writer: bool,
@@ -49,10 +47,15 @@ def commit_to_logs(bk: BookKeeper, ids: Mapping[str, list[int]], *, password: by
     transaction is tried again, after re-homing the ledgers that other jobs' commits left below a log's
     tail (in any of the logs). False (nothing appended) if the marker shows the batch committed.
     `time_spans`: each ledger's record time span (min, max us) where its task knew it; a copy gets its
-    original's."""
+    original's.
+
+    A transaction whose answer ZooKeeper lost may have landed: what it did is read from the logs
+    (`client.log.core.outcome`), never assumed. If they list the ledgers tried last, the commit is done
+    (True, even after an error); the copies and replaced originals deleted are only those no log lists."""
     current = {name: sorted(got) for name, got in ids.items()}
     copies: dict[int, int] = {}                  # original -> copy, for the ids re-homed so far
     spans = dict(time_spans or {})
+    done = False
     try:
         for _ in range(COMMIT_ATTEMPTS):
             try:
@@ -60,34 +63,71 @@ def commit_to_logs(bk: BookKeeper, ids: Mapping[str, list[int]], *, password: by
                                               fence_live_writer=fence_live_writer,
                                               time_spans=_spans_of_copies(spans, copies))
             except InvalidLogUpdateError:
-                late = _below_tail(bk, current)
-                if not late:
-                    raise
-                current = {name: _rehome(bk, got, late.get(name, []), password, copies)
-                           for name, got in current.items()}
-                continue
-            bk.delete_ledgers(copies.keys() if done else copies.values())    # the replaced, or the unused
+                metas = _logs(bk, current)
+                if not outcome.landed(metas, current):    # else an earlier try landed; its answer was lost
+                    late = late_ledgers(metas, current)
+                    if not late:
+                        raise
+                    current = {name: _rehome(bk, got, late.get(name, []), password, copies)
+                               for name, got in current.items()}
+                    continue
+                done = True
+            done = done or outcome.landed(_logs(bk, current), current)   # a marker it set itself
             return done
-    except BaseException:
-        bk.delete_ledgers(copies.values())
-        raise
-    bk.delete_ledgers(copies.values())
+    except Exception:
+        done = _landed_after_all(bk, current)
+        if not done:
+            raise
+        return True
+    finally:
+        _delete_unlisted(bk, current, [*copies.values(), *(copies.keys() if done else ())])
     raise LogUpdateConflictError(f"logs {sorted(ids)}: other appends kept landing first ({COMMIT_ATTEMPTS} "
                                  "times); nothing of this job was appended; retry it")
+
+
+def _logs(bk: BookKeeper, ids: Mapping[str, list[int]]) -> dict[str, LogMetadata]:
+    """The logs (those that exist), each from the segment of its least ledger id in `ids` on: enough to
+    see whether they list those ledgers, read in a time that does not grow with the log."""
+    metas = {}
+    for name, got in ids.items():
+        with contextlib.suppress(LogNotFoundError):
+            metas[name] = bk.log_metadata(name, from_ledger=min(got)) if got else bk.log_metadata(name)
+    return metas
+
+
+def _landed_after_all(bk: BookKeeper, current: Mapping[str, list[int]]) -> bool:
+    """After an error: whether the logs list the ledgers tried last (the error followed a transaction that
+    landed, e.g. ZooKeeper's answer lost). False if the logs cannot be read (then unknown: not deleted)."""
+    try:
+        landed = outcome.landed(_logs(bk, current), current)
+    except Exception as exc:  # noqa: BLE001 - the commit's own error is what the caller gets
+        log.warning("logs %s: could not read them after a failed commit (%s); its outcome is unknown",
+                    sorted(current), exc)
+        return False
+    if landed:
+        log.warning("logs %s: the commit failed after its transaction landed (ZooKeeper's answer was lost); "
+                    "it is in the logs, once", sorted(current))
+    return landed
+
+
+def _delete_unlisted(bk: BookKeeper, current: Mapping[str, list[int]], candidates: list[int]) -> None:
+    """Delete the candidates (copies, replaced originals) that no log lists; if the logs cannot be read,
+    none (a job's sweep finds its unlisted ledgers later)."""
+    if not candidates:
+        return
+    try:
+        metas = _logs(bk, {name: [*got, *candidates] for name, got in current.items()})
+    except Exception as exc:  # noqa: BLE001 - cleanup only; deleting blind could delete committed data
+        log.warning("logs %s: could not read them to delete this commit's unlisted ledgers %s (%s); a sweep "
+                    "of the job's ledgers deletes them later", sorted(current), candidates, exc)
+        return
+    bk.delete_ledgers(outcome.unlisted(metas, candidates))
 
 
 def _spans_of_copies(spans: Mapping[int, tuple[int, int]], copies: Mapping[int, int]
                      ) -> dict[int, tuple[int, int]]:
     """The spans by ledger id, each re-homed ledger's under its copy's id too (same records, same span)."""
     return {**spans, **{copy: spans[original] for original, copy in copies.items() if original in spans}}
-
-
-def _below_tail(bk: BookKeeper, ids: Mapping[str, list[int]]) -> dict[str, list[int]]:
-    metas = {}
-    for name in ids:
-        with contextlib.suppress(LogNotFoundError):
-            metas[name] = bk.log_metadata(name)
-    return late_ledgers(metas, ids)
 
 
 def _rehome(bk: BookKeeper, ids: list[int], late: list[int], password: bytes, copies: dict[int, int]) -> list[int]:
@@ -103,33 +143,3 @@ def _rehome(bk: BookKeeper, ids: list[int], late: list[int], password: bytes, co
         log.info("ledger %d landed below the log's tail (a concurrent append committed first): copied to %d",
                  ledger_id, new_id)
     return sorted(out)
-
-
-def copy_ledger(bk: BookKeeper, ledger_id: int, password: bytes) -> int:
-    """A new CLOSED ledger with the same entries, settings, password (none given: the original's, the log's
-    key) and custom metadata; its id."""
-    rh = bk.open_ledger(ledger_id, password or None, recovery=False)
-    md = rh.metadata
-    lh = bk.create_ledger(md.ensemble_size, md.write_quorum, md.ack_quorum, digest_type=md.digest_type,
-                          password=password or md.password, custom_metadata=dict(md.custom_metadata),
-                          compression=md.compression)
-    try:
-        pending: collections.deque[concurrent.futures.Future[int]] = collections.deque()
-        position, last = 0, md.last_entry_id
-        while position <= last:
-            chunk = rh.read_chunk(position, last)
-            for payload in chunk.payloads:
-                pending.append(lh.add_entry_async(payload))
-                if len(pending) > COPY_IN_FLIGHT:
-                    pending.popleft().result(COPY_TIMEOUT_S)
-            position = chunk.entry_ids[-1] + 1
-        while pending:
-            pending.popleft().result(COPY_TIMEOUT_S)
-        lh.close()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            lh.close()
-        with contextlib.suppress(Exception):
-            bk.delete_ledger(lh.ledger_id)
-        raise
-    return lh.ledger_id

@@ -202,9 +202,13 @@ def _swap(bk: BookKeeper, name: str, batch: Sequence[tuple[cp.Run, LogLedger]],
         except MetadataVersionError:
             time.sleep(min(0.002 * 2**attempt, 0.05))
     else:
-        bk.delete_ledgers([led.ledger_id for _, led in batch])
+        _discard_unlisted(bk, name, [led.ledger_id for _, led in batch])   # a lost answer may have landed
         raise LogUpdateConflictError(f"log {name!r}: changed under this compaction {LOG_UPDATE_ATTEMPTS} times in "
-                                     "a row; its copies were deleted; retry later")
+                                     "a row; its unlisted copies were deleted; retry later")
+    # a transaction whose answer was lost (then MetadataVersionError) may have landed: the log read last
+    # says which copies it lists (`client.log.core.outcome`); only the others are deleted
+    swapped += [(led.ledger_id, list(run.ledger_ids)) for run, led in batch
+                if led.ledger_id in loaded.meta.listed_ids and all(led.ledger_id != new for new, _ in swapped)]
     done = {new for new, _ in swapped}
     bk.delete_ledgers([led.ledger_id for _, led in batch if led.ledger_id not in done])
     return swapped

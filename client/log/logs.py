@@ -43,6 +43,7 @@ from bkledger.client.errors import (
 )
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import outcome
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.cursors import CursorsMixin
@@ -210,7 +211,9 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
     As `append_ledgers`, per log (missing logs are created in the transaction, live writers refused
     unless `fence_live_writer`, open tails sealed); False, appending nothing anywhere, if the marker
     shows the batch committed in any of the logs (`client.log.core.meta.with_job_appended`). A lost
-    race on any log re-reads them all and tries again. InvalidLogNameError for a name that cannot name a
+    race on any log re-reads them all and tries again; if the logs then list every one of the ledgers
+    (the transaction landed but ZooKeeper's answer was lost, `client.log.core.outcome`) it is done: True,
+    nothing appended twice. InvalidLogNameError for a name that cannot name a
     log (`client.log.core.names`), PasswordTypeError for a password that is not bytes."""
     password = checked_password(password)
     for name in ledgers:
@@ -225,6 +228,9 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
 
     def commit(metas: Mapping[str, LogMetadata]) -> dict[str, LogMetadata]:
         appended[0] = False
+        if outcome.landed(metas, ids):   # this call's transaction landed, its answer was lost: done, once
+            appended[0] = True
+            return {}
         if commit_marker is not None and any(lm.batch_committed(m, *commit_marker) for m in metas.values()):
             return {}
         sealed = {}

@@ -15,11 +15,14 @@ Each commit carries the producer id and a sequence number, recorded in the log b
 recorded and appends nothing. The commit is retried (same sequence, same ledger) until it is known to be
 in the log or not, up to `delivery_timeout_s`. A ledger that another commit overtook (R27: a log's ledger
 ids increase; a ledger created before another that committed first cannot follow it) is copied to a new
-ledger and committed as the copy, as the Spark commit does (`spark_connector.log_commit.copy_ledger`).
+ledger and committed as the copy, as the Spark commit does (`client.log.ledger_copy.copy_ledger`).
 
 A producer's ledgers carry `bkledger.job` = `producer:<id>` and `bkledger.log` = the log: those of a
 producer that died before committing them are what `bkledger shell sweepjobs` finds and deletes.
-Records are written in the record envelope (key, timestamp); `_enveloped` is the one place that builds it.
+Records are written in the record envelope (`client.log.core.envelope`): version 1 (key, timestamp), or
+version 2 (key, timestamp, headers) for a batch where any record has headers (its other records are
+written in v2 too: a ledger has one version, which its custom metadata names and the log records).
+`_enveloped` and `_Record.payload_as` are the places that build it.
 """
 
 from __future__ import annotations
@@ -43,14 +46,15 @@ from bkledger.client.errors import (
     LogWriterClosedError,
     MetadataVersionError,
 )
+from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import producers as pr
 from bkledger.client.log.core.meta import LogMetadata, Position
+from bkledger.client.log.ledger_copy import copy_ledger
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password, seal_tail
 from bkledger.client.log.store import load_log, now_ms, update_logs
 from bkledger.client.meta.errors import MetadataStoreError
-from bkledger.spark_connector import envelope as env
 
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
@@ -86,17 +90,24 @@ class ProducerConfig:
 
 @dataclasses.dataclass
 class _Record:
-    payload: bytes
+    payload: bytes              # enveloped in `version`
     timestamp_us: int
     future: concurrent.futures.Future[Position]
+    version: int = env.V1
+    key: bytes | None = None
+    value: bytes = b""
+
+    def payload_as(self, version: int) -> bytes:
+        """The record enveloped in `version` (a v1 record in a batch that also has headers: v2)."""
+        if version == self.version:
+            return self.payload
+        return env.encode(self.key, self.timestamp_us, self.value, None, version=version)
 
 
 def _enveloped(value: bytes, key: bytes | None, timestamp: Timestamp | None,
-               headers: Mapping[str, bytes] | None) -> tuple[bytes, int]:
-    """The record as stored (envelope v1) and its timestamp in microseconds (default: now)."""
-    if headers:
-        raise InvalidOptionError("send(headers=...): this version writes record envelope 1, which has no "
-                                 "headers; send key and timestamp only")
+               headers: env.HeadersIn | None) -> tuple[bytes, int, int]:
+    """The record as stored (envelope v1, or v2 if it has headers), its timestamp in microseconds (default:
+    now) and that envelope version."""
     for what, got in (("value", value), ("key", key)):
         if got is not None and not isinstance(got, (bytes, bytearray, memoryview)):
             raise InvalidOptionError(f"send: {what} must be bytes, got {type(got).__name__}")
@@ -109,7 +120,12 @@ def _enveloped(value: bytes, key: bytes | None, timestamp: Timestamp | None,
     else:
         raise InvalidOptionError(f"send: timestamp is milliseconds since the epoch (int) or a datetime, got "
                                  f"{type(timestamp).__name__}")
-    return env.encode(None if key is None else bytes(key), ts_us, bytes(value)), ts_us
+    try:
+        norm = env.normalized_headers(headers)
+    except TypeError as exc:
+        raise InvalidOptionError(f"send: {exc}") from None
+    version = env.V1 if norm is None else env.V2
+    return env.encode(None if key is None else bytes(key), ts_us, bytes(value), norm, version), ts_us, version
 
 
 class LogProducer:
@@ -141,11 +157,12 @@ class LogProducer:
 
     # ---- the user's side ----------------------------------------------------------------------------
     def send(self, value: bytes, key: bytes | None = None, timestamp: Timestamp | None = None,
-             headers: Mapping[str, bytes] | None = None) -> concurrent.futures.Future[Position]:
+             headers: env.HeadersIn | None = None) -> concurrent.futures.Future[Position]:
         """Queue a record; the future gives its Position once its batch's ledger is committed into the log
-        (or the error that kept it out). Blocks while `max_buffered_bytes` are waiting (bounded by
-        `delivery_timeout_s`: ClientTimeoutError then)."""
-        payload, ts_us = _enveloped(value, key, timestamp, headers)
+        (or the error that kept it out). `headers` (Kafka's record headers: a mapping or a list of (str,
+        bytes or None) pairs, keys may repeat) make its batch's ledger envelope v2. Blocks while
+        `max_buffered_bytes` are waiting (bounded by `delivery_timeout_s`: ClientTimeoutError then)."""
+        payload, ts_us, version = _enveloped(value, key, timestamp, headers)
         future: concurrent.futures.Future[Position] = concurrent.futures.Future()
         deadline = time.monotonic() + self._config.delivery_timeout_s
         with self._cond:
@@ -159,7 +176,8 @@ class LogProducer:
                 raise LogWriterClosedError(f"producer {self.producer_id} of log {self.name!r} is closed")
             if not self._pending:
                 self._first_at = time.monotonic()
-            self._pending.append(_Record(payload, ts_us, future))
+            self._pending.append(_Record(payload, ts_us, future, version,
+                                         None if key is None else bytes(key), bytes(value)))
             self._pending_bytes += len(payload)
             self._cond.notify_all()
         return future
@@ -259,15 +277,17 @@ class LogProducer:
     def _write(self, batch: list[_Record]) -> int:
         """A new ledger holding the batch, CLOSED; its id."""
         e, qw, qa = self._config.quorum
-        custom = {**env.custom_metadata(env.V1), JOB_KEY: f"producer:{self.producer_id}".encode(),
+        version = max(r.version for r in batch)         # V2 if any record has headers
+        custom = {**env.custom_metadata(version), JOB_KEY: f"producer:{self.producer_id}".encode(),
                   LOG_KEY: self.name.encode()}
         lh = self._bk.create_ledger(e, qw, qa, digest_type=self._config.digest_type, password=self._password,
                                     custom_metadata=custom)
         try:
+            payloads = [r.payload_as(version) for r in batch]
             offsets = [0]
-            for record in batch:
-                offsets.append(offsets[-1] + len(record.payload))
-            lh.add_entries(b"".join(r.payload for r in batch), offsets).result(self._config.delivery_timeout_s)
+            for payload in payloads:
+                offsets.append(offsets[-1] + len(payload))
+            lh.add_entries(b"".join(payloads), offsets).result(self._config.delivery_timeout_s)
             lh.close()
         except BaseException:
             with contextlib.suppress(Exception):
@@ -297,7 +317,6 @@ def commit_batch(bk: BookKeeper, commit: Commit, ledger_id: int, timeout_s: floa
     log lists for it (the ledger itself, or its copy if another commit overtook it). Idempotent: called
     again for the same commit (a retry) it appends nothing and returns that id. The ledgers it does not
     list are deleted, unless ZooKeeper's answer stays unknown (MetadataStoreError): then `sweepjobs` does."""
-    from bkledger.spark_connector.log_commit import copy_ledger
 
     current, made = ledger_id, []                     # the ledger tried now; the copies made
     deadline = time.monotonic() + timeout_s

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PRODUCERS = 4
 PER_PRODUCER = 400
 SPARK_JOBS = 6
+T0_MS = 1_700_000_000_000        # ms since the epoch
 
 
 @pytest.fixture(scope="module")
@@ -296,3 +297,27 @@ def _stop_with_unlisted_ledger(bk: BookKeeper, name: str, pid: int) -> set[int]:
         assert time.monotonic() < deadline, "never caught the producer between writing and committing"
         os.kill(pid, signal.SIGCONT)
         time.sleep(0.01)
+
+
+def test_producer_headers_are_written_with_envelope_2(bk: BookKeeper, name: str):
+    """R27: a batch where a record has headers is one ledger of envelope v2 (its custom metadata and the
+    log say so), its records without headers too; a batch without any stays v1. A log reader gives back
+    key, timestamp and headers (a repeated key, a None value) as sent."""
+    hdrs = [("trace", b"t-1"), ("trace", b"t-2"), ("none", None)]
+    with bk.open_log_producer(name, max_records=3, linger_ms=60_000) as producer:
+        futures = [producer.send(b"v0", key=b"k0", timestamp=T0_MS, headers=hdrs),
+                   producer.send(b"v1", key=b"k1", timestamp=T0_MS + 1),
+                   producer.send(b"v2", headers={"one": b"1"}),
+                   producer.send(b"v3", key=b"k3", timestamp=T0_MS + 3)]
+        producer.flush()
+        positions = [f.result(30) for f in futures]
+    meta = bk.log_metadata(name)
+    assert meta.ledger_ids == [positions[0].ledger_id, positions[3].ledger_id]
+    assert [led.envelope for led in meta.ledgers] == [env.V2, env.V1]
+    assert [env.version_of(bk.ledger_metadata(i).custom_metadata) for i in meta.ledger_ids] == [env.V2, env.V1]
+    with bk.open_log_reader(name) as reader:
+        got = [(r.key, r.timestamp_us, r.headers, r.value) for r in reader.read(timeout=2.0)]
+    assert got[0] == (b"k0", T0_MS * 1000, tuple(hdrs), b"v0")
+    assert got[1] == (b"k1", (T0_MS + 1) * 1000, None, b"v1")
+    assert got[2][2:] == ((("one", b"1"),), b"v2")
+    assert got[3] == (b"k3", (T0_MS + 3) * 1000, None, b"v3")

@@ -90,3 +90,25 @@ def test_a_headers_column_is_written_and_read_back(spark, cluster, bk: BookKeepe
                for r in back}
     assert headers == {i: [("n", b"%d" % i), ("empty", None)] if i % 2 == 0 and i < 6 else None
                        for i in range(8)}
+
+
+def test_spark_reads_the_headers_a_producer_sent(spark, cluster, bk: BookKeeper) -> None:
+    """A LogProducer's records with headers (envelope v2 ledgers) come back through Spark with
+    includeHeaders: key, timestamp and headers as sent; a record sent without headers has none."""
+    uri, name = cluster.metadata_service_uri, fresh("prodhdr")
+    with bk.open_log_producer(name, max_records=4, linger_ms=60_000) as producer:
+        futures = [producer.send(b"%d" % i, key=b"k%d" % i, timestamp=T0 + i,
+                                 headers=[("i", b"%d" % i), ("none", None)] if i % 2 == 0 else None)
+                   for i in range(8)]
+        producer.flush()
+        for fut in futures:
+            fut.result(60)
+    assert [led.envelope for led in bk.log_metadata(name).ledgers] == [env.V2, env.V2]
+    df = reader(spark, uri, log=name, includeHeaders="true")
+    got = {int(r.value): r for r in df.selectExpr("CAST(value AS STRING) AS value", "key",
+                                                  "unix_millis(timestamp) AS ms", "headers").collect()}
+    assert sorted(got) == list(range(8))
+    for i, r in got.items():
+        assert (bytes(r.key), r.ms) == (b"k%d" % i, T0 + i)
+        want = [("i", b"%d" % i), ("none", None)] if i % 2 == 0 else None
+        assert (None if r.headers is None else [(h.key, h.value and bytes(h.value)) for h in r.headers]) == want
