@@ -113,8 +113,9 @@ def _enveloped(value: bytes, key: bytes | None, timestamp: Timestamp | None,
             raise InvalidOptionError(f"send: {what} must be bytes, got {type(got).__name__}")
     if timestamp is None:
         ts_us = time.time_ns() // 1000
-    elif isinstance(timestamp, datetime.datetime):
-        ts_us = int(timestamp.timestamp() * 1_000_000)
+    elif isinstance(timestamp, datetime.datetime):   # naive: UTC, as LogWriter.append reads it
+        moment = timestamp if timestamp.tzinfo is not None else timestamp.replace(tzinfo=datetime.UTC)
+        ts_us = int(moment.timestamp() * 1_000_000)
     elif isinstance(timestamp, int) and not isinstance(timestamp, bool):
         ts_us = timestamp * 1000
     else:

@@ -36,3 +36,15 @@ def test_a_v1_record_in_a_v2_batch_is_re_enveloped() -> None:
 def test_bad_headers_are_refused_clearly(headers: object) -> None:
     with pytest.raises(InvalidOptionError, match="send: "):
         _enveloped(b"v", None, None, headers)  # type: ignore[arg-type]
+
+
+def test_a_naive_datetime_is_utc_for_a_producer_as_for_a_writer():
+    """A producer reads a naive datetime as UTC, as LogWriter.append does (records.timestamp_us), not as the
+    machine's local time."""
+    import datetime
+
+    from bkledger.client.log import producer, records
+
+    naive = datetime.datetime(2026, 1, 31, 12, 0, 0)
+    _stored, ts_us, _version = producer._enveloped(b"v", None, naive, None)
+    assert ts_us == records.timestamp_us(naive, 0) == records.timestamp_us(naive.replace(tzinfo=datetime.UTC), 0)
