@@ -62,6 +62,7 @@ from bkledger.client.protocol.metadata import LedgerState
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.log.compaction import CompactionResult, CompactionTask
+    from bkledger.client.log.offload import OffloadResult
     from bkledger.client.log.reader import LogReader, StartSpec
     from bkledger.client.log.writer import LogWriter
 
@@ -156,14 +157,53 @@ def describe_log(meta: LogMetadata) -> list[str]:
     ]
     if meta.committed_batches:
         lines.append(f"committed batches   {dict(sorted(meta.committed_batches.items()))}")
+    lines += describe_tiers(meta)
     lines.append(f"{'ledger_id':>12}{'first_pos':>12}{'entries':>10}{'bytes':>12}  state")
     for led in meta.ledgers:
         state = "closed" if led.sealed else "open"
-        if led.replaced:
+        if led.offloaded is not None:
+            state += f", offloaded to {led.offloaded[0]} (table version {led.offloaded[1]})"
+        elif led.replaced:
             state += f", compacted: replaces {len(led.replaced)} ledgers {led.replaced[0][0]}..{led.replaced[-1][0]}"
         lines.append(f"{led.ledger_id:>12}{show(led.first_position):>12}{show(led.entries):>10}"
                      f"{show(led.size):>12}  {state}")
     return lines
+
+
+def describe_tiers(meta: LogMetadata) -> list[str]:
+    """The tiers of a log (`bkledger log describe`): ledgers on bookies and files offloaded to its table,
+    each with its bytes and oldest and newest position, and the table's URI and version."""
+    from bkledger.client.log.core import offload as ol
+
+    state = ol.state(meta)
+    if state.uri is None:
+        return []
+    tiers = {True: [led for led in meta.ledgers if led.offloaded is not None],
+             False: [led for led in meta.ledgers if led.offloaded is None]}
+
+    def span(ledgers: list[LogLedger]) -> str:
+        if not ledgers:
+            return "-"
+        last = ledgers[-1]
+        end = f"{last.replaced[-1][0] if last.replaced else last.ledger_id}:"
+        if last.entries is None:
+            end += "(open)"
+        else:
+            tail = lm.logical_ledgers(dataclasses.replace(meta, ledgers=(last,)))[-1]
+            end += str((tail.entries or 0) - 1)
+        return f"{ledgers[0].key}:0 .. {end}"
+
+    def bytes_of(ledgers: list[LogLedger]) -> int:
+        return sum(led.size or 0 for led in ledgers)
+
+    return [
+        f"on bookies          {len(tiers[False])} ledgers, {bytes_of(tiers[False])} bytes, "
+        f"positions {span(tiers[False])}",
+        f"offloaded           {len(tiers[True])} files, {sum(led.entries or 0 for led in tiers[True])} entries, "
+        f"{bytes_of(tiers[True])} bytes, positions {span(tiers[True])}",
+        f"table               {state.uri.rstrip('/')}/{ol.table_dir(meta.name)} (version {state.version}, "
+        f"run {state.run})",
+    ]
 
 
 def show_float(value: float | None) -> str:
@@ -445,6 +485,20 @@ class LogsMixin:
         bk._check_open()
         return CompactionTask(bk, interval_s, names, target_bytes=target_bytes, min_ledgers=min_ledgers,
                               grace_s=grace_s)
+
+    def offload_log(self, name: str, store_uri: str | None = None, *,
+                    storage_options: Mapping[str, str] | None = None, max_file_bytes: int = 64 * 1024 * 1024,
+                    password: bytes = b"") -> OffloadResult:
+        """Write the log's sealed ledgers (all but its last two) as Parquet files into its Delta table at
+        `store_uri` (a directory, `s3://...`; see `client.log.offload_store`), then point the log's records
+        at them in ONE CAS. Idempotent and crash-safe: a rerun finishes a run a crash left. Positions keep
+        working; `open_log_reader` reads the offloaded history from the table. See `client.log.offload`."""
+        from bkledger.client.log.offload import offload_log
+
+        bk = _bk(self)
+        bk._check_open()
+        return offload_log(bk, name, store_uri, storage_options=storage_options, max_file_bytes=max_file_bytes,
+                           password=password)
 
     def append_ledgers(self, name: str, ledger_ids: Iterable[int], *,
                        commit_marker: tuple[str, int] | None = None, password: bytes = b"",

@@ -1,0 +1,163 @@
+"""Offload of a log's sealed ledgers to a Delta table on real bookies and a real ZooKeeper: the same
+records at the same positions before and after, read by `open_log_reader` across the seam and by
+`deltalake` from the table; positions held before still resolve; reruns add nothing twice; compaction
+and offload compose; the CLI verb does the same."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from bkledger.bookie.cli import main as cli_main
+from bkledger.client import BookKeeper
+from bkledger.client.errors import InvalidOptionError
+from bkledger.client.log.core import offload as ol
+from bkledger.client.log.core.meta import Position
+from bkledger.client.log.offload import join_payloads
+from bkledger.spark_connector import envelope as env
+from tests.integration.conftest import start_cluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator:
+    made = start_cluster(tmp_path_factory.mktemp("offload"), zookeeper, 3)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+@pytest.fixture
+def bk(cluster) -> Iterator[BookKeeper]:
+    client = BookKeeper(cluster.metadata_service_uri)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def name() -> str:
+    return f"log-{uuid.uuid4().hex[:8]}"
+
+
+def read_all(bk: BookKeeper, name: str, start: object = "earliest") -> list[tuple[Position, bytes]]:
+    with bk.open_log_reader(name, start) as reader:  # type: ignore[arg-type]
+        return [(r.position, r.payload) for r in reader.read(timeout=0.5)]
+
+
+def write(bk: BookKeeper, name: str, count: int, per_ledger: int, *, enveloped: bool, first: int = 0
+          ) -> list[Position]:
+    def record(i: int) -> bytes:
+        if not enveloped:
+            return b"rec-%05d" % i
+        key = None if i % 3 == 0 else b"k%d" % (i % 7)
+        stamp = None if i % 5 == 0 else 1_700_000_000_000_000 + i
+        return env.encode(key, stamp, b"value-%05d" % i)
+
+    with bk.open_log_writer(name, roll_entries=per_ledger, envelope=1 if enveloped else 0) as w:
+        return [w.append(record(i)) for i in range(first, first + count)]
+
+
+def table_rows(bk: BookKeeper, name: str) -> list[tuple[Position, bytes]]:
+    """Every row of the log's Delta table as (position, payload), read with deltalake (a SubTreeFileSystem:
+    the abort-at-exit pitfall), in the table's file order sorted by position."""
+    from deltalake import DeltaTable
+
+    meta = bk.log_metadata(name)
+    uri = ol.state(meta).uri
+    assert uri is not None
+    root = f"{uri}/{ol.table_dir(name)}"
+    dt = DeltaTable(root)
+    rows = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())).to_table()
+    envelopes = {led.offloaded[0]: led.envelope for led in meta.ledgers if led.offloaded is not None}
+    kinds = set(envelopes.values())
+    assert len(kinds) <= 1
+    payloads = join_payloads(rows, kinds.pop() or 0 if kinds else 0)
+    got = [(Position(lid, eid), p) for lid, eid, p in zip(rows.column("ledger_id").to_pylist(),
+                                                          rows.column("entry_id").to_pylist(), payloads, strict=True)]
+    return sorted(got)
+
+
+@pytest.mark.parametrize("enveloped", [False, True])
+def test_offload_then_read_back_byte_for_byte(bk, name, tmp_path, enveloped):
+    """Sealed ledgers go to the table, all but the last two; open_log_reader returns every record, in order,
+    same bytes at the same positions, across the seam (from the start and from positions held before);
+    deltalake reads exactly the offloaded records from the table; the log's offsets still hold."""
+    positions = write(bk, name, 60, 5, enveloped=enveloped)
+    before = read_all(bk, name)
+    assert [p for p, _ in before] == positions
+    done = bk.offload_log(name, str(tmp_path / "store"))
+    meta = bk.log_metadata(name)
+    ledgers = sorted({p.ledger_id for p in positions})
+    assert done.run == 1 and done.version == 0 and done.entries == 50
+    assert [ids for _, ids in done.files] == [ledgers[:10]]
+    assert meta.logical_ids == ledgers
+    assert [led.offloaded is not None for led in meta.ledgers] == [True, False, False]
+    assert read_all(bk, name) == before
+    for at in (0, 3, 25, 49, 50, 51, 59):
+        assert read_all(bk, name, positions[at]) == before[at:]
+    assert table_rows(bk, name) == before[:50]
+    bk.delete_ledgers(ledgers[:10])                 # the bookie copies gone: the history is the table's alone
+    assert read_all(bk, name) == before
+    assert read_all(bk, name, positions[12]) == before[12:]
+    rec = meta.ledgers[0]
+    assert rec.first_position == 0 and rec.entries == 50 and meta.ledgers[1].first_position == 50
+
+
+def test_reruns_add_nothing_twice_and_later_runs_extend_the_table(bk, name, tmp_path):
+    """A second run right after the first has nothing to do; after more writes a second run offloads the
+    next sealed ledgers (run 2, table version 1); the table holds each record once; another store is
+    refused (the log records its own)."""
+    store = str(tmp_path / "store")
+    positions = write(bk, name, 20, 4, enveloped=False)
+    first = bk.offload_log(name, store)
+    again = bk.offload_log(name)
+    assert first.run == 1 and again.run == 1 and again.files == []
+    positions += write(bk, name, 20, 4, enveloped=False, first=20)
+    before = read_all(bk, name)
+    assert [p for p, _ in before] == positions
+    second = bk.offload_log(name)
+    assert second.run == 2 and second.version == 1
+    meta = bk.log_metadata(name)
+    assert [led.offloaded is not None for led in meta.ledgers] == [True, True, False, False]
+    assert read_all(bk, name) == before
+    assert table_rows(bk, name) == before[:meta.ledgers[2].first_position]
+    with pytest.raises(InvalidOptionError, match="offloads to"):
+        bk.offload_log(name, str(tmp_path / "elsewhere"))
+
+
+def test_compaction_and_offload_compose(bk, name, tmp_path):
+    """Compacted ledgers are offloaded by their logical ledgers (positions kept); compaction leaves
+    offloaded records alone."""
+    positions = write(bk, name, 36, 3, enveloped=False)
+    before = read_all(bk, name)
+    bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0)
+    assert len(bk.log_metadata(name).ledgers) == 3
+    done = bk.offload_log(name, str(tmp_path / "store"))
+    assert done.entries == 30
+    assert read_all(bk, name) == before
+    assert read_all(bk, name, positions[7]) == before[7:]
+    assert table_rows(bk, name) == before[:30]
+    assert bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0).compacted == []
+
+
+def test_cli_offload_and_describe_show_tiers(bk, name, cluster, tmp_path, capsys):
+    """`bkledger log offload NAME --store URI` offloads; `bkledger log describe` shows the tiers."""
+    write(bk, name, 12, 3, enveloped=False)
+    before = read_all(bk, name)
+    uri = ["--uri", cluster.metadata_service_uri]
+    assert cli_main(["log", "offload", name, "--store", str(tmp_path / "store"), "--json", *uri]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run"] == 1 and out["entries"] == 6
+    assert read_all(bk, name) == before
+    assert cli_main(["log", "describe", name, *uri]) == 0
+    text = capsys.readouterr().out
+    assert "offloaded" in text and "on bookies" in text and str(Path(tmp_path / "store")) in text
