@@ -32,11 +32,11 @@ def killed_after(call: Callable[..., Any]) -> Callable[..., Any]:
 def main() -> None:
     uri, name, store, max_file_bytes, step = sys.argv[1:6]
     if step == "parquet":
-        offload_store.write_file = killed_after(offload_store.write_file)  # type: ignore[assignment]
+        offload_store.write_file = killed_after(offload_store.write_file)
     elif step == "delta":
-        offload_store.commit = killed_after(offload_store.commit)          # type: ignore[assignment]
+        offload_store.commit = killed_after(offload_store.commit)
     elif step == "cas":
-        offload.commit_changes = killed_after(offload.commit_changes)      # type: ignore[assignment]
+        offload.commit_changes = killed_after(offload.commit_changes)
     else:
         raise SystemExit(f"unknown step {step!r}")
     with BookKeeper(uri) as bk:
