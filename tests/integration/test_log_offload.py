@@ -15,7 +15,7 @@ import pytest
 
 from bkledger.bookie.cli import main as cli_main
 from bkledger.client import BookKeeper
-from bkledger.client.errors import InvalidOptionError
+from bkledger.client.errors import InvalidOptionError, OffloadedLogError
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core.meta import Position
 from bkledger.client.log.offload import join_payloads
@@ -161,3 +161,17 @@ def test_cli_offload_and_describe_show_tiers(bk, name, cluster, tmp_path, capsys
     assert cli_main(["log", "describe", name, *uri]) == 0
     text = capsys.readouterr().out
     assert "offloaded" in text and "on bookies" in text and str(Path(tmp_path / "store")) in text
+
+
+def test_spark_planning_refuses_an_offloaded_log_clearly(bk, name, tmp_path):
+    """format("bkledger") does not read offloaded history yet: its planning raises OffloadedLogError
+    naming the table (not a read of bookie copies that may be gone)."""
+    from bkledger.spark_connector.batch_reader import discover
+    from bkledger.spark_connector.options import parse_read_options
+
+    write(bk, name, 12, 3, enveloped=False)
+    opts = parse_read_options({"log": name, "metadataserviceuri": "zk://unused/ledgers"})
+    assert discover(bk, opts)                                             # planned from bookies before
+    bk.offload_log(name, str(tmp_path / "store"))
+    with pytest.raises(OffloadedLogError, match="offloaded history"):
+        discover(bk, opts)

@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bkledger.client.errors import OffloadedLogError
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogLedger, LogMetadata
@@ -224,3 +225,14 @@ def record_from_json(raw: Mapping[str, Any], path: str, version: int) -> LogLedg
                          (path, version))
     except (TypeError, KeyError, ValueError) as exc:
         raise ValueError(f"offloaded file {path}: its footer does not describe an offload record: {exc}") from exc
+
+
+def refuse_offloaded(meta: LogMetadata, reader: str) -> None:
+    """OffloadedLogError if the log has offloaded history: for readers that read ledgers on bookies only
+    (they would read the bookie copies, or fail when those are gone, instead of the table)."""
+    files = offloaded_files(meta)
+    if files:
+        raise OffloadedLogError(
+            f"log {meta.name!r} has offloaded history ({len(files)} files in its Delta table at "
+            f"{state(meta).uri!r}); {reader} does not read offloaded history yet: read it with "
+            "open_log_reader, or the table with deltalake / Polars / Spark's Parquet reader")
