@@ -175,3 +175,28 @@ def test_spark_planning_refuses_an_offloaded_log_clearly(bk, name, tmp_path):
     bk.offload_log(name, str(tmp_path / "store"))
     with pytest.raises(OffloadedLogError, match="offloaded history"):
         discover(bk, opts)
+
+
+def test_a_log_changed_between_commit_and_swap_keeps_table_and_log_equal(bk, name, tmp_path, monkeypatch):
+    """A truncation that lands after the Delta commit and before the swap: the files of the truncated
+    ledgers are not swapped in and are removed from the table; the rest are; readers of the log and of
+    the table see the same offloaded records, once."""
+    from bkledger.client.log import offload_store
+
+    positions = write(bk, name, 24, 3, enveloped=False)
+    ledgers = sorted({p.ledger_id for p in positions})
+    real_commit = offload_store.commit
+
+    def commit_then_truncate(*args: object, **kwargs: object) -> int:
+        version = real_commit(*args, **kwargs)
+        bk.truncate_log(name, before=Position(ledgers[2], 0))
+        return version
+
+    monkeypatch.setattr(offload_store, "commit", commit_then_truncate)
+    done = bk.offload_log(name, str(tmp_path / "store"), max_file_bytes=60)      # two ledgers a file
+    monkeypatch.undo()
+    assert len(done.removed) == 1 and done.removed[0].endswith(f"-{ledgers[0]}-{ledgers[1]}.parquet")
+    assert [ids for _, ids in done.files] == [ledgers[2:4], ledgers[4:6]]
+    after = read_all(bk, name)
+    assert after == read_all(bk, name, positions[6]) and [p for p, _ in after] == positions[6:]
+    assert table_rows(bk, name) == after[:12]
