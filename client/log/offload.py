@@ -6,12 +6,14 @@ the bookies (as compaction copies them), writes them as Parquet files into the l
 (`bkledger-offload:<log>`, run number), then swaps the log's records to point at the files in ONE CAS of
 the log's head (the run number and table version recorded with them).
 
-Crash at any step, then a rerun: before the commit, the run's files are invisible to Delta readers and the
-rerun deletes and rewrites them; after the commit (the table names the run), the rerun reads the files'
-footers and swaps them in without writing anything; after the swap, the log records the run and the next
-run starts. Records whose ledgers the log no longer holds as planned (truncated or rewritten between the
-commit and the swap) are not swapped in, and their files are removed from the table, so the table holds
-exactly the log's offloaded history. The bookie copies of offloaded ledgers are left where they are.
+Crash at any step, then a rerun: before the commit, the run's files are invisible to Delta readers; the
+rerun writes its own (each attempt names its files with a token of its own) and, once its commit landed,
+deletes the files of the run that no commit names. After the commit (the table names the run), the rerun
+reads the files' footers and swaps them in without writing anything; after the swap, the log records the
+run and the next run starts. Records whose ledgers the log no longer holds as planned (truncated or
+rewritten between the commit and the swap) are not swapped in, and their files are removed from the
+table, so the table holds exactly the log's offloaded history. The bookie copies of offloaded ledgers
+are left where they are.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -79,9 +82,16 @@ def offload_log(bk: BookKeeper, name: str, store_uri: str | None = None, *,
     groups = ol.plan(meta, _envelopes(bk, meta), max_file_bytes)
     if not groups:
         return OffloadResult(before.run, table.uri, before.version, [])
-    store_io.drop_uncommitted(table, run, store_io.committed_files(dt) if dt is not None else [])
-    written = [_write_group(bk, table, run, group, password) for group in groups]
-    version = store_io.commit(table, dt, [(f, size, stats) for f, size, stats, _ in written], app, run)
+    token = uuid.uuid4().hex[:8]
+    written: list[tuple[str, int, str, LogLedger]] = []
+    try:
+        for group in groups:
+            written.append(_write_group(bk, table, run, group, token, password))
+        version = store_io.commit(table, dt, [(f, size, stats) for f, size, stats, _ in written], app, run)
+    except BaseException:                       # this attempt's files (its token), written or half-written
+        store_io.drop_own_uncommitted(table, [ol.file_name(run, group, token) for group in groups])
+        raise
+    store_io.drop_uncommitted(table, run, [f for f, _, _, _ in written])
     records = [dataclasses.replace(rec, offloaded=(f, version)) for f, _, _, rec in written]
     log.info("log %r: offload run %d committed %d files at table version %d", name, run, len(records), version)
     return _swap(bk, name, table, uri, run, version, records)
@@ -109,6 +119,7 @@ def _resume(bk: BookKeeper, name: str, table: store_io.TableStore, uri: str, run
     """The run's Delta commit landed but its swap did not: swap in the files it committed."""
     version = int(dt.version())
     names = [f for f in store_io.committed_files(dt) if ol.run_of_file(f) == run]
+    store_io.drop_uncommitted(table, run, names)
     records = sorted((store_io.read_footer(table, f, version) for f in names), key=lambda rec: rec.key)
     log.info("log %r: offload run %d was committed (table version %d) but not swapped in: swapping %d files",
              name, run, version, len(records))
@@ -146,15 +157,15 @@ def _swap(bk: BookKeeper, name: str, table: store_io.TableStore, uri: str, run: 
 
 
 # ---- one file -------------------------------------------------------------------------------------------
-def _write_group(bk: BookKeeper, table: store_io.TableStore, run: int, group: ol.Group, password: bytes
-                 ) -> tuple[str, int, str, LogLedger]:
+def _write_group(bk: BookKeeper, table: store_io.TableStore, run: int, group: ol.Group, token: str,
+                 password: bytes) -> tuple[str, int, str, LogLedger]:
     """Read the group's entries from the bookies and write its file; (file, size, stats, record)."""
     payloads = [p for chunk in _payloads_in_order(bk, [led.ledger_id for led in group.ledgers], password, {})
                 for p in chunk]
     if len(payloads) != group.entries:
         raise OffloadError(f"ledgers {[led.ledger_id for led in group.ledgers]}: read {len(payloads)} entries, "
                            f"the log records {group.entries}; nothing was offloaded")
-    name = ol.file_name(run, group)
+    name = ol.file_name(run, group, token)
     record = ol.offloaded_record(group, name, 0, now_ms())
     size, stats = store_io.write_file(table, name, rows_of(group, payloads), record)
     return name, size, stats, record

@@ -17,6 +17,7 @@ after a crash can swap committed files in without rewriting them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -140,7 +141,9 @@ def read_footer(store: TableStore, name: str, version: int) -> LogLedger:
 
 
 def drop_uncommitted(store: TableStore, run: int, committed: Sequence[str]) -> None:
-    """Delete the files of `run` a crashed attempt left that no commit names."""
+    """Delete the files of `run` that the table does not name (`committed`: those it does), left by an
+    attempt that crashed or lost the commit. Called once the run's commit landed: no attempt at it can
+    commit after that (its snapshot is older than a commit of the same application transaction)."""
     try:
         found = store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True))
     except (OSError, pa.ArrowException):
@@ -148,7 +151,29 @@ def drop_uncommitted(store: TableStore, run: int, committed: Sequence[str]) -> N
     for info in found:
         name = info.path.rsplit("/", 1)[-1]
         if ol.run_of_file(name) == run and name not in committed:
-            store.fs.delete_file(info.path)
+            _delete(store, info.path)
+
+
+def _delete(store: TableStore, path: str) -> None:
+    """Delete a file; one that is gone already (another attempt deleted it) is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        store.fs.delete_file(path)
+
+
+def drop_own_uncommitted(store: TableStore, names: Sequence[str]) -> None:
+    """After a failed attempt: delete the files it wrote that the table does not name (if the table
+    cannot be read, they stay: a file a commit names is never deleted)."""
+    try:
+        dt = _table(store)
+        committed = set(committed_files(dt)) if dt is not None else set()
+        for name in names:
+            if name not in committed:
+                _delete(store, store.path(name))
+    except Exception as exc:                # noqa: BLE001 - the attempt's own error is the one to raise
+        import logging
+
+        logging.getLogger("bkledger.logs").warning("offload: could not delete the uncommitted files %s of %s: %s",
+                                                   list(names), store.uri, exc)
 
 
 # ---- Delta --------------------------------------------------------------------------------------------
@@ -160,9 +185,22 @@ def _table(store: TableStore) -> Any:
 
 
 def committed_run(store: TableStore, app: str) -> tuple[int | None, Any]:
-    """(the last run the table's commits name for `app`, the table object read; None, None if no table)."""
+    """(the last run the table's commits name for `app`, the table object read), the table created empty
+    first if there is none. Runs are committed only on such an object (`commit`): two creates racing may
+    both land, a create with files would not be checked against a concurrent run (both would land)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
     dt = _table(store)
-    return (None, None) if dt is None else (dt.transaction_version(app), dt)
+    if dt is None:
+        try:
+            DeltaTable.create(store.uri, SCHEMA, mode="ignore", storage_options=dict(store.options))
+        except DeltaError as exc:
+            if _table(store) is None:
+                raise OffloadError(f"the offload table at {store.uri!r} cannot be created: {exc}") from exc
+        dt = _table(store)
+        assert dt is not None
+    return dt.transaction_version(app), dt
 
 
 def committed_files(dt: Any) -> list[str]:
@@ -172,22 +210,18 @@ def committed_files(dt: Any) -> list[str]:
 
 def commit(store: TableStore, dt: Any, files: Sequence[tuple[str, int, str]], app: str, run: int) -> int:
     """Commit the written files (name, size, stats) as one Delta version carrying (app, run); built on
-    the table object `dt` that was checked, so a commit of the same app landing meanwhile fails it
+    the table object `dt` that was checked (`committed_run`), so a commit of the same app landing meanwhile fails it
     (deltalake's conflict check). The new version; OffloadError if the commit failed."""
-    from deltalake import CommitProperties, Schema, Transaction
+    from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError, DeltaError
-    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from deltalake.transaction import AddAction
 
     now = int(time.time() * 1000)
     adds = [AddAction(name, size, {}, now, True, stats) for name, size, stats in files]
     props = CommitProperties(app_transactions=[Transaction(app, run)],
                              custom_metadata={"bkledger.offload.run": str(run)})
     try:
-        if dt is None:
-            create_table_with_add_actions(store.uri, Schema.from_arrow(SCHEMA), adds, mode="error",
-                                          storage_options=dict(store.options), commit_properties=props)
-        else:
-            dt.create_write_transaction(adds, "append", SCHEMA, commit_properties=props)
+        dt.create_write_transaction(adds, "append", SCHEMA, commit_properties=props)
     except (CommitFailedError, DeltaError) as exc:
         raise OffloadError(f"offload run {run}: the Delta commit failed ({exc}); rerun the offload") from exc
     table = _table(store)

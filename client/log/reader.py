@@ -304,9 +304,9 @@ class LogReader:
             if self._ledger_id in self._meta.logical_ids:
                 where = lm.locate(self._meta, self._ledger_id)
                 physical = self._ledger_id if self._where is None else self._where.physical
-                if where is None or where.physical == physical:
+                if where is None or (where.physical == physical and where.offloaded is None):
                     raise
-                self._go(self._ledger_id, self._next)     # compacted meanwhile: read it where it is now
+                self._go(self._ledger_id, self._next)     # compacted or offloaded meanwhile: read it there
                 return None
             self._data_lost(f"ledger {self._ledger_id} was truncated while this reader was at {self._position}")
             return None

@@ -97,7 +97,7 @@ def test_offload_then_read_back_byte_for_byte(bk, name, tmp_path, enveloped):
     done = bk.offload_log(name, str(tmp_path / "store"))
     meta = bk.log_metadata(name)
     ledgers = sorted({p.ledger_id for p in positions})
-    assert done.run == 1 and done.version == 0 and done.entries == 50
+    assert done.run == 1 and done.version == 1 and done.entries == 50
     assert [ids for _, ids in done.files] == [ledgers[:10]]
     assert meta.logical_ids == ledgers
     assert [led.offloaded is not None for led in meta.ledgers] == [True, False, False]
@@ -125,7 +125,7 @@ def test_reruns_add_nothing_twice_and_later_runs_extend_the_table(bk, name, tmp_
     before = read_all(bk, name)
     assert [p for p, _ in before] == positions
     second = bk.offload_log(name)
-    assert second.run == 2 and second.version == 1
+    assert second.run == 2 and second.version == 2
     meta = bk.log_metadata(name)
     assert [led.offloaded is not None for led in meta.ledgers] == [True, True, False, False]
     assert read_all(bk, name) == before
@@ -195,7 +195,7 @@ def test_a_log_changed_between_commit_and_swap_keeps_table_and_log_equal(bk, nam
     monkeypatch.setattr(offload_store, "commit", commit_then_truncate)
     done = bk.offload_log(name, str(tmp_path / "store"), max_file_bytes=60)      # two ledgers a file
     monkeypatch.undo()
-    assert len(done.removed) == 1 and done.removed[0].endswith(f"-{ledgers[0]}-{ledgers[1]}.parquet")
+    assert len(done.removed) == 1 and done.removed[0].startswith(f"run-00000001-{ledgers[0]}-{ledgers[1]}-")
     assert [ids for _, ids in done.files] == [ledgers[2:4], ledgers[4:6]]
     after = read_all(bk, name)
     assert after == read_all(bk, name, positions[6]) and [p for p, _ in after] == positions[6:]

@@ -85,3 +85,34 @@ def test_kill_9_at_each_step_then_rerun(bk, cluster, tmp_path, step, earlier_run
     assert offloaded == len(before) - 6                                   # all but the last two ledgers
     assert table_rows(bk, name) == before[:offloaded]
     folder_matches_table(bk, name, store)
+
+
+def test_two_offloaders_at_once_offload_each_record_once(bk, cluster, tmp_path):
+    """Two offloaders race on one log (threads, each its own client): the table's conflict check on the
+    run's application transaction and the log's CAS let one run land; the other fails cleanly or
+    finishes the same run; a rerun after them has nothing left to do. Each record once, no stray file."""
+    import concurrent.futures
+
+    from bkledger.client.errors import BKError
+
+    name = f"log-{uuid.uuid4().hex[:8]}"
+    store = str(tmp_path / "store")
+    write(bk, name, 30, 3, enveloped=False)
+    before = read_all(bk, name)
+
+    def offload_once() -> object:
+        with BookKeeper(cluster.metadata_service_uri) as other:
+            try:
+                return other.offload_log(name, store, max_file_bytes=FILE_BYTES)
+            except BKError as exc:
+                return exc
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda _: offload_once(), range(2)))
+    assert any(not isinstance(o, BaseException) for o in outcomes), outcomes
+    bk.offload_log(name, store, max_file_bytes=FILE_BYTES)
+    meta = bk.log_metadata(name)
+    assert ol.state(meta).run == 1
+    assert read_all(bk, name) == before
+    assert table_rows(bk, name) == before[:24]
+    folder_matches_table(bk, name, store)

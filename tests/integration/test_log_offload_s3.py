@@ -96,7 +96,7 @@ def test_offload_to_s3_reads_back_across_the_seam(bk, s3_env, s3_endpoint, tmp_p
     positions = write(bk, name, 40, 4, enveloped=True)
     before = read_all(bk, name)
     done = bk.offload_log(name, store)
-    assert done.table_uri == f"s3://{BUCKET}/tables/{name}" and done.entries == 32 and done.version == 0
+    assert done.table_uri == f"s3://{BUCKET}/tables/{name}" and done.entries == 32 and done.version == 1
     assert bk.offload_log(name).files == []
     meta = bk.log_metadata(name)
     bk.delete_ledgers(sorted({p.ledger_id for p in positions})[:8])

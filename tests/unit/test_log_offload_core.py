@@ -24,7 +24,7 @@ ZERO = {i: 0 for i in range(100)}          # the ledgers' envelope versions: bar
 
 
 def offload(meta: LogMetadata, groups: list[ol.Group], run: int = 1, version: int = 0) -> LogMetadata:
-    records = [ol.offloaded_record(g, ol.file_name(run, g), version, 7) for g in groups]
+    records = [ol.offloaded_record(g, ol.file_name(run, g, "t0"), version, 7) for g in groups]
     got = ol.with_offloaded(meta, records, run, URI, version)
     assert got is not None and got[1] == []
     return got[0]
@@ -55,7 +55,7 @@ def test_positions_resolve_through_an_offloaded_record_and_the_swap_records_the_
     meta = log_of((1, 2, 20), (2, 0, 0), (3, 3, 30), (4, 1, 10), (5, 1, 10))
     done = offload(meta, ol.plan(meta, ZERO, 1000))
     rec = done.ledgers[0]
-    assert rec.ledger_id == 1 and rec.offloaded == ("run-00000001-1-3.parquet", 0) and rec.entries == 5
+    assert rec.ledger_id == 1 and rec.offloaded == ("run-00000001-1-3-t0.parquet", 0) and rec.entries == 5
     assert done.logical_ids == [1, 2, 3, 4, 5] and done.ledger_ids == [1, 4, 5]
     where = lm.locate(done, 3)
     assert where is not None and (where.base, where.entries, where.first_position) == (2, 3, 2)
@@ -70,7 +70,7 @@ def test_the_swap_skips_records_whose_ledgers_changed_and_matches_compacted_ones
     meta = log_of((1, 2, 20), (2, 1, 10), (3, 3, 30), (4, 1, 10), (5, 1, 10), (6, 1, 1))
     groups = ol.plan(meta, ZERO, 30)
     assert [[led.ledger_id for led in g.ledgers] for g in groups] == [[1, 2], [3], [4]]
-    records = [ol.offloaded_record(g, ol.file_name(1, g), 0, 7) for g in groups]
+    records = [ol.offloaded_record(g, ol.file_name(1, g, "t0"), 0, 7) for g in groups]
     truncated, _ = lm.truncated_before(meta, lm.Position(3, 0))
     new, skipped = ol.with_offloaded(truncated, records, 1, URI, 0) or (None, None)
     assert new is not None and skipped == records[:1]
@@ -90,7 +90,7 @@ def test_stored_forms_keep_the_offloaded_reference():
     segment = st.encode_segment(done.ledgers)
     assert st.decode_segment("orders", 0, segment) == done.ledgers                        # format 2
     with pytest.raises(ValueError, match="offloaded"):
-        st.decode_segment("orders", 0, segment.replace(b'"run-00000001-1-2.parquet",0', b'"",0'))
+        st.decode_segment("orders", 0, segment.replace(b'"run-00000001-1-2-t0.parquet",0', b'"",0'))
     with pytest.raises(ValueError, match="offloaded"):
         lm.parse_offloaded(["f.parquet", -1])
     assert ol.record_from_json(ol.record_json(done.ledgers[0]), "f.parquet", 3) == \
@@ -114,7 +114,7 @@ def test_compaction_leaves_offloaded_records_alone_and_spark_planning_refuses_th
 def test_table_folder_names_are_safe_and_distinct():
     assert ol.table_dir("orders-2026.v1") == "orders-2026.v1"
     assert ol.table_dir("a/b") != ol.table_dir("a_b") and "/" not in ol.table_dir("a/b")
-    assert ol.table_dir("..") != ".." and ol.run_of_file("run-00000012-5-9.parquet") == 12
+    assert ol.table_dir("..") != ".." and ol.run_of_file("run-00000012-5-9-ab12.parquet") == 12
     assert ol.run_of_file("part-0.parquet") is None
 
 

@@ -91,13 +91,15 @@ def table_dir(name: str) -> str:
     return f"{safe[:80]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
 
 
-def file_name(run: int, group: Group) -> str:
+def file_name(run: int, group: Group, token: str) -> str:
+    """The file of a group: its run, first and last logical ledger, and the writing attempt's `token` (two
+    attempts at one run never write the same file: the one whose commit lands names only its own)."""
     ids = [loc.ledger_id for loc in group.logical]
-    return f"{FILE_PREFIX}{run:08d}-{ids[0]}-{ids[-1]}.parquet"
+    return f"{FILE_PREFIX}{run:08d}-{ids[0]}-{ids[-1]}-{token}.parquet"
 
 
 def run_of_file(path: str) -> int | None:
-    got = re.fullmatch(rf"{FILE_PREFIX}(\d+)-\d+-\d+\.parquet", path.rsplit("/", 1)[-1])
+    got = re.fullmatch(rf"{FILE_PREFIX}(\d+)-\d+-\d+-[0-9a-z]+\.parquet", path.rsplit("/", 1)[-1])
     return int(got.group(1)) if got else None
 
 
