@@ -42,6 +42,7 @@ from bkledger.client.errors import (
 )
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.store import (
@@ -79,6 +80,7 @@ def _replaced_not_deleted(bk: BookKeeper, loaded: LoadedLog) -> list[int]:
     """Ledgers that compactions of the log replaced and that still wait for their grace period (listed in
     the head or in its `pending-*` child znodes): the log no longer lists them, but they are its data."""
     _, ids, znodes = cp.without_due(loaded.meta, _EVERYTHING_DUE_MS)
+    znodes += [c for c in bk.store.children(loaded.path) if c.startswith(ol.UNLISTED_PREFIX)]    # offload's
     for znode in znodes:
         got = bk.store.get(f"{loaded.path}/{znode}")
         if got is not None:

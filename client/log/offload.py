@@ -13,7 +13,9 @@ reads the files' footers and swaps them in without writing anything; after the s
 run and the next run starts. Records whose ledgers the log no longer holds as planned (truncated or
 rewritten between the commit and the swap) are not swapped in, and their files are removed from the
 table, so the table holds exactly the log's offloaded history. The bookie copies of offloaded ledgers
-are left where they are.
+are left where they are: the log still lists their ids (in the offloaded records), and the swap names
+the compacted ledgers it leaves unlisted in a child znode of the log (`offloaded-<run>`), so that
+`delete_log` and a later deletion after a lag find them.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import pyarrow as pa
 from bkledger.client.errors import InvalidOptionError, LogUpdateConflictError, MetadataVersionError, OffloadError
 from bkledger.client.log import offload_store as store_io
 from bkledger.client.log.compaction import _payloads_in_order
+from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core.meta import LogLedger, LogMetadata
 from bkledger.client.log.store import LOG_UPDATE_ATTEMPTS, commit_changes, now_ms, prepare_change, require_loaded
+from bkledger.client.meta.zksession import ZkOp
 
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
@@ -137,8 +141,14 @@ def _swap(bk: BookKeeper, name: str, table: store_io.TableStore, uri: str, run: 
             raise OffloadError(f"log {name!r}: offload run {run} is stale (the log records run "
                                f"{ol.state(loaded.meta).run}): another offloader ran; nothing to do")
         new, skipped = got
+        change = prepare_change(bk.store, loaded, new)
+        gone = ol.unlisted(loaded.meta, new)
+        if gone:                        # named in the same transaction: bookie copies never lose their owner
+            path, data = f"{loaded.path}/{ol.unlisted_znode(run)}", cp.encode_pending(gone)
+            bk.store.check_size(path, data, f"log {name!r}: the ledgers offload run {run} left unlisted")
+            change = dataclasses.replace(change, ops=(*change.ops, ZkOp("create", path, data)))
         try:
-            commit_changes(bk.store, [prepare_change(bk.store, loaded, new)])
+            commit_changes(bk.store, [change])
             break
         except MetadataVersionError:
             time.sleep(min(0.002 * 2**attempt, 0.05))

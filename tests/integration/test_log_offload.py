@@ -15,10 +15,12 @@ import pytest
 
 from bkledger.bookie.cli import main as cli_main
 from bkledger.client import BookKeeper
-from bkledger.client.errors import InvalidOptionError, OffloadedLogError
+from bkledger.client.errors import InvalidOptionError, NoSuchLedgerError, OffloadedLogError
+from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core.meta import Position
 from bkledger.client.log.offload import join_payloads
+from bkledger.client.log.store import log_path
 from bkledger.spark_connector import envelope as env
 from tests.integration.conftest import start_cluster
 
@@ -136,17 +138,24 @@ def test_reruns_add_nothing_twice_and_later_runs_extend_the_table(bk, name, tmp_
 
 def test_compaction_and_offload_compose(bk, name, tmp_path):
     """Compacted ledgers are offloaded by their logical ledgers (positions kept); compaction leaves
-    offloaded records alone."""
+    offloaded records alone; the compacted bookie ledger the log no longer lists is named in the log's
+    `offloaded-<run>` znode, and delete_log deletes it with the rest."""
     positions = write(bk, name, 36, 3, enveloped=False)
     before = read_all(bk, name)
     bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0)
+    compacted = bk.log_metadata(name).ledgers[0].ledger_id
     assert len(bk.log_metadata(name).ledgers) == 3
     done = bk.offload_log(name, str(tmp_path / "store"))
+    got = bk.store.get(f"{log_path(bk.store, name)}/{ol.unlisted_znode(1)}")
+    assert got is not None and cp.decode_pending(got[0]) == [compacted]
     assert done.entries == 30
     assert read_all(bk, name) == before
     assert read_all(bk, name, positions[7]) == before[7:]
     assert table_rows(bk, name) == before[:30]
     assert bk.compact_log(name, target_bytes=1 << 20, min_ledgers=2, grace_s=0).compacted == []
+    bk.delete_log(name)
+    with pytest.raises(NoSuchLedgerError):
+        bk.ledger_metadata(compacted)
 
 
 def test_cli_offload_and_describe_show_tiers(bk, name, cluster, tmp_path, capsys):

@@ -62,6 +62,8 @@ def test_positions_resolve_through_an_offloaded_record_and_the_swap_records_the_
     assert where.offloaded == rec.offloaded and where.physical == 1
     assert lm.check_start(done, lm.Position(3, 1)) == "ok"
     assert ol.state(done) == ol.OffloadState(URI, 1, 0)
+    assert lm.truncated_before(done, lm.Position(4, 0))[1] == [1, 2, 3]          # the bookie copies it lists
+    assert ol.unlisted(meta, done) == []
     assert ol.with_offloaded(done, [rec], 1, URI, 0) is None                              # run 1 again: stale
     assert ol.with_offloaded(done, [], 2, "/elsewhere", 1) is None                        # another table
 
@@ -78,6 +80,7 @@ def test_the_swap_skips_records_whose_ledgers_changed_and_matches_compacted_ones
     compacted = compact(meta, cp.Run((1, 2)), 50)                      # same logical ledgers, one bookie ledger
     new, skipped = ol.with_offloaded(compacted, records, 1, URI, 0) or (None, None)
     assert new is not None and skipped == [] and new.ledger_ids == [1, 3, 4, 5, 6]
+    assert ol.unlisted(compacted, new) == [50]                          # the compacted copy: unlisted now
     across = compact(meta, cp.Run((2, 3)), 51)                         # rewritten across a file's edge
     new, skipped = ol.with_offloaded(across, records, 1, URI, 0) or (None, None)
     assert new is not None and skipped == records[:2]

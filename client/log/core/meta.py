@@ -383,7 +383,9 @@ def _last_id(led: LogLedger) -> int:
 
 
 def _drop_front(meta: LogMetadata, count: int) -> tuple[LogMetadata, list[int]]:
-    dropped = [led.ledger_id for led in meta.ledgers[:count]]
+    """An offloaded record's bookie ledgers are the logical ones it lists (their copies, until deleted)."""
+    dropped = [i for led in meta.ledgers[:count]
+               for i in ([r[0] for r in led.replaced] if led.offloaded is not None else [led.ledger_id])]
     if not dropped:
         return meta, []
     return dataclasses.replace(meta, ledgers=meta.ledgers[count:]), dropped

@@ -31,6 +31,7 @@ from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogLedger, LogMetadata
 
 STATE_KEY = "offload"
+UNLISTED_PREFIX = "offloaded-"       # child znode of a log: bookie ledgers a run's swap left unlisted
 APP_PREFIX = "bkledger-offload:"
 KEEP_TAIL = cp.KEEP_TAIL
 STORABLE_ENVELOPES = (0, 1)          # bare values; v1 (key, timestamp, value), see spark_connector.envelope
@@ -196,6 +197,17 @@ def with_offloaded(meta: LogMetadata, records: Sequence[LogLedger], run: int, ur
     new = dataclasses.replace(meta, ledgers=tuple(ledgers), extra=extra)
     lm.validate(new)
     return new, skipped
+
+
+def unlisted_znode(run: int) -> str:
+    return f"{UNLISTED_PREFIX}{run:08d}"
+
+
+def unlisted(before: LogMetadata, after: LogMetadata) -> list[int]:
+    """Bookie ledgers the log listed before a swap and not after it: the compacted ledgers whose records
+    an offload replaced (their logical ledgers stay listed in the offloaded record). Their data is the
+    table's now; they stay on the bookies until deleted (`UNLISTED_PREFIX` znodes name them)."""
+    return sorted(before.listed_ids - after.listed_ids)
 
 
 def offloaded_files(meta: LogMetadata) -> list[tuple[str, int, int, int]]:
