@@ -209,3 +209,19 @@ def test_a_log_changed_between_commit_and_swap_keeps_table_and_log_equal(bk, nam
     after = read_all(bk, name)
     assert after == read_all(bk, name, positions[6]) and [p for p, _ in after] == positions[6:]
     assert table_rows(bk, name) == after[:12]
+
+
+def test_a_reader_in_the_middle_of_the_log_goes_on_across_an_offload(bk, name, tmp_path):
+    """A reader that read part of the history from bookies when the offload lands (and the bookie copies
+    go) returns the rest exactly once, in order; a tailing reader then sees new records after the seam."""
+    positions = write(bk, name, 30, 3, enveloped=False)
+    before = read_all(bk, name)
+    with bk.open_log_reader(name) as reader:
+        got = [(r.position, r.payload) for r in reader.read(max_records=10, timeout=5)]
+        bk.offload_log(name, str(tmp_path / "store"))
+        bk.delete_ledgers(sorted({p.ledger_id for p in positions})[:8])
+        got += [(r.position, r.payload) for r in reader.read(timeout=0.5)]
+        assert got == before
+        more = write(bk, name, 3, 3, enveloped=False, first=30)
+        tail = [(r.position, r.payload) for r in reader.read(max_records=3, timeout=10)]
+        assert [p for p, _ in tail] == more
