@@ -159,7 +159,7 @@ def describe_log(meta: LogMetadata) -> list[str]:
     ]
     if meta.committed_batches:
         lines.append(f"committed batches   {dict(sorted(meta.committed_batches.items()))}")
-    lines += describe_tiers(meta)
+    lines += ol.describe_tiers(meta)
     lines.append(f"{'ledger_id':>12}{'first_pos':>12}{'entries':>10}{'bytes':>12}  state")
     for led in meta.ledgers:
         state = "closed" if led.sealed else "open"
@@ -170,42 +170,6 @@ def describe_log(meta: LogMetadata) -> list[str]:
         lines.append(f"{led.ledger_id:>12}{show(led.first_position):>12}{show(led.entries):>10}"
                      f"{show(led.size):>12}  {state}")
     return lines
-
-
-def describe_tiers(meta: LogMetadata) -> list[str]:
-    """The tiers of a log (`bkledger log describe`): ledgers on bookies and files offloaded to its table,
-    each with its bytes and oldest and newest position, and the table's URI and version."""
-    from bkledger.client.log.core import offload as ol
-
-    state = ol.state(meta)
-    if state.uri is None:
-        return []
-    tiers = {True: [led for led in meta.ledgers if led.offloaded is not None],
-             False: [led for led in meta.ledgers if led.offloaded is None]}
-
-    def span(ledgers: list[LogLedger]) -> str:
-        if not ledgers:
-            return "-"
-        last = ledgers[-1]
-        end = f"{last.replaced[-1][0] if last.replaced else last.ledger_id}:"
-        if last.entries is None:
-            end += "(open)"
-        else:
-            tail = lm.logical_ledgers(dataclasses.replace(meta, ledgers=(last,)))[-1]
-            end += str((tail.entries or 0) - 1)
-        return f"{ledgers[0].key}:0 .. {end}"
-
-    def bytes_of(ledgers: list[LogLedger]) -> int:
-        return sum(led.size or 0 for led in ledgers)
-
-    return [
-        f"on bookies          {len(tiers[False])} ledgers, {bytes_of(tiers[False])} bytes, "
-        f"positions {span(tiers[False])}",
-        f"offloaded           {len(tiers[True])} files, {sum(led.entries or 0 for led in tiers[True])} entries, "
-        f"{bytes_of(tiers[True])} bytes, positions {span(tiers[True])}",
-        f"table               {state.uri.rstrip('/')}/{ol.table_dir(meta.name)} (version {state.version}, "
-        f"run {state.run})",
-    ]
 
 
 def show_float(value: float | None) -> str:

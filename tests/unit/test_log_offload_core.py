@@ -136,3 +136,13 @@ def test_payload_columns_come_back_byte_for_byte_or_are_refused():
         split_payloads([unknown_bits], 1, [1], [0])
     with pytest.raises(OffloadError, match="entry 1:0"):
         split_payloads([b"short"], 1, [1], [0])
+
+
+def test_describe_shows_each_tier_with_its_positions_and_the_table():
+    meta = log_of((1, 2, 20), (2, 3, 30), (3, 1, 10), (4, 1, 10))
+    assert ol.describe_tiers(meta) == []                                                # never offloaded
+    done = offload(meta, ol.plan(meta, ZERO, 1000), version=4)
+    assert ol.describe_tiers(lm.with_ledger_appended(done, 5, 9)) == [
+        "on bookies          3 ledgers, 20 bytes, positions 3:0 .. 5:(open)",
+        "offloaded           1 files, 5 entries, 50 bytes, positions 1:0 .. 2:2",
+        "table               /store/orders (version 4, run 1)"]

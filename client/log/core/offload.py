@@ -241,6 +241,39 @@ def record_from_json(raw: Mapping[str, Any], path: str, version: int) -> LogLedg
         raise ValueError(f"offloaded file {path}: its footer does not describe an offload record: {exc}") from exc
 
 
+def describe_tiers(meta: LogMetadata) -> list[str]:
+    """The tiers of a log (`bkledger log describe`): ledgers on bookies and files offloaded to its table,
+    each with its bytes and oldest and newest position, and the table's URI and version."""
+    now = state(meta)
+    if now.uri is None:
+        return []
+    tiers = {True: [led for led in meta.ledgers if led.offloaded is not None],
+             False: [led for led in meta.ledgers if led.offloaded is None]}
+
+    def span(ledgers: list[LogLedger]) -> str:
+        if not ledgers:
+            return "-"
+        last = ledgers[-1]
+        end = f"{last.replaced[-1][0] if last.replaced else last.ledger_id}:"
+        if last.entries is None:
+            end += "(open)"
+        else:
+            tail = lm.logical_ledgers(dataclasses.replace(meta, ledgers=(last,)))[-1]
+            end += str((tail.entries or 0) - 1)
+        return f"{ledgers[0].key}:0 .. {end}"
+
+    def bytes_of(ledgers: list[LogLedger]) -> int:
+        return sum(led.size or 0 for led in ledgers)
+
+    return [
+        f"on bookies          {len(tiers[False])} ledgers, {bytes_of(tiers[False])} bytes, "
+        f"positions {span(tiers[False])}",
+        f"offloaded           {len(tiers[True])} files, {sum(led.entries or 0 for led in tiers[True])} entries, "
+        f"{bytes_of(tiers[True])} bytes, positions {span(tiers[True])}",
+        f"table               {now.uri.rstrip('/')}/{table_dir(meta.name)} (version {now.version}, run {now.run})",
+    ]
+
+
 def refuse_offloaded(meta: LogMetadata, reader: str) -> None:
     """OffloadedLogError if the log has offloaded history: for readers that read ledgers on bookies only
     (they would read the bookie copies, or fail when those are gone, instead of the table)."""
