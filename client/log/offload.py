@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bkledger.client.errors import InvalidOptionError, LogUpdateConflictError, MetadataVersionError, OffloadError
+from bkledger.client.errors import (
+    BKError,
+    InvalidOptionError,
+    LogUpdateConflictError,
+    MetadataVersionError,
+    OffloadError,
+)
 from bkledger.client.log import offload_store as store_io
 from bkledger.client.log.compaction import _payloads_in_order
 from bkledger.client.log.core import compaction as cp
@@ -72,9 +78,23 @@ def offload_log(bk: BookKeeper, name: str, store_uri: str | None = None, *,
                 password: bytes = b"") -> OffloadResult:
     """Offload the log's sealed ledgers (see the module docstring). `store_uri`: where its table goes the
     first time (default `offload_store.default_store_uri()`); later runs use the one the log records
-    (another one: InvalidOptionError)."""
+    (another one: InvalidOptionError). A failure of the table store (unreachable, refused, a file that is
+    not one offload wrote, deltalake missing) is an OffloadError."""
     if max_file_bytes < 1:
         raise InvalidOptionError(f"max_file_bytes must be >= 1, got {max_file_bytes}")
+    try:
+        return _offload(bk, name, store_uri, storage_options, max_file_bytes, password)
+    except ImportError as exc:
+        raise OffloadError(f"offload needs the deltalake package ({exc}): pip install 'bkledger[delta]'") from exc
+    except Exception as exc:
+        if isinstance(exc, BKError) or not store_io.is_store_error(exc):
+            raise
+        raise OffloadError(f"log {name!r}: offload failed in its table store: {exc}; rerun the offload (it "
+                           "resumes the run)") from exc
+
+
+def _offload(bk: BookKeeper, name: str, store_uri: str | None, storage_options: Mapping[str, str] | None,
+             max_file_bytes: int, password: bytes) -> OffloadResult:
     meta = require_loaded(bk.store, name, whole=True).meta
     before = ol.state(meta)
     uri = _store_uri(name, before, store_uri)

@@ -176,6 +176,17 @@ def drop_own_uncommitted(store: TableStore, names: Sequence[str]) -> None:
                                                    list(names), store.uri, exc)
 
 
+def is_store_error(exc: BaseException) -> bool:
+    """Whether an error came from the table store (pyarrow's filesystems, delta-rs, a foreign file)."""
+    if isinstance(exc, (OSError, ValueError, pa.ArrowException)):
+        return True
+    try:
+        from deltalake.exceptions import DeltaError
+    except ImportError:
+        return False
+    return isinstance(exc, DeltaError)
+
+
 # ---- Delta --------------------------------------------------------------------------------------------
 def _table(store: TableStore) -> Any:
     from deltalake import DeltaTable

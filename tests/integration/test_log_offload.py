@@ -15,7 +15,7 @@ import pytest
 
 from bkledger.bookie.cli import main as cli_main
 from bkledger.client import BookKeeper
-from bkledger.client.errors import InvalidOptionError, NoSuchLedgerError, OffloadedLogError
+from bkledger.client.errors import InvalidOptionError, NoSuchLedgerError, OffloadedLogError, OffloadError
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core.meta import Position
@@ -225,3 +225,39 @@ def test_a_reader_in_the_middle_of_the_log_goes_on_across_an_offload(bk, name, t
         more = write(bk, name, 3, 3, enveloped=False, first=30)
         tail = [(r.position, r.payload) for r in reader.read(max_records=3, timeout=10)]
         assert [p for p, _ in tail] == more
+
+
+def test_an_unusable_store_is_a_clear_error_and_the_log_stays_as_it_was(bk, name, tmp_path, capsys, cluster):
+    """A store the table cannot be made in (below a plain file) raises OffloadError; nothing of the log
+    changes; the CLI prints one line and exits 1."""
+    write(bk, name, 12, 3, enveloped=False)
+    before, meta = read_all(bk, name), bk.log_metadata(name)
+    (tmp_path / "plain").write_text("not a folder")
+    with pytest.raises(OffloadError, match="cannot be created"):
+        bk.offload_log(name, str(tmp_path / "plain" / "store"))
+    assert bk.log_metadata(name) == meta and read_all(bk, name) == before
+    assert cli_main(["log", "offload", name, "--store", str(tmp_path / "plain" / "store"),
+                     "--uri", cluster.metadata_service_uri]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bkledger log offload: ") and "Traceback" not in err
+
+
+def test_a_committed_file_offload_did_not_write_is_refused(bk, name, tmp_path):
+    """The table names run 1 committed, but its file has no offload footer (written by someone else): the
+    rerun that would swap it in raises OffloadError and the log is unchanged."""
+    import pyarrow.parquet as pq
+
+    from bkledger.client.log import offload_store
+
+    write(bk, name, 12, 3, enveloped=False)
+    before, meta = read_all(bk, name), bk.log_metadata(name)
+    store = str(tmp_path / "store")
+    table = offload_store.table_store(store, name)
+    _, dt = offload_store.committed_run(table, ol.app_id(name))
+    foreign = "run-00000001-0-0-zz.parquet"
+    pq.write_table(offload_store.SCHEMA.empty_table(), table.path(foreign))
+    offload_store.commit(table, dt, [(foreign, (tmp_path / "store" / name / foreign).stat().st_size,
+                                      '{"numRecords":0}')], ol.app_id(name), 1)
+    with pytest.raises(OffloadError, match="footer"):
+        bk.offload_log(name, store)
+    assert bk.log_metadata(name) == meta and read_all(bk, name) == before
