@@ -167,6 +167,9 @@ def test_cli_offload_and_describe_show_tiers(bk, name, cluster, tmp_path, capsys
     out = json.loads(capsys.readouterr().out)
     assert out["run"] == 1 and out["entries"] == 6
     assert read_all(bk, name) == before
+    assert cli_main(["log", "tail", name, "--json", "--timeout", "0.5", *uri]) == 0
+    tailed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(t["ledger_id"], t["entry_id"]) for t in tailed] == [(p.ledger_id, p.entry_id) for p, _ in before]
     assert cli_main(["log", "describe", name, *uri]) == 0
     text = capsys.readouterr().out
     assert "offloaded" in text and "on bookies" in text and str(Path(tmp_path / "store")) in text
