@@ -10,13 +10,14 @@ STEPS ?= 3000
 MUTATION ?= none
 JOBS ?=
 
-.PHONY: demo demo-secure test lint proto unit integration sim sim-mutants bench bench-quick clean
+.PHONY: demo demo-secure test lint browser proto unit integration sim sim-mutants bench bench-quick clean
 
-$(STAMP): pyproject.toml setup.py client/protocol/_native.c
+$(STAMP): pyproject.toml setup.py constraints.txt client/protocol/_native.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,delta]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,delta]' --config-settings editable_mode=compat
 	$(BIN)/python -m bkledger.spark_connector.worker_path install   # Spark's Python processes: compiled pyspark
+	$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,8 +27,18 @@ demo: $(STAMP)
 demo-secure: $(STAMP)
 	$(BIN)/python examples/secure_pipeline.py
 
-test: $(STAMP) lint
+test: $(STAMP) lint browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# Debian's chromium for the status page test (tests/integration/test_status_page.py), where this can install it:
+# root and apt-get. Never fails make: without it that test skips and says why.
+browser:
+	-@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's chromium (headless browser of the status page test)"; \
+		apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+		|| { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; } \
+		|| echo "chromium could not be installed: the status page test will skip"; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -36,7 +47,7 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
 
 # make sim [SEEDS=N FROM=F] [SEED=S] [MUTATION=M] [STEPS=K] [JOBS=J]: run a seed range (on one worker process

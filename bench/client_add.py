@@ -277,6 +277,9 @@ def open_loop(session: ClusterSession, rate: float, seconds: float) -> LatencyRe
     return LatencyResult(rate, achieved, latencies, count, meter.group_bytes, meter.why_not)
 
 
+CDF_FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999)
+
+
 def percentile(ordered: list[float], fraction: float) -> float:
     """The nearest-rank percentile of an ascending list."""
     return ordered[min(len(ordered) - 1, max(0, int(round(fraction * len(ordered))) - 1))]
@@ -331,6 +334,10 @@ def run_latency(ctx: Context) -> list[Row]:
                                 aim_ms if aim_ms is not None else fsync_ms,
                                 f"each run's p99: {runs} ms; against "
                                 + (f"the aim {aim_ms:g} ms" if aim_ms is not None else "one fdatasync")))
+        cdf = ctx.facts.setdefault("add_latency_cdf", {})   # drawn by bench.charts as the latency CDF
+        assert isinstance(cdf, dict)
+        cdf[label] = [[f, statistics.median([percentile(r.latencies, f) * 1000 for r in results])]
+                      for f in CDF_FRACTIONS]
         achieved = min(r.achieved for r in results)
         rows.append(Row("add_latency", f"{label}: acknowledged rate", achieved, "entries/s", res.rate,
                         f"the scheduled rate, the slowest run ({res.count} adds, {len(res.latencies)} timed per run; "

@@ -30,7 +30,9 @@ def _setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # kazoo's own lines (every reconnect attempt) are DEBUG (client.meta.zklog): shown with --verbose only;
+    # ZooKeeper trouble is one line of logger bkledger.zookeeper
+    logging.getLogger("kazoo").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def _overrides(pairs: list[str]) -> dict[str, str]:
@@ -53,6 +55,11 @@ def _run_with_conf(args: argparse.Namespace, command: str, run: Callable[[Bookie
     except ConfigError as exc:
         print(f"bkledger {command}: {exc}", file=sys.stderr)
         return 2
+    if args.log_file:
+        from bkledger.bookie.config import size_bytes
+        from bkledger.bookie.log_files import use_log_file
+
+        use_log_file(args.log_file, size_bytes(config.logFileMaxSize), config.logFileMaxBackups)
     return run(config)
 
 
@@ -173,12 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conf", required=True, help="configuration file with BookKeeper key names")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--log-file", metavar="FILE", help="log to FILE (and stdout/stderr too), rolled at "
+                   "logFileMaxSize, logFileMaxBackups rolled files kept (default: log to stderr)")
     p.set_defaults(func=cmd_bookie)
 
     p = sub.add_parser("autorecovery", help="run the autorecovery daemon (auditor + replication worker)")
     p.add_argument("--conf", required=True, help="the bookie's configuration file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--log-file", metavar="FILE", help="log to FILE (and stdout/stderr too), rolled at "
+                   "logFileMaxSize, logFileMaxBackups rolled files kept (default: log to stderr)")
     p.set_defaults(func=cmd_autorecovery)
 
     from bkledger.bookie.shell import add_shell_parser

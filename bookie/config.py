@@ -47,7 +47,10 @@ class BookieConfig:
     entryLogDirectIO: bool = True          # write entry logs with O_DIRECT in whole blocks where allowed
     pageSize: int = 8192                   # bytes per ledger index page (341 entry slots of 24 bytes)
     pageLimit: int = 1024                  # index pages held in memory; more are read from the index files
-    nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest request; larger entries get EBADREQ
+    nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024   # largest entry (larger: EBADREQ); gRPC messages are capped at
+                                           # 1.5 times this (at least 6 MiB) + 64 KiB (bookie.core.request_checks)
+    maxReadBatchBytes: int = 4 * 1024 * 1024   # bkledger's own: most bytes of one range-read batch, whatever a
+                                           # client asks (ReadRange/ReadRanges max_batch_bytes is clamped to it)
     entryIdWindow: int = 1 << 30           # an add more ids than this past the ledger's last entry/LAC: EBADREQ
     #   (no writer has 2^30 entries in flight: 32 GiB of headers alone; a bulk add's entries share one LAC)
     checkpointFailuresBeforeReadOnly: int = 3   # consecutive failed checkpoints that turn the bookie read-only
@@ -76,6 +79,14 @@ class BookieConfig:
     httpServerEnabled: bool = False        # the admin HTTP API (/heartbeat, /metrics, /api/v1/...)
     httpServerPort: int = 8080
     httpServerAdminToken: str = ""         # bearer token for state-changing endpoints ("": they are refused)
+    httpServerSocketTimeoutMs: int = 10000  # bkledger's own: an HTTP connection idle this long is closed
+    httpServerMaxConnections: int = 64     # bkledger's own: more open HTTP connections are answered 503 and closed
+    # log files (`--log-file FILE`, bookie.log_files): rolled by size, at most logFileMaxBackups kept
+    logFileMaxSize: str = "100MB"          # roll at this size (B, KB, MB or GB, as log4j2's size trigger)
+    logFileMaxBackups: int = 10            # rolled files kept (FILE.1 newest .. FILE.N), the oldest deleted
+    # per-log figures exported by the elected auditor (bookie.log_metrics)
+    logMetricsInterval: int = 60           # s between reads of the logs' records in ZooKeeper (0: off)
+    logMetricsMaxLogs: int = 1000          # logs exported at most (by name); the rest are counted only
     # ---- security (README "Security"): TLS (bookie.tls; also the autorecovery daemon's client keys) ...
     tlsProviderFactoryClass: str = ""      # org.apache.bookkeeper.tls.TLSContextFactory: serve TLS
     tlsProvider: str = "OpenSSL"
@@ -187,7 +198,10 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("entryIdWindow and checkpointFailuresBeforeReadOnly must be at least 1")
     if config.rereplicationEntryBatchSize < 1:
         raise ConfigError("rereplicationEntryBatchSize must be at least 1")
+    if config.maxReadBatchBytes < 1024:
+        raise ConfigError("maxReadBatchBytes must be at least 1024")
     _validate_http(config)
+    _validate_operations(config)
     if len(config.journalDirectories) != 1:
         raise ConfigError("exactly one journal directory is supported (journalDirectories)")
 
@@ -203,6 +217,32 @@ def _validate_http(config: BookieConfig) -> None:
             raise ConfigError(f"{key} must be 1..65535, got {port}")
     if len(set(ports.values())) < len(ports):
         raise ConfigError(f"{', '.join(ports)} must be different ports, got {ports}")
+    if config.httpServerSocketTimeoutMs < 1 or config.httpServerMaxConnections < 1:
+        raise ConfigError("httpServerSocketTimeoutMs and httpServerMaxConnections must be at least 1")
+
+
+SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+
+
+def size_bytes(text: str) -> int:
+    """'100MB' -> bytes (units B, KB, MB, GB, powers of 1024, as log4j2's; a bare number is bytes)."""
+    raw = text.strip().upper().replace(" ", "")
+    unit = next((u for u in ("KB", "MB", "GB", "B") if raw.endswith(u)), "")
+    number = raw[: len(raw) - len(unit)]
+    try:
+        value = float(number) * SIZE_UNITS[unit or "B"]
+    except ValueError:
+        raise ConfigError(f"bad size {text!r}: expected a number and a unit (B, KB, MB, GB), e.g. 100MB") from None
+    return int(value)
+
+
+def _validate_operations(config: BookieConfig) -> None:
+    if size_bytes(config.logFileMaxSize) < 1024:
+        raise ConfigError(f"logFileMaxSize must be at least 1KB, got {config.logFileMaxSize!r}")
+    if config.logFileMaxBackups < 1:
+        raise ConfigError("logFileMaxBackups must be at least 1 (the file is rolled into FILE.1)")
+    if config.logMetricsInterval < 0 or config.logMetricsMaxLogs < 0:
+        raise ConfigError("logMetricsInterval and logMetricsMaxLogs must be >= 0")
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -7,15 +7,21 @@ Answers are JSON. The only endpoint that changes state, `PUT /api/v1/bookie/stat
 `Authorization: Bearer <httpServerAdminToken>`; with no token configured it is refused (403).
 `httpServerEnabled` + `httpServerPort` start the admin server; `prometheusStatsHttpPort` starts a server
 with only `/metrics` and `/heartbeat` (the autorecovery daemon uses that one too). Both bind listenAddress.
+Both distrust their clients: a connection idle for `httpServerSocketTimeoutMs` is closed, at most
+`httpServerMaxConnections` are open at once (one more is answered 503 and closed, without a thread), and
+a malformed request (a bad Content-Length, a body that is not JSON, a target that is not a path) is
+answered 400 with a JSON error and a log line, never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -26,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 from bkledger.bookie.thread_guard import FAILURES
 
 if TYPE_CHECKING:
+    from bkledger.bookie.config import BookieConfig
     from bkledger.bookie.service import BookieServer
 
 log = logging.getLogger("bkledger.http")
@@ -97,19 +104,66 @@ class Router:
         return status, "application/json", _dumps(out)
 
 
+class _BoundedHttpServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` of them; one more is answered 503 and closed."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int,
+                 name: str) -> None:
+        self.max_connections = max_connections
+        self.name = name
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("%s: refused a connection from %s: %d connections open (httpServerMaxConnections)",
+                        self.name, client_address[0], self.max_connections)
+            with contextlib.suppress(OSError):
+                request.settimeout(1.0)
+                request.sendall(TOO_MANY_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed (reset, timed out mid-request) is one log line, not a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            log.info("%s: connection from %s ended: %s", self.name, client_address[0], exc)
+        else:
+            log.exception("%s: request from %s failed", self.name, client_address[0])
+
+
+_BUSY = b'{"error": "too many connections to this server; retry later"}\n'
+TOO_MANY_CONNECTIONS = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                        b"Connection: close\r\nContent-Length: " + str(len(_BUSY)).encode() + b"\r\n\r\n" + _BUSY)
+
+
 class AdminHttpServer:
-    """A ThreadingHTTPServer on (address, port) in a daemon thread, answering through a Router."""
+    """A ThreadingHTTPServer on (address, port) in a daemon thread, answering through a Router; idle
+    connections time out after `socket_timeout` seconds, at most `max_connections` are open."""
 
     def __init__(self, address: str, port: int, routes: dict[str, Route], admin_token: str = "",
-                 name: str = "admin-http") -> None:
+                 name: str = "admin-http", socket_timeout: float = 10.0, max_connections: int = 64) -> None:
         self.router = Router(routes, admin_token)
         self.name = name
-        handler = _make_handler(self.router)
+        handler = _make_handler(self.router, socket_timeout)
         try:
-            self.httpd = ThreadingHTTPServer((address, port), handler)
+            self.httpd = _BoundedHttpServer((address, port), handler, max_connections, name)
         except OSError as exc:
             raise OSError(f"cannot serve {name} on {address}:{port}: {exc.strerror or exc}") from None
-        self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
 
@@ -138,20 +192,49 @@ def _json_body(body: bytes) -> Any:
         raise HttpError(HTTPStatus.BAD_REQUEST, "the request body must be JSON") from None
 
 
-def _make_handler(server: Router) -> type[BaseHTTPRequestHandler]:
+MAX_BODY_BYTES = 1 << 20
+
+
+def _body_length(header: str | None) -> int:
+    """The Content-Length of a request: 0 when absent; HttpError 400 / 413 when it cannot be used."""
+    raw = (header or "0").strip()
+    if not (raw.isascii() and raw.isdigit()):   # refuses a sign, spaces inside, several values, "²"
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw[:40]!r}: expected a byte count")
+    length = int(raw)
+    if length > MAX_BODY_BYTES:
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"a body of {length} bytes is over {MAX_BODY_BYTES}")
+    return length
+
+
+def _make_handler(server: Router, socket_timeout: float) -> type[BaseHTTPRequestHandler]:
     class _Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = socket_timeout          # StreamRequestHandler: applied to the connection's socket
 
         def _answer(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > 1 << 20:
-                self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+            try:
+                length = _body_length(self.headers.get("Content-Length"))
+                if not self.path.startswith("/"):
+                    raise HttpError(HTTPStatus.BAD_REQUEST, f"bad request target {self.path[:80]!r}: expected a path")
+            except HttpError as exc:
+                log.warning("%s: %s %s from %s refused with %d: %s", server_name(self), method, self.path[:80],
+                            self.client_address[0], exc.status, exc)
+                self.close_connection = True      # what is left of the request cannot be read reliably
+                self._send(exc.status, "application/json", _dumps({"error": str(exc)}))
                 return
             body = self.rfile.read(length) if length > 0 else b""
             status, content_type, out = server.dispatch(method, self.path, self.headers.get("Authorization"), body)
+            if status == HTTPStatus.BAD_REQUEST:
+                log.warning("%s: %s %s from %s refused with 400: %s", server_name(self), method, self.path[:80],
+                            self.client_address[0], " ".join(out[:200].decode(errors="replace").split()))
+            self._send(status, content_type, out)
+
+        def _send(self, status: int, content_type: str, out: bytes) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(out)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(out)
 
@@ -171,6 +254,10 @@ def _make_handler(server: Router) -> type[BaseHTTPRequestHandler]:
             log.debug("%s %s", self.address_string(), format % args)
 
     return _Handler
+
+
+def server_name(handler: BaseHTTPRequestHandler) -> str:
+    return str(getattr(handler.server, "name", "http"))
 
 
 def metrics_routes(render: Callable[[], bytes], content_type: str) -> dict[str, Route]:
@@ -265,6 +352,8 @@ def _autorecovery_routes(server: BookieServer) -> dict[str, Route]:
 
 
 def bookie_routes(server: BookieServer, render: Callable[[], bytes], content_type: str) -> dict[str, Route]:
+    from bkledger.bookie.status_page import status_routes
+
     def list_bookies(query: dict[str, str], _b: Any) -> Reply:
         kind = query.get("type", "all")
         if kind not in ("rw", "ro", "all"):
@@ -284,7 +373,13 @@ def bookie_routes(server: BookieServer, render: Callable[[], bytes], content_typ
             put=lambda _q, body: _put_read_only(server, body), protected=True),
         "/api/v1/bookie/list_bookies": Route(get=list_bookies),
         **_autorecovery_routes(server),
+        **status_routes(server),           # the read-only HTML status page (bookie.status_page)
     }
+
+
+def http_limits(cfg: BookieConfig) -> dict[str, Any]:
+    """AdminHttpServer's limits from the configuration (httpServerSocketTimeoutMs, httpServerMaxConnections)."""
+    return {"socket_timeout": cfg.httpServerSocketTimeoutMs / 1000.0, "max_connections": cfg.httpServerMaxConnections}
 
 
 def start_bookie_http(server: BookieServer) -> list[AdminHttpServer]:
@@ -311,11 +406,12 @@ def start_bookie_http(server: BookieServer) -> list[AdminHttpServer]:
     try:
         if cfg.prometheusStatsHttpPort:
             started.append(AdminHttpServer(cfg.listenAddress, cfg.prometheusStatsHttpPort,
-                                           metrics_routes(render, CONTENT_TYPE_LATEST), name="metrics-http").start())
+                                           metrics_routes(render, CONTENT_TYPE_LATEST), name="metrics-http",
+                                           **http_limits(cfg)).start())
         if cfg.httpServerEnabled:
             routes = bookie_routes(server, render, CONTENT_TYPE_LATEST)
             started.append(AdminHttpServer(cfg.listenAddress, cfg.httpServerPort, routes, cfg.httpServerAdminToken,
-                                           name="admin-http").start())
+                                           name="admin-http", **http_limits(cfg)).start())
     except OSError:
         for http in started:
             http.stop()

@@ -58,24 +58,28 @@ def cmd_list(bk: BookKeeper, args: argparse.Namespace) -> int:
 
 
 def cmd_describe(bk: BookKeeper, args: argparse.Namespace) -> int:
+    from bkledger.client.log.core.meta import shown
     from bkledger.client.log.logs import describe_log
 
     meta = bk.log_metadata(args.name)
     if args.json:
-        print(json.dumps(meta.to_dict(), indent=2, sort_keys=True))
+        print(json.dumps(shown(meta), indent=2, sort_keys=True))       # the log's own key hidden
     else:
         print("\n".join(printable(line) for line in describe_log(meta)))
     return 0
 
 
 def cmd_create(bk: BookKeeper, args: argparse.Namespace) -> int:
+    from bkledger.client.log.core.meta import shown
+    from bkledger.client.log.naming import creatable_log_name
     from bkledger.client.log.store import create_log
 
+    creatable_log_name(bk, args.name)      # InvalidLogNameError: the character and its index, or the length
     if args.name in bk.list_logs():
         raise ShellError(f"log {args.name!r} exists already")
     create_log(bk.store, args.name)
     meta = _set_retention(bk, args) if (args.max_age or args.max_bytes) else bk.log_metadata(args.name)
-    _emit(args, meta.to_dict(), f"created log {printable(args.name)}")
+    _emit(args, shown(meta), f"created log {printable(args.name)}")
     return 0
 
 

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bkledger.bookie.log_metrics import log_metric_families
 from bkledger.bookie.thread_guard import FAILURES, THREADS
 from bkledger.client.metrics import add_default_collectors
 
@@ -268,6 +269,8 @@ class AutoRecoveryCollector(Collector):
         yield _counter("replication_worker_NUM_ENTRIES_WRITTEN", "entries copied to the local bookie",
                        worker.stats.entries)
         yield _counter("replication_worker_NUM_BYTES_WRITTEN", "bytes copied to the local bookie", worker.stats.bytes)
+        if daemon.is_auditor:            # the per-log figures: the elected auditor's only (bookie.log_metrics)
+            yield from log_metric_families(daemon.log_figures)
 
 
 def start_autorecovery_metrics(daemon: AutoRecovery) -> AdminHttpServer | None:

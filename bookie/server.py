@@ -20,10 +20,12 @@ import numpy as np
 import numpy.typing as npt
 from google.protobuf.message import Message
 
-from bkledger.bookie import ranges_read
-from bkledger.bookie.add_request import AddBatchView, parse_add_request
-from bkledger.bookie.bookie import Bookie
-from bkledger.bookie.core import decisions
+from bkledger.bookie import ranges_read, request_guard
+from bkledger.bookie.add_request import AddBatchView
+from bkledger.bookie.bookie import Bookie, EntryRewriteError
+from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.core import decisions, request_checks
+from bkledger.bookie.core.request_checks import Malformed
 from bkledger.bookie.metrics import NO_STATS, NoServerStats
 from bkledger.bookie.storage import Batch, StorageError
 from bkledger.client.protocol import wire
@@ -41,8 +43,9 @@ class BookieService(pb_grpc.BookieServicer):
         self.loop = loop
         self.read_only = bookie.config.forceReadOnlyBookie
         self._lac: dict[int, int] = {}
-        self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._lac_waiters: dict[int, set[asyncio.Future[None]]] = {}   # long polls; each leaves when it ends
         self.max_entry_size = bookie.config.nettyMaxFrameSizeBytes
+        self.max_read_batch_bytes = bookie.config.maxReadBatchBytes
         self.stats: NoServerStats = NO_STATS       # bookie.metrics.ServerStats when metrics are on
         assert bookie.storage is not None
         for ledger_id in bookie.storage.ledgers():
@@ -64,37 +67,72 @@ class BookieService(pb_grpc.BookieServicer):
             if remaining <= 0:
                 return
             fut: asyncio.Future[None] = self.loop.create_future()
-            self._lac_waiters.setdefault(ledger_id, []).append(fut)
+            self._lac_waiters.setdefault(ledger_id, set()).add(fut)
             try:
                 await asyncio.wait_for(fut, remaining)
             except TimeoutError:
                 return
+            finally:
+                self._forget_waiter(ledger_id, fut)
+
+    def _forget_waiter(self, ledger_id: int, fut: asyncio.Future[None]) -> None:
+        """A long poll ended (answered, timed out or cancelled): its waiter goes, and the ledger's entry
+        with its last one, also for a ledger this bookie never heard of (no add would ever clear it)."""
+        waiters = self._lac_waiters.get(ledger_id)
+        if waiters is not None:
+            waiters.discard(fut)
+            if not waiters:
+                del self._lac_waiters[ledger_id]
+
+    @property
+    def long_poll_waiters(self) -> int:
+        """Long polls waiting now (each holds a future until its timeout at most)."""
+        return sum(len(w) for w in self._lac_waiters.values())
 
     # ---- adds -----------------------------------------------------------------------------
-    async def AddStream(  # requests parsed by bookie.add_request
-        self, request_iterator: AsyncIterator[list[AddBatchView]], context: grpc.aio.ServicerContext
+    async def AddStream(  # requests parsed by bookie.request_guard.parse_add_stream
+        self, request_iterator: AsyncIterator[list[AddBatchView] | Malformed], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        """Acks go out as serialized AddResponses (`add_response_bytes`), as many as are ready in each."""
-        out: asyncio.Queue[bytes | None] = asyncio.Queue()     # None: the requests ended
-        pump = asyncio.create_task(self._pump_adds(request_iterator, out, context.peer()))
+        """Acks go out as serialized AddResponses (`add_response_bytes`), as many as are ready in each.
+        A message that does not parse ends the stream with INVALID_ARGUMENT, once the batches before it
+        are answered; nothing after it is read."""
+        peer = context.peer()
+        out: asyncio.Queue[bytes | str | None] = asyncio.Queue()     # None: the requests ended; str: refused
+        pump = asyncio.create_task(self._pump_adds(request_iterator, out, peer))
         try:
             while True:
                 item = await out.get()
                 if item is None:
+                    if not context.peer():    # the call is gone: gRPC ended it, not the client's close
+                        self._cut_off(peer)
                     break
-                acks = [item]
+                if isinstance(item, str):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item)
+                    return
+                acks: list[bytes] = [item]
                 while not out.empty():
                     nxt = out.get_nowait()
-                    if nxt is None:
-                        out.put_nowait(None)
+                    if not isinstance(nxt, bytes):
+                        out.put_nowait(nxt)     # the end: it came after every ack (see _pump_adds)
                         break
                     acks.append(nxt)
                 yield add_response_bytes(acks)
+        except asyncio.CancelledError:
+            self._cut_off(peer)
+            raise
         finally:
             pump.cancel()
 
-    async def _pump_adds(self, requests: AsyncIterator[list[AddBatchView]], out: asyncio.Queue[bytes | None],
-                         peer: str = "") -> None:
+    def _cut_off(self, peer: str) -> None:
+        log.info("add stream from %s cut off: the client went away, or sent a message over the %d-byte "
+                 "limit (refused by gRPC with RESOURCE_EXHAUSTED)", peer, self.max_message_bytes)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return request_checks.max_message_bytes(self.bookie.config.nettyMaxFrameSizeBytes)
+
+    async def _pump_adds(self, requests: AsyncIterator[list[AddBatchView] | Malformed],
+                         out: asyncio.Queue[bytes | str | None], peer: str) -> None:
         outstanding = [0]
         drained = asyncio.Event()
         drained.set()
@@ -105,8 +143,13 @@ class BookieService(pb_grpc.BookieServicer):
             if outstanding[0] == 0:
                 drained.set()
 
+        end: str | None = None
         try:
             async for request in requests:
+                if isinstance(request, Malformed):
+                    log.warning("add stream from %s ended with INVALID_ARGUMENT: %s", peer, request.why)
+                    end = f"{request.why}; the stream is closed, nothing sent after it was read"
+                    break
                 for batch in request:
                     outstanding[0] += 1
                     drained.clear()
@@ -115,7 +158,7 @@ class BookieService(pb_grpc.BookieServicer):
         except (asyncio.CancelledError, grpc.aio.AioRpcError):
             pass
         finally:
-            out.put_nowait(None)
+            out.put_nowait(end)
 
     def _submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None], peer: str = "") -> None:
         ledger_id, entry_ids, sizes, data = batch.ledger_id, batch.entry_ids, batch.sizes, batch.data
@@ -159,7 +202,7 @@ class BookieService(pb_grpc.BookieServicer):
             return
 
         def journaled(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer)
+            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer, peer)
 
         self.bookie.add_batch(
             ledger_id,
@@ -183,8 +226,13 @@ class BookieService(pb_grpc.BookieServicer):
                                            self.bookie.max_entry_id)
 
     def _added(
-        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None]
+        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None],
+        peer: str = "",
     ) -> None:
+        if isinstance(err, EntryRewriteError):
+            log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", err)
+            answer(pb.EBADREQ, str(err))
+            return
         if err is not None:
             answer(pb.EIO, str(err))
             return
@@ -303,7 +351,7 @@ class BookieService(pb_grpc.BookieServicer):
             if self.bookie.view(ledger_id) is None:
                 yield pb.ReadRangeBatch(status=pb.ENOLEDGER, ledger_id=ledger_id)
             return
-        max_bytes = request.max_batch_bytes or (1 << 20)
+        max_bytes = request_checks.read_batch_bytes(request.max_batch_bytes, self.max_read_batch_bytes, 1 << 20)
         max_entries = request.max_batch_entries or 10000
         residues = (request.residue_modulus, request.residue_mask)
         batches = storage.read_range(ledger_id, request.first_entry_id, request.last_entry_id, max_bytes, max_entries,
@@ -328,7 +376,9 @@ class BookieService(pb_grpc.BookieServicer):
         assert storage is not None
         started, entries, size, ok = self.stats.read_started(), 0, 0, True
         items = ranges_read.answer(storage, lambda ledger_id: self.bookie.view(ledger_id) is not None,
-                                   ranges_read.ranges_of(request), request.max_batch_bytes)
+                                   ranges_read.ranges_of(request),
+                                   request_checks.read_batch_bytes(request.max_batch_bytes, self.max_read_batch_bytes,
+                                                                   ranges_read.DEFAULT_BATCH_BYTES))
         while (item := await asyncio.to_thread(next, items, None)) is not None:
             if isinstance(item, ranges_read.Failed):
                 ok = ok and item.status != pb.EIO
@@ -408,13 +458,20 @@ class BookieService(pb_grpc.BookieServicer):
 
 
 GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.so_reuseport", 0),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
     ("grpc.http2.max_ping_strikes", 0),
 ]
+
+
+def grpc_options(config: BookieConfig) -> list[tuple[str, int]]:
+    """GRPC_OPTIONS and the largest message received, which follows nettyMaxFrameSizeBytes (plus the batch
+    overhead, `request_checks.max_message_bytes`): a larger one is refused by gRPC with RESOURCE_EXHAUSTED
+    before it is buffered (it was 256 MiB: four 200 MB adds took a bookie to 1.6 GB)."""
+    limit = request_checks.max_message_bytes(config.nettyMaxFrameSizeBytes)
+    return [("grpc.max_receive_message_length", limit), *GRPC_OPTIONS]
 
 
 def range_batch_bytes(ledger_id: int, entry_ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
@@ -459,8 +516,9 @@ def _serialize(message: Message | bytes) -> bytes:
 
 def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
     """Register the service as the generated code does, except that AddStream's requests are parsed by
-    `bookie.add_request`, its responses are serialized already (`add_response_bytes`), and ReadRange's
-    and ReadRanges' responses may be (`range_batch_bytes`, `ranges_batch_bytes`)."""
+    `bookie.add_request` (through `bookie.request_guard`), its responses are serialized already
+    (`add_response_bytes`), ReadRange's and ReadRanges' responses may be (`range_batch_bytes`,
+    `ranges_batch_bytes`), and every other request passes `bookie.request_guard` first."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     class Capture:
@@ -473,8 +531,9 @@ def add_to_server(service: BookieService, server: grpc.aio.Server) -> None:
     pb_grpc.add_BookieServicer_to_server(service, Capture())
     handlers["ReadRange"] = handlers["ReadRange"]._replace(response_serializer=_serialize)
     handlers["ReadRanges"] = handlers["ReadRanges"]._replace(response_serializer=_serialize)
-    handlers["AddStream"] = handlers["AddStream"]._replace(request_deserializer=parse_add_request,
+    handlers["AddStream"] = handlers["AddStream"]._replace(request_deserializer=request_guard.parse_add_stream,
                                                            response_serializer=_serialize)
+    request_guard.guard(handlers, service.max_message_bytes)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 

@@ -31,7 +31,7 @@ from bkledger.bookie.gc import GarbageCollector
 from bkledger.bookie.http_admin import AdminHttpServer, start_bookie_http
 from bkledger.bookie.memory import pin_malloc_thresholds
 from bkledger.bookie.registration import Registrar, call_bounded
-from bkledger.bookie.server import GRPC_OPTIONS, BookieService, add_to_server
+from bkledger.bookie.server import BookieService, add_to_server, grpc_options
 from bkledger.bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_signals, watch_stop_signals
 from bkledger.bookie.thread_guard import FAILURES
 from bkledger.bookie.tls import server_credentials
@@ -198,7 +198,7 @@ class BookieServer:
         self.bookie.start()
         self.service = BookieService(self.bookie, cfg.bookie_id, self._loop)
         self.service.read_only = cfg.forceReadOnlyBookie or self.bookie.journal_failed
-        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.server = grpc.aio.server(options=grpc_options(cfg))
         add_to_server(self.service, self.server)
         address = f"{cfg.listenAddress}:{cfg.bookiePort}"
         await self._bind(address)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -261,13 +262,54 @@ def _run_replication(args: argparse.Namespace, action: Callable[[Admin, Progress
     return 1 if stats.failed else 0
 
 
+_BOOKIE_ID = re.compile(r"[A-Za-z0-9:._-]+")       # BookKeeper's BookieId.validateBookieId
+
+
+def check_bookie_id(text: str) -> str:
+    """`text` if it can be a bookie id (BookKeeper's rule: letters, digits, ':', '.', '_', '-', not
+    "readonly"; a trailing ":port" must be a port 1-65535), else ShellError."""
+    _, sep, port = text.rpartition(":")
+    bad_port = bool(sep) and (not port.isdigit() or not 1 <= int(port) <= 65535)
+    if not _BOOKIE_ID.fullmatch(text) or text.lower() == "readonly" or bad_port:
+        raise ShellError(f"{text!r} is not a bookie id: give HOST:PORT as listbookies shows it, e.g. "
+                         "127.0.0.1:3181 (several separated by commas)")
+    return text
+
+
+def check_known_bookies(bk: BookKeeper, bookies: Sequence[str]) -> None:
+    """ShellError naming each of `bookies` that this cluster does not know (not registered, no cookie, in
+    no ledger's ensemble), with the bookies it knows: a typo must not be "recovered" as 0 ledgers."""
+    for bookie_id in bookies:
+        check_bookie_id(bookie_id)
+    known = set(Admin(bk).registered_bookies()) | set(bk.store.cookie_bookies())
+    unknown = [b for b in bookies if b not in known]
+    if not unknown:
+        return
+    named = {b for _, md in bk.store.ledgers_with_metadata() for f in md.fragments for b in f.ensemble}
+    stray = [b for b in unknown if b not in named]
+    if stray:
+        listed = ", ".join(sorted(known | named)) or "none"
+        which = "bookie " + ", ".join(stray) + (" is" if len(stray) == 1 else " are")
+        raise ShellError(f"{which} not known to this cluster (not registered, no cookie, in no ledger's "
+                         f"ensemble); known bookies: {listed}")
+
+
 def cmd_recover(args: argparse.Namespace) -> int:
-    bookies = [b for b in args.bookie.split(",") if b]
+    bookies = [b.strip() for b in args.bookie.split(",") if b.strip()]
+    if not bookies:
+        raise ShellError("give the bookie id(s) to recover, e.g. 127.0.0.1:3181")
+    with connect(args) as bk:
+        check_known_bookies(bk, bookies)
+        if args.target is not None and check_bookie_id(args.target) not in bk.store.writable_bookies():
+            raise ShellError(f"target {args.target} is not a writable bookie of this cluster; writable: "
+                             f"{', '.join(bk.store.writable_bookies()) or 'none'}")
     return _run_replication(args, lambda admin, progress: admin.recover_bookies(
         bookies, target=args.target, force=args.force, progress=progress))
 
 
 def cmd_decommission(args: argparse.Namespace) -> int:
+    with connect(args) as bk:
+        check_known_bookies(bk, [args.bookie])
     return _run_replication(args, lambda admin, progress: admin.decommission(args.bookie, progress=progress))
 
 

@@ -56,7 +56,8 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),   # (min_reconnect_backoff would also cap connect time)
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
-MAX_REQUEST_BYTES = 8 * 1024 * 1024
+MAX_REQUEST_BYTES = 4 * 1024 * 1024   # payload bytes of one AddRequest; a bookie takes messages of at least
+                                      # 1.5 times this (bookie.core.request_checks.max_message_bytes)
 
 
 class AckHandler(Protocol):
@@ -78,9 +79,10 @@ class _Batch:
     def __init__(self) -> None:
         self.entry_ids: list[int] | IntArray = []
         self.sizes: list[int] | IntArray = []
-        self.chunks: list[bytes] = []
+        self.chunks: list[bytes | memoryview] = []
 
-    def add(self, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes) -> None:
+    def add(self, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes | memoryview
+            ) -> None:
         if not self.chunks and not isinstance(entry_ids, range | list | tuple):   # arrays, kept as they are
             self.entry_ids, self.sizes = entry_ids, sizes          # type: ignore[assignment]
         else:
@@ -104,7 +106,7 @@ class _Batch:
             ADD_BATCH_SIZES, self.sizes)  # type: ignore[arg-type]
 
     def data(self) -> bytes:
-        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        return bytes(self.chunks[0]) if len(self.chunks) == 1 else b"".join(self.chunks)
 
 
 class _Queued:
@@ -216,7 +218,7 @@ class BookieClient:
         master_key: bytes,
         entry_ids: Sequence[int] | IntArray,
         sizes: Sequence[int] | IntArray,
-        data: bytes,
+        data: bytes | memoryview,
         *,
         recovery_add: bool = False,
         high_priority: bool = False,
@@ -228,6 +230,12 @@ class BookieClient:
         its own (a large bulk sent in chunks is acknowledged chunk by chunk, not all at its end)."""
         if self.failed:
             raise ConnectionError(f"bookie {self.bookie_id} connection failed")
+        if len(data) > MAX_REQUEST_BYTES and len(sizes) > 1:      # a bookie refuses messages past its limit
+            for lo, hi, start, end in _pieces(sizes, MAX_REQUEST_BYTES):
+                self.send_add(ledger_id, master_key, entry_ids[lo:hi], sizes[lo:hi], memoryview(data)[start:end],
+                              recovery_add=recovery_add, high_priority=high_priority, write_flags=write_flags,
+                              own_request=own_request)
+            return
         queued = self._queued[-1] if self._queued else None
         if (queued is None or queued.sealed or (own_request and queued.nbytes)
                 or (queued.nbytes and queued.nbytes + len(data) > MAX_REQUEST_BYTES)):
@@ -428,6 +436,18 @@ class BookieClient:
         if self._stream_task is not None:
             await _quiet(asyncio.wait_for(self._stream_task, 5))
         await self.channel.close()
+
+
+def _pieces(sizes: Sequence[int] | IntArray, limit: int) -> Iterator[tuple[int, int, int, int]]:
+    """(first index, end index, first byte, end byte) of consecutive runs of entries of at most `limit`
+    bytes each (an entry larger than that alone)."""
+    lo = start = offset = 0
+    for i, size in enumerate(sizes):
+        if i > lo and offset + int(size) - start > limit:
+            yield lo, i, start, offset
+            lo, start = i, offset
+        offset += int(size)
+    yield lo, len(sizes), start, offset
 
 
 def _short(exc: BaseException) -> str:

@@ -43,6 +43,39 @@ class NotEnoughBookiesError(BKError):
     )
 
 
+class NoClusterError(NotEnoughBookiesError):
+    """The metadata service URI points at a ZooKeeper path where no bkledger cluster lives (no
+    `{root}/available` znode: no bookie ever registered there), most likely a wrong root path."""
+
+    default_message = (
+        "no bkledger cluster at this metadata service URI (nothing under its root's available znode); "
+        "check the root path of metadataServiceUri"
+    )
+
+
+class PasswordTypeError(BKError, TypeError):
+    """A ledger or log password given as something else than bytes (most often a str)."""
+
+    default_message = "password must be bytes (b'pw'), not str: pass b'...' or encode the text ('pw'.encode())"
+
+
+def checked_password(password: object) -> bytes:
+    """`password` as bytes (bytes or bytearray accepted); PasswordTypeError for anything else. The message
+    never repeats the password itself."""
+    if isinstance(password, bytes):
+        return password
+    if isinstance(password, bytearray):
+        return bytes(password)
+    kind = type(password).__name__
+    raise PasswordTypeError(f"password must be bytes (b'pw'), got {kind}: pass b'...' or "
+                            f"encode the text (password.encode('utf-8'))")
+
+
+def checked_optional_password(password: object) -> bytes | None:
+    """`checked_password`, where None means "the password the ledger's own metadata holds"."""
+    return None if password is None else checked_password(password)
+
+
 class BadPasswordError(BKError):
     default_message = (
         "wrong password for this ledger (bookies answered EUA): open it with the password used to create it"
@@ -183,6 +216,54 @@ class ClientClosedError(BKError):
     default_message = "the BookKeeper client is closed: create a new client"
 
 
+class ClientTimeoutError(BKError, TimeoutError):
+    """An operation of the client did not finish within its bound (derived from the client's timeouts)."""
+
+    default_message = "the bkledger operation did not finish in time"
+
+
+class AddEntryQuorumTimeoutError(ClientTimeoutError):
+    """Adds stayed pending past the client's bound (a multiple of addEntryTimeoutSec) with none completing:
+    they fail, "maybe written", and the ledger handle takes no more adds (as BookKeeper's
+    BKAddEntryQuorumTimeoutException)."""
+
+    default_message = "adds did not reach their ack quorum in time; they were maybe written"
+
+
+class ReadTimeoutError(ClientTimeoutError):
+    """A read did not complete within the client's bound (derived from readTimeout)."""
+
+    default_message = "the read did not complete in time"
+
+
+class ClientInternalError(BKError):
+    """An unexpected error inside the client failed the operations it held (a bug: please report it with
+    the log); the ledger handle involved takes no more adds."""
+
+
+def typed_error(exc: BaseException, what: str = "the operation",
+                timeout: type[ClientTimeoutError] = ClientTimeoutError) -> BKError:
+    """`exc` as a BKError for a caller's future: itself if it is one; a timeout as `timeout`; anything else
+    (a bug) as ClientInternalError. The original is kept as the cause."""
+    if isinstance(exc, BKError):
+        return exc
+    error: BKError
+    if isinstance(exc, TimeoutError):
+        error = timeout(f"{what} did not finish in time")
+    else:
+        error = ClientInternalError(f"{what} failed unexpectedly ({exc!r}); please report it with the log")
+    error.__cause__ = exc
+    return error
+
+
+class ClientForkedError(ClientClosedError):
+    """This client was created in another process: after fork() its connections and event loop belong to
+    the parent. Create a new BookKeeper client in the child process."""
+
+    default_message = ("this BookKeeper client was created before fork() and cannot be used in the child "
+                       "process; create a new BookKeeper client in the child")
+
+
 _STATUS_ADVICE: dict[int | None, str] = {
     StatusCode.EIO: "the bookie had an I/O error; another replica may have the data",
     StatusCode.EBADREQ: "the request was malformed or too large; this is a client bug or a size limit",
@@ -200,6 +281,13 @@ def _status_name(code: int | None) -> str:
         return StatusCode(code).name
     except ValueError:
         return str(code)
+
+
+class LedgerSquattedError(BKError):
+    default_message = (
+        "the new ledger ids were already claimed on bookies by another client (fenced or written before their "
+        "metadata existed: squatted); check which clients hold a certificate or the public key, then retry"
+    )
 
 
 def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "") -> BKError:
@@ -221,11 +309,14 @@ def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "")
 
 
 __all__ = [
+    "AddEntryQuorumTimeoutError", "ClientForkedError", "ClientInternalError", "ClientTimeoutError",
+    "ReadTimeoutError", "typed_error",
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
-    "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError", "LiveLogWriterError",
-    "MetadataConflictError", "MetadataVersionError", "NoSuchEntryError", "NoSuchLedgerError",
-    "NotEnoughBookiesError", "ReadBeyondLastEntryError", "error_for_status",
+    "InvalidLogNameError", "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
+    "LedgerSquattedError", "LiveLogWriterError", "MetadataConflictError", "MetadataVersionError", "NoClusterError",
+    "NoSuchEntryError", "NoSuchLedgerError", "NotEnoughBookiesError", "PasswordTypeError", "ReadBeyondLastEntryError",
+    "checked_optional_password", "checked_password", "error_for_status",
 ]
 
 
@@ -235,6 +326,24 @@ class LogNotFoundError(BKError):
         "no such log: it was never created or has been deleted; check the name (bkledger log list) or "
         "open a log writer with create=True"
     )
+
+
+class InvalidLogNameError(InvalidOptionError):
+    """A log name that cannot be a log's name (`client.log.core.names`): `name` (as given), `reason`, and
+    where known the offending character `char` and its `index` (counting from 0)."""
+
+    default_message = (
+        "invalid log name: 1-249 characters, no '/', not '.' or '..', and no character ZooKeeper refuses "
+        "(control characters, U+D800-U+F8FF, U+FFF0-U+FFFF, characters beyond U+FFFF such as emoji)"
+    )
+
+    def __init__(self, message: str | None = None, *, name: str = "", reason: str = "", char: str | None = None,
+                 index: int | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.reason = reason
+        self.char = char
+        self.index = index
 
 
 class LogFencedError(LedgerFencedError):

@@ -17,12 +17,21 @@ from typing import TYPE_CHECKING
 import lz4.block
 
 from bkledger.client.add_future import AddFuture
-from bkledger.client.errors import BKError, ClientClosedError, EntryTooLargeError, LedgerClosedError
+from bkledger.client.errors import (
+    BKError,
+    ClientClosedError,
+    ClientTimeoutError,
+    EntryTooLargeError,
+    LedgerClosedError,
+    ReadTimeoutError,
+)
+from bkledger.client.protocol.add_timeouts import add_settle_bound
 from bkledger.client.protocol.digest import Buffer, make_digest
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 from bkledger.client.protocol.reads import check_read_range
 from bkledger.client.ranges_reader import RangeRead
 from bkledger.client.reader import LedgerReader, ReadChunk
+from bkledger.client.runtime import bounded
 from bkledger.client.writer import LedgerWriter
 
 if TYPE_CHECKING:
@@ -128,7 +137,16 @@ class LedgerHandle:
         return future
 
     def add_entry(self, payload: bytes | bytearray | memoryview, timeout: float | None = None) -> int:
-        return self.add_entry_async(payload).result(timeout or self._ctx.config.addEntryTimeoutSec * 6)
+        config = self._ctx.config       # by default, past the writer's own bound: its typed error comes first
+        bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
+        wait = timeout or bound + config.addEntryTimeoutSec
+        try:
+            return self.add_entry_async(payload).result(wait)
+        except TimeoutError as exc:
+            if isinstance(exc, BKError):
+                raise
+            raise ClientTimeoutError(f"ledger {self.ledger_id}: the add was not acknowledged within {wait}s; it is "
+                                     "still pending and may complete") from None
 
     async def add(self, payload: bytes | bytearray | memoryview) -> int:
         data = self._prepare(payload)
@@ -176,7 +194,8 @@ class LedgerHandle:
         (a reader of many small ledgers); one at a time per handle."""
         check_read_range(self.metadata, self.last_add_confirmed, first, last)
         bound = self._ctx.config.readTimeout * 12
-        return self._ctx.runtime.submit(asyncio.wait_for(self._chunk(first, last), bound))
+        what = f"the read of ledger {self.ledger_id} from entry {first}"
+        return self._ctx.runtime.submit(bounded(self._chunk(first, last), bound, what, ReadTimeoutError))
 
     def range_read(self, first: int, last: int) -> RangeRead:
         """This read as one of many (`BookKeeper.read_chunks_async`): its future gives what read_chunk_async
@@ -190,7 +209,9 @@ class LedgerHandle:
         out: list[LedgerEntry] = []
         position = first
         while position <= last:
-            chunk = await self._ctx.runtime.wrap(self._chunk(position, last))
+            what = f"the read of ledger {self.ledger_id} from entry {position}"
+            chunk = await self._ctx.runtime.wrap(bounded(self._chunk(position, last),
+                                                         self._ctx.config.readTimeout * 12, what, ReadTimeoutError))
             out += [LedgerEntry(self.ledger_id, e, bytes(p)) for e, p in zip(chunk.entry_ids, chunk.payloads,
                                                                                strict=True)]
             position = chunk.entry_ids[-1] + 1

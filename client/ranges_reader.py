@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from bkledger.client.bookie_client import BookieClient
-from bkledger.client.errors import BKError, DigestMismatchError
+from bkledger.client.errors import BKError, DigestMismatchError, ReadTimeoutError, typed_error
 from bkledger.client.protocol.metadata import DigestType
 from bkledger.client.protocol.reads import held_run, read_order
 from bkledger.client.protocol.speculative import SpeculativePolicy
@@ -159,11 +159,12 @@ async def _alone(read: RangeRead) -> None:
         return
     try:
         chunk = await read.alone()
-    except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (the caller's future tells it)
-        _settle(read.future, exc)
-        if isinstance(exc, asyncio.CancelledError):
-            raise
+    except Exception as exc:  # noqa: BLE001 (the caller's future tells it, typed)
+        what = f"the read of ledger {read.reader.ledger_id} from entry {read.first}"
+        _settle(read.future, typed_error(exc, what, ReadTimeoutError))
         return
+    # cancelled: whoever cancelled the read settles its future with a typed error (read_chunks_async says
+    # why: its bound passed, or the client closed); a cancellation is never put on the caller's future
     _settle(read.future, chunk)
 
 

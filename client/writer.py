@@ -24,9 +24,17 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from bkledger.client.errors import BKError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
+from bkledger.client.errors import (
+    AddEntryQuorumTimeoutError,
+    BKError,
+    ClientForkedError,
+    ClientInternalError,
+    LedgerClosedError,
+    LedgerFencedError,
+    NotEnoughBookiesError,
+)
 from bkledger.client.protocol import transforms
-from bkledger.client.protocol.add_timeouts import UnansweredAdds, timed_out_indices
+from bkledger.client.protocol.add_timeouts import UnansweredAdds, add_settle_bound, adds_stalled, timed_out_indices
 from bkledger.client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 from bkledger.client.protocol.pending_adds import (
@@ -82,6 +90,7 @@ class LedgerWriter:
         self.lac_length = 0              # cumulative length at the LAC
         self._lac_sent = -1              # highest LAC bookies have seen (piggy-backed or explicit)
         self._last_progress = 0.0
+        self._settled_at = 0.0           # when an add last completed, or adds began to be pending
         self._change_task: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -110,6 +119,9 @@ class LedgerWriter:
     def submit(self, payload: bytes, future: concurrent.futures.Future[int], block: bool = True) -> bool:
         """Queue an add. Returns False (and queues nothing) if the window is full and block is False.
         One lock round per add: the window (maxOutstandingAdds) and the queue share it."""
+        if self.ctx.runtime.forked:          # a fork child: the loop is the parent's (before any lock)
+            future.set_exception(ClientForkedError())
+            return True
         if self.error is not None or self.closing:
             future.set_exception(self._refusal())
             return True
@@ -132,6 +144,9 @@ class LedgerWriter:
         """Queue a bulk of adds; `future` gives the entry id of its last entry. It takes as many window
         slots as it has entries, at most half the window, so two large bulks can be in flight at once (the
         caller holds their bytes anyway; what the window bounds is the per-add state)."""
+        if self.ctx.runtime.forked:
+            future.set_exception(ClientForkedError())
+            return
         if self.error is not None or self.closing:
             future.set_exception(self._refusal())
             return
@@ -181,6 +196,8 @@ class LedgerWriter:
             return
         try:
             self._drain_items(items, bulk)
+        except Exception as exc:  # noqa: BLE001 - a loop callback: fail the adds it held, never drop them
+            self._fail_held(items, exc)
         finally:
             self._park_if_saturated()
 
@@ -217,10 +234,46 @@ class LedgerWriter:
         return wake
 
     def _drain_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
+        if self.error is None and self.pending.error is not None:
+            self.error = self.pending.error              # the machine failed: it takes no more adds
         if self.error is not None or self.closing:
             self._fail_items(items, self._refusal())
             return
         self._send_items(items, bulk)
+
+    def _fail_held(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], exc: Exception) -> None:
+        """Something raised while adds were being sent: fail the adds taken from the queue (sent or not) and
+        every pending one; the writer takes no more adds (entry ids may have been given out)."""
+        error = self._typed(exc)
+        registered = {id(fut) for _, fut, _ in self._futures}
+        self._fail_items([item for item in items if id(item[1]) not in registered and not item[1].done()], error)
+        self._fail_writer(error)
+
+    def _typed(self, exc: BaseException) -> BKError:
+        if isinstance(exc, BKError):
+            return exc
+        log.error("ledger %d: unexpected error in the writer; its adds fail", self.ledger_id, exc_info=exc)
+        error = ClientInternalError(f"ledger {self.ledger_id}: the writer failed unexpectedly ({exc!r}); the "
+                                    "adds it held were maybe written; open the ledger again to read them")
+        error.__cause__ = exc
+        return error
+
+    def _fail_writer(self, error: BKError) -> None:
+        """Fail every pending add with `error` and refuse further adds (the machine too)."""
+        try:
+            actions: list[object] = list(self.pending.fail_all(error))
+        except Exception as exc:  # noqa: BLE001 - whatever the machine's state, the futures must settle
+            log.error("ledger %d: failing the pending adds raised", self.ledger_id, exc_info=exc)
+            actions = []
+        if not any(isinstance(a, FailAdds) and a.entry_ids for a in actions):
+            actions.append(FailAdds(tuple(e for e, _, _ in self._futures), error))
+        self._execute(actions)
+
+    def _guard(self, what: str, exc: Exception) -> None:
+        """A loop callback (a bookie's answer, a timer) raised: fail the writer instead of letting the
+        exception escape to the loop, where nobody would settle the adds."""
+        log.error("ledger %d: %s raised", self.ledger_id, what, exc_info=exc)
+        self._fail_writer(self._typed(exc))
 
     def _refusal(self) -> BKError:
         """What an add gets once the writer failed or is closing."""
@@ -235,7 +288,7 @@ class LedgerWriter:
 
     def _send_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
         if not self._futures:
-            self._last_progress = asyncio.get_running_loop().time()
+            self._last_progress = self._settled_at = asyncio.get_running_loop().time()
         self._idle.clear()
         if bulk:
             self._drain_mixed(items)
@@ -367,6 +420,12 @@ class LedgerWriter:
 
     # ---- events from bookies (client loop) ------------------------------------------------------
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
+        try:
+            self._on_ack(bookie_id, ack)
+        except Exception as exc:  # noqa: BLE001 - called by the bookie connection's reader: never escape
+            self._guard("an add answer", exc)
+
+    def _on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
         actions: list[object] = []
         self._unanswered.on_answered(bookie_id, len(ack.entry_ids))
         if ack.status == pb.EOK:
@@ -380,6 +439,12 @@ class LedgerWriter:
         self._execute(actions)
 
     def on_bookie_failed(self, bookie_id: str) -> None:
+        try:
+            self._on_bookie_failed(bookie_id)
+        except Exception as exc:  # noqa: BLE001 - called by the bookie connection: never escape
+            self._guard("a bookie failure", exc)
+
+    def _on_bookie_failed(self, bookie_id: str) -> None:
         self._unanswered.forget(bookie_id)       # nothing in flight to it will be answered
         index = self.pending.index_of(bookie_id)
         if index is None or not self._futures:
@@ -412,7 +477,7 @@ class LedgerWriter:
             fut.set_result(entry_id)
         self._release_window(done)
         self.ctx.metrics.adds.inc(done)
-        self._last_progress = asyncio.get_running_loop().time()
+        self._last_progress = self._settled_at = asyncio.get_running_loop().time()
         if not self._futures:
             self._idle.set()
 
@@ -469,6 +534,8 @@ class LedgerWriter:
             self._execute(list(self.pending.fail_all(self.ctx.pool.explain(exc, self._bad_bookies))))
         except BKError as exc:
             self._execute(list(self.pending.fail_all(exc)))
+        except Exception as exc:  # noqa: BLE001 - a task nobody awaits: the adds must not wait for ever
+            self._guard("the ensemble change", exc)
 
     async def _replace(self, failed: list[int]) -> None:
         first = self.pending.last_add_confirmed + 1
@@ -517,21 +584,34 @@ class LedgerWriter:
 
     # ---- timers: add timeouts and explicit LAC ----------------------------------------------
     async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        timeout = self.ctx.config.addEntryTimeoutSec
+        config = self.ctx.config
+        bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
         while True:
             await asyncio.sleep(TICK)
-            self._unpark()              # a safety net: a freed slot or a failure unparks sooner
-            if self.error is not None:
-                continue
-            now = loop.time()
-            self._time_out_silent_bookies(now, timeout)
-            if self.pending.failed_indices and now - self._last_retry > timeout:
-                self._retry_replacement(now)
-            if self._futures and loop.time() - self._last_progress > timeout:
-                self._time_out_slow_bookies()
-            elif not self._futures and self.pending.last_add_confirmed > self._lac_sent:
-                await self._send_explicit_lac()
+            try:
+                await self._tick_once(bound)
+            except Exception as exc:  # noqa: BLE001 - the timer must outlive a bug, and the adds settle
+                self._guard("the writer's timer", exc)
+
+    async def _tick_once(self, bound: float) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = self.ctx.config.addEntryTimeoutSec
+        self._unpark()              # a safety net: a freed slot or a failure unparks sooner
+        if self.error is not None:
+            return
+        now = loop.time()
+        if adds_stalled(bool(self._futures), self._settled_at, now, bound):
+            self._fail_writer(AddEntryQuorumTimeoutError(
+                f"ledger {self.ledger_id}: no add completed for {bound:.1f}s (addEntryTimeoutSec "
+                f"{timeout}s); the pending adds fail, maybe written; the handle takes no more adds"))
+            return
+        self._time_out_silent_bookies(now, timeout)
+        if self.pending.failed_indices and now - self._last_retry > timeout:
+            self._retry_replacement(now)
+        if self._futures and loop.time() - self._last_progress > timeout:
+            self._time_out_slow_bookies()
+        elif not self._futures and self.pending.last_add_confirmed > self._lac_sent:
+            await self._send_explicit_lac()
 
     def _time_out_silent_bookies(self, now: float, timeout: float) -> None:
         """A bookie of the ensemble whose oldest unanswered add request is older than addEntryTimeoutSec

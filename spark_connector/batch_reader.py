@@ -102,7 +102,7 @@ def check_schema(schema: StructType) -> None:
 def ledger_view(bk: BookKeeper, ledger_id: int, source: SourceOptions) -> LedgerView:
     """The ledger's fragments, readable bound (LAC if OPEN: opened without recovery) and envelope."""
     md = bk.ledger_metadata(ledger_id)
-    if md.password != source.password:
+    if source.password and md.password != source.password:      # none given: the ledger's own (the log's key)
         raise BadPasswordError(f"bkledger option password: wrong password for ledger {ledger_id}; give the "
                                "password the ledgers were written with")
     if source.digest_type is not None and md.digest_type.name.lower() != source.digest_type:
@@ -110,7 +110,7 @@ def ledger_view(bk: BookKeeper, ledger_id: int, source: SourceOptions) -> Ledger
                                                 f"not {source.digest_type}")
     last = md.last_entry_id
     if not md.is_closed:
-        rh = bk.open_ledger(ledger_id, source.password, recovery=False)
+        rh = bk.open_ledger(ledger_id, source.password or None, recovery=False)
         md, last = rh.metadata, rh.last_entry_id
     return LedgerView(ledger_id, tuple(f.first_entry_id for f in md.fragments), last,
                       env.version_of(md.custom_metadata), md.is_closed, md.length if md.is_closed else None)
@@ -300,7 +300,7 @@ def log_bounds(bk: BookKeeper, opts: ReadOptions, views: Sequence[LedgerView], p
     hi_us = _bound(min, end_ms, pushed.time_hi_us)
     if not bounds or (lo_us is None and hi_us is None):
         return bounds
-    probe = TimeProbe(bk, views, opts.source.password)
+    probe = TimeProbe(bk, views, opts.source.password or None)
     known = {v.ledger_id: v.time_span for v in views if v.time_span is not None}
     if lo_us is not None:
         at = first_at_or_after(spans_of(bounds), probe, lo_us, known)
@@ -345,7 +345,7 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
     source = opts.source
     bk = shared_client(source.metadata_service_uri, source.client_settings)
     try:
-        rh = opened or bk.open_ledger(part.physical or part.ledger_id, source.password, recovery=False)
+        rh = opened or bk.open_ledger(part.physical or part.ledger_id, source.password or None, recovery=False)
         if not rh.is_closed and rh.last_add_confirmed < part.last_entry_id:
             rh.wait_for_lac(part.last_entry_id - 1, LAC_WAIT_S)   # a bookie behind the one planning asked
             if rh.last_add_confirmed < part.last_entry_id:
@@ -396,7 +396,7 @@ def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerParti
     for start in range(0, len(pieces), OPEN_WINDOW):
         window = pieces[start:start + OPEN_WINDOW]
         handles: Mapping[int, LedgerHandle] = bk.open_ledgers([p.physical or p.ledger_id for p in window],
-                                                              opts.source.password, recovery=False)
+                                                              opts.source.password or None, recovery=False)
         # a ledger missing from `handles` is opened again by read_partition, which reports it as data loss
         for piece, first_chunk in zip(window, read_ahead(bk, window, handles), strict=True):
             rh = handles.get(piece.physical or piece.ledger_id)

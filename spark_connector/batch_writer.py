@@ -35,15 +35,18 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
-from bkledger.client import BookKeeper, InvalidOptionError, LogNotFoundError
+from bkledger.client import BookKeeper, InvalidOptionError, InvalidQuorumError, LogNotFoundError, NotEnoughBookiesError
+from bkledger.client.errors import InvalidLogNameError
 from bkledger.client.ledger_handle import LedgerHandle
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY
+from bkledger.client.log.core.names import check_log_name
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
 from bkledger.spark_connector.clients import planning_client, shared_client
 from bkledger.spark_connector.envelope import I64, U8
 from bkledger.spark_connector.log_commit import commit_to_logs
 from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions
+from bkledger.spark_connector.write_checks import check_write_plan, in_spark_terms
 
 log = logging.getLogger("bkledger.spark")
 
@@ -156,8 +159,12 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
         o, src = self.opts, self.opts.source
         custom = {**env.custom_metadata(self.layout.envelope), JOB_KEY: self.job_id.encode(),
                   LOG_KEY: log_name.encode(), "bkledger.partition": str(partition_id).encode()}
-        return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type or "crc32c",
-                                password=src.password, custom_metadata=custom, compression=o.compression)
+        try:
+            return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type
+                                    or "crc32c", password=log_ledger_password(bk, log_name, src.password),
+                                    custom_metadata=custom, compression=o.compression)   # the log's key
+        except (NotEnoughBookiesError, InvalidQuorumError) as exc:
+            raise in_spark_terms(exc) from exc
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
         partition_id = _partition_id()
@@ -308,6 +315,12 @@ def split_by_log(batch: pa.RecordBatch, partition_id: int, first_row: int) -> li
         raise ValueError(f"bkledger: column log is null in row {row} of partition {partition_id}: every row "
                          "needs a destination log (or give option log to send all rows to one log)")
     names = pc.unique(column).to_pylist()
+    for name in names:         # before a ledger is written for it (a new log's length: at commit)
+        try:
+            check_log_name(name, new=False)
+        except InvalidLogNameError as exc:
+            raise InvalidLogNameError(f"bkledger: column log in partition {partition_id}: {exc}", name=exc.name,
+                                      reason=exc.reason, char=exc.char, index=exc.index) from None
     if len(names) == 1:
         return [(str(names[0]), batch)]
     return [(str(name), batch.filter(pc.equal(column, name))) for name in names]
@@ -345,5 +358,6 @@ def plan_writer(opts: WriteOptions, schema: StructType, overwrite: bool) -> BkLe
                                           "mode(\"append\") (or truncate the log with the client first)")
     layout = plan_layout(schema, opts.envelope, opts.source.log)
     with planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
+        check_write_plan(bk, opts)           # log name, cluster, ensembleSize: errors before any task runs
         floor = bk.ledger_id_watermark()     # the job's ledgers are above it (an abort sweeps only those)
     return BkLedgerBatchWriter(opts, layout, uuid.uuid4().hex, floor)

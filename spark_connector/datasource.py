@@ -3,6 +3,10 @@
     spark.read.format("bkledger").option("metadataServiceUri", uri).option("log", "orders").load()
     df.write.format("bkledger").option("metadataServiceUri", uri).option("log", "orders").mode("append").save()
 
+Writes need `.mode("append")`: Spark refuses a Python data source's write in its default mode (ErrorIfExists)
+before bkledger runs, and bkledger refuses "overwrite" (a log is append-only); `spark_connector.save_mode`
+adds that advice to Spark's error on a driver that imported the connector.
+
 Spark 4 finds it with no register call through the top-level module `pyspark_bkledger` (its
 `DefaultSource`); `spark.dataSource.register(BkLedgerDataSource)` works too. This class only parses
 options (`spark_connector.options`, errors at planning time) and hands over to the reader/writer
@@ -19,9 +23,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from bkledger.spark_connector import active_session
+from bkledger.spark_connector import active_session, save_mode
 
 active_session.install()
+save_mode.install()       # save() without .mode("append"): Spark's refusal says to append (save_mode)
 
 
 class BkLedgerDataSource(DataSource):

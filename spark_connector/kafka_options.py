@@ -8,7 +8,8 @@ Kafka's words and ours (README "Spark: options"): `subscribe` ~ `log` (comma lis
 `endingOffsetsByTimestamp` ~ `startingPositionsByTimestamp` / `endingPositionsByTimestamp` (JSON
 `{"orders": 1700000000000}`: one time per log, a log has no partitions). Precedence as Kafka's:
 the all-logs time beats the per-log times, which beat positions. Every problem raises
-BkLedgerOptionError naming the option, while the query is planned.
+BkLedgerOptionError naming the option, while the query is planned. A Kafka option name given to bkledger
+is answered with its bkledger name (`KAFKA_NAMES`, `kafka_hint`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,54 @@ from bkledger.spark_connector.options import (
     ReadOptions,
     SourceOptions,
     _position_map,
+    check_id,
+    option_json,
     parse_bool,
     parse_int,
 )
+
+# Kafka source/sink option -> (the bkledger option, or None if there is none; what to know)
+KAFKA_NAMES: dict[str, tuple[str | None, str]] = {
+    "subscribe": ("log", "a comma-separated list of logs"),
+    "topic": ("log", "or a string column named log, as Kafka's topic column"),
+    "assign": ("log", "a log has no partitions: name whole logs"),
+    "subscribePattern": ("logPattern", "a Python regex matched against the whole log name"),
+    "startingOffsets": ("startingPositions", 'JSON like {"orders": {"12": 0}}: ledger id -> entry id'),
+    "endingOffsets": ("endingPositions", 'JSON like {"orders": {"14": -1}}'),
+    "startingOffsetsByTimestamp": ("startingPositionsByTimestamp", 'one time per log: {"orders": 1700000000000}'),
+    "endingOffsetsByTimestamp": ("endingPositionsByTimestamp", 'one time per log: {"orders": 1700000000000}'),
+    "kafka.bootstrap.servers": ("metadataServiceUri", "the ZooKeeper of the cluster and its root, e.g. "
+                                                      "zk://127.0.0.1:2181/ledgers"),
+    "maxOffsetsPerTrigger": ("maxEntriesPerTrigger", "streaming reads; maxBytesPerTrigger bounds bytes"),
+    "maxRecordsPerPartition": ("maxEntriesPerPartition", "batch reads; targetPartitionBytes bounds bytes"),
+    "minOffsetsPerTrigger": (None, "a trigger reads what is there, up to maxEntriesPerTrigger"),
+    "maxTriggerDelay": (None, "a trigger reads what is there, up to maxEntriesPerTrigger"),
+    "groupIdPrefix": (None, "a reader needs no consumer group: Spark's checkpoint keeps the positions"),
+    "kafka.group.id": (None, "a reader needs no consumer group: Spark's checkpoint keeps the positions"),
+    "includeHeaders": (None, "records have no headers"),
+    "startingOffsetsByTimestampStrategy": (None, "a time before a log's first record starts at its first"),
+    "kafkaConsumer.pollTimeoutMs": (None, "reads time out by the client setting readTimeout"),
+    "fetchOffset.numRetries": (None, "reads retry other bookies of the ensemble by themselves"),
+    "fetchOffset.retryIntervalMs": (None, "reads retry other bookies of the ensemble by themselves"),
+}
+
+
+def kafka_hint(key: str, known: Mapping[str, str]) -> str | None:
+    """What to tell a user who gave Kafka's option `key` (lower-cased) to bkledger; None if it is not one.
+    `known` maps the lower-cased names of the options this query takes to their spelling."""
+    spelled = {name.lower(): name for name in KAFKA_NAMES}
+    if key not in spelled:
+        if key.startswith("kafka."):
+            return ("kafka.* settings are Kafka client settings; bkledger's client settings (TLS, ZooKeeper "
+                    "credentials) go by their BookKeeper names, e.g. tlsTrustStore, zkDigestUser")
+        return None
+    name = spelled[key]
+    ours, note = KAFKA_NAMES[name]
+    if ours is None:
+        return f"{name} is a Kafka option with no bkledger equivalent ({note})"
+    usable = "" if ours.lower() in known else " (not an option of this query)"
+    return f"{name} is Kafka's name: use {ours}{usable}: {note}"
+
 
 KAFKA_READ = ("logPattern", "startingTimestamp", "endingTimestamp", "startingPositionsByTimestamp",
               "endingPositionsByTimestamp", "minPartitions")
@@ -90,7 +136,7 @@ def parse_time_bound(opts: Mapping[str, str], everywhere: str, by_log: str) -> T
     per_log: dict[str, int] = {}
     if raw is not None:
         try:
-            parsed = json.loads(raw)
+            parsed = option_json(by_log, raw)
         except json.JSONDecodeError:
             parsed = None
         if not isinstance(parsed, dict) or not parsed:
@@ -100,7 +146,7 @@ def parse_time_bound(opts: Mapping[str, str], everywhere: str, by_log: str) -> T
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise BkLedgerOptionError(by_log, f"log {name!r}: {value!r} is not a time in ms since the "
                                                   "epoch (an integer >= 0)")
-            per_log[str(name)] = value
+            per_log[str(name)] = check_id(by_log, "time", value)
     at = parse_int(opts, everywhere, -1, minimum=0) if everywhere.lower() in opts else None
     return TimeBound(at, per_log)
 
@@ -117,7 +163,7 @@ def parse_positions_by_log(opts: Mapping[str, str], name: str, default: str) -> 
         raise BkLedgerOptionError(name, f"{text.lower()!r} is not allowed here for a batch query "
                                         f"(use {default!r} or a JSON object of positions)")
     try:
-        parsed = json.loads(text)
+        parsed = option_json(name, text)
     except json.JSONDecodeError:
         raise BkLedgerOptionError(name, f"must be {default!r} or JSON like {{\"orders\": {{\"12\": 0}}}}; "
                                         f"got {raw!r}") from None

@@ -6,6 +6,14 @@ message names the option as the user spelled it in the docs, so a bad option fai
 is planned, before any task runs. Names follow Kafka's source where they mean the same
 (`startingPositions` ~ `startingOffsets`, `endingPositions` ~ `endingOffsets`, `failOnDataLoss`).
 
+Values are checked while the query is planned too: integers within their range (ids and counts up to
+2^63-1, ensembleSize up to MAX_ENSEMBLE_SIZE, writeQuorum <= ensembleSize, ackQuorum <= writeQuorum), JSON
+values bounded in size and nesting (`option_json`), log names by `client.log.core.names`. An unknown
+option gets "did you mean" (a close name, or the bkledger name of a Kafka option: `startingOffsets` ->
+`startingPositions`, `subscribe` -> `log`, ...; `kafka_options.KAFKA_NAMES`). Option `password` is text:
+it is encoded as UTF-8 to become the ledgers' password (bytes), so `password="pw"` here is b"pw" in the
+client API.
+
 Position JSON (Kafka-like; one log, its ledgers, entry ids):
   startingPositions: "earliest" (default) or {"orders": {"12": 0, "13": 5}} (or the flat {"12": 0}):
       per-ledger first entry (inclusive; -2 = earliest); ledgers below the lowest listed one are skipped,
@@ -17,12 +25,15 @@ Position JSON (Kafka-like; one log, its ledgers, entry ids):
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from bkledger.client import InvalidOptionError
 from bkledger.client.config import SECURITY_KEYS
+from bkledger.client.errors import InvalidLogNameError
+from bkledger.client.log.core.names import check_log_name
 
 if TYPE_CHECKING:
     from bkledger.spark_connector.kafka_options import LogChoice, TimeBound
@@ -44,6 +55,10 @@ WRITE_COMMIT = ("fenceLiveWriter",)     # how a commit treats a live LogWriter o
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 1_000_000
 DEFAULT_TARGET_PARTITION_BYTES = 128 * 1024 * 1024     # as Spark's spark.sql.files.maxPartitionBytes
 DEFAULT_MAX_IN_FLIGHT = 10_000
+MAX_ID = 2**63 - 1                  # ledger ids, entry ids, times and counts: a Java long, as BookKeeper's
+MAX_ENSEMBLE_SIZE = 1024            # bookies of one ledger's ensemble (its metadata lists each of them)
+MAX_JSON_CHARS = 1 << 20            # a JSON option value: at most this long ...
+MAX_JSON_DEPTH = 4                  # ... and nested this deep ({"log": {"12": 0}} is 2)
 
 
 class BkLedgerOptionError(InvalidOptionError):
@@ -105,24 +120,107 @@ def _lowered(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def check_known(options: Mapping[str, str], known: Iterable[str], where: str) -> None:
-    """Reject option keys that this direction does not know (typos fail early, naming the key)."""
+    """Reject option keys that this direction does not know (typos fail early, naming the key and what
+    was probably meant: `unknown_option_hint`)."""
     canon = _canonical(known)
     for key in _lowered(options):
         if key not in canon:
-            known_list = ", ".join(sorted(canon.values()))
-            raise BkLedgerOptionError(key, f"unknown option for {where}; known options: {known_list}")
+            raise BkLedgerOptionError(key, f"unknown option for {where}; {unknown_option_hint(key, canon, where)}")
 
 
-def parse_int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+def unknown_option_hint(key: str, canon: Mapping[str, str], where: str) -> str:
+    """What to say of an unknown (lower-cased) option key: the bkledger name of a Kafka option, the
+    direction an option of another direction belongs to, or the closest known names (difflib)."""
+    from bkledger.spark_connector.kafka_options import kafka_hint
+
+    kafka = kafka_hint(key, canon)
+    if kafka:
+        return kafka
+    other = _other_direction(key)
+    if other:
+        return f"{other} is an option of {_OTHER_DIRECTIONS[other]}, not of {where}"
+    close = difflib.get_close_matches(key, list(canon), n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(canon[c] for c in close) + "?"
+    return f"known options: {', '.join(sorted(canon.values()))}"
+
+
+_OTHER_DIRECTIONS = {"maxEntriesPerTrigger": "streaming reads", "maxBytesPerTrigger": "streaming reads",
+                     "checkpointLocation": "streaming writes", "queryName": "streaming writes",
+                     "sinkId": "streaming writes", "fenceLiveWriter": "writes"}
+
+
+def _other_direction(key: str) -> str | None:
+    return next((name for name in _OTHER_DIRECTIONS if name.lower() == key), None)
+
+
+def option_json(name: str, raw: str) -> object:
+    """`json.loads(raw)` of option `name`, refused (BkLedgerOptionError) before parsing if it is longer than
+    MAX_JSON_CHARS or nests deeper than MAX_JSON_DEPTH: a deeply nested value made json.loads raise
+    RecursionError. Malformed JSON raises json.JSONDecodeError for the caller to explain."""
+    if len(raw) > MAX_JSON_CHARS:
+        raise BkLedgerOptionError(name, f"is {len(raw)} characters of JSON; at most {MAX_JSON_CHARS} are read")
+    depth = _json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise BkLedgerOptionError(name, f"JSON nested {depth} levels deep; positions nest at most "
+                                        f"{MAX_JSON_DEPTH} (e.g. {{\"orders\": {{\"12\": 0}}}} is 2)")
+    return json.loads(raw)
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of objects and arrays in JSON text (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_id(name: str, what: str, value: int) -> int:
+    """`value` if it fits a Java long (ids, times), else BkLedgerOptionError."""
+    if value > MAX_ID:
+        raise BkLedgerOptionError(name, f"{what} {value} is beyond 2^63-1, the largest id BookKeeper has")
+    return value
+
+
+def checked_log_names(name: str, names: Iterable[str]) -> None:
+    """Each log name of option `name` as `client.log.core.names` allows (for finding a log: the length
+    limit of new logs is checked when a write commits)."""
+    for log_name in names:
+        try:
+            check_log_name(log_name, new=False)
+        except InvalidLogNameError as exc:
+            raise BkLedgerOptionError(name, str(exc)) from None
+
+
+def parse_int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1, maximum: int = MAX_ID) -> int:
     raw = opts.get(name.lower())
     if raw is None:
         return default
+    text = raw.strip()
     try:
-        value = int(raw.strip())
+        value = int(text) if len(text) <= 40 else None
     except ValueError:
-        raise BkLedgerOptionError(name, f"must be an integer, got {raw!r}") from None
+        value = None
+    if value is None:
+        raise BkLedgerOptionError(name, f"must be an integer, got {raw[:60]!r}")
     if value < minimum:
         raise BkLedgerOptionError(name, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise BkLedgerOptionError(name, f"must be <= {maximum}, got {value}")
     return value
 
 
@@ -156,6 +254,8 @@ def parse_ledger_list(raw: str) -> tuple[int, ...]:
         raise BkLedgerOptionError("ledgers", f"must be comma-separated ledger ids, e.g. 12,13; got {raw!r}") from None
     if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
         raise BkLedgerOptionError("ledgers", f"ledger ids must be distinct and >= 0; got {raw!r}")
+    for ledger_id in ids:
+        check_id("ledgers", "ledger id", ledger_id)
     return ids
 
 
@@ -179,6 +279,8 @@ def parse_source(options: Mapping[str, str], *, allow_ledgers: bool = True, need
     if log is None and raw_ledgers is None and need_log and (not allow_ledgers or "logpattern" not in opts):
         which = "log or ledgers" if allow_ledgers else "log"
         raise BkLedgerOptionError("log", f"is required: give option {which}")
+    if log is not None:
+        checked_log_names("log", [n.strip() for n in log.split(",") if n.strip()] if allow_ledgers else [log])
     ledgers = parse_ledger_list(raw_ledgers) if raw_ledgers is not None else None
     digest = parse_choice(opts, "digestType", "", DIGEST_TYPES) or None
     return SourceOptions(uri, log, ledgers, opts.get("password", "").encode("utf-8"), digest,
@@ -203,7 +305,7 @@ def parse_positions(opts: Mapping[str, str], name: str, log: str | None, default
                                             f"(use {default!r} or a JSON object of positions)")
         return "earliest" if default == "earliest" else "latest"
     try:
-        parsed = json.loads(text)
+        parsed = option_json(name, text)
     except json.JSONDecodeError:
         raise BkLedgerOptionError(name, f"must be {default!r} or JSON like "
                                         f"{{\"{log or 'log'}\": {{\"12\": 0}}}}; got {raw!r}") from None
@@ -224,8 +326,12 @@ def _position_map(parsed: object, name: str, log: str | None, default: str) -> d
     for key, value in parsed.items():
         try:
             ledger_id, entry_id = int(key), int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise BkLedgerOptionError(name, f"{key!r}: {value!r} is not ledger id -> entry id") from None
+        if isinstance(value, float) or (isinstance(value, str) and not value.strip().lstrip("-").isdigit()):
+            raise BkLedgerOptionError(name, f"ledger {key}: entry {value!r} is not an integer entry id")
+        check_id(name, "ledger id", ledger_id)
+        check_id(name, "entry id", entry_id)
         if isinstance(value, bool) or entry_id < EARLIEST or entry_id == forbidden or ledger_id < 0:
             raise BkLedgerOptionError(name, f"ledger {key}: entry {value!r} is not allowed (entry ids are "
                                             f">= 0; {EARLIEST} means earliest in startingPositions, "
@@ -261,9 +367,9 @@ def parse_write_options(options: Mapping[str, str], extra_known: Iterable[str] =
     check_known(options, (*COMMON, *READ, *WRITE, *WRITE_COMMIT, *extra_known), "writes")
     opts = _lowered(options)
     source = parse_source(options, allow_ledgers=False, need_log=False)   # no log: column log (at planning)
-    ensemble = parse_int(opts, "ensembleSize", 3)
-    write_quorum = parse_int(opts, "writeQuorum", min(2, ensemble))
-    ack_quorum = parse_int(opts, "ackQuorum", min(2, write_quorum))
+    ensemble = parse_int(opts, "ensembleSize", 3, maximum=MAX_ENSEMBLE_SIZE)
+    write_quorum = parse_int(opts, "writeQuorum", min(2, ensemble), maximum=MAX_ENSEMBLE_SIZE)
+    ack_quorum = parse_int(opts, "ackQuorum", min(2, write_quorum), maximum=MAX_ENSEMBLE_SIZE)
     if write_quorum > ensemble:
         raise BkLedgerOptionError("writeQuorum", f"{write_quorum} exceeds ensembleSize {ensemble}")
     if ack_quorum > write_quorum:

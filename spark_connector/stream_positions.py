@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from bkledger.spark_connector.options import EARLIEST, BkLedgerOptionError, _position_map
+from bkledger.spark_connector.options import EARLIEST, MAX_ID, BkLedgerOptionError, _position_map, option_json
 
 
 # ---- positions and offsets -----------------------------------------------------------------------
@@ -42,7 +42,7 @@ def pos_of(log_name: str, offset: Mapping[str, Any]) -> Pos:
                                   f"{log_name!r}; expected {{\"{log_name}\": {{\"ledger\": 12, \"entry\": 0}}}}")
     ledger, entry = item["ledger"], item["entry"]
     if isinstance(ledger, bool) or isinstance(entry, bool) or not isinstance(ledger, int) \
-            or not isinstance(entry, int) or ledger < -1 or entry < 0:
+            or not isinstance(entry, int) or not -1 <= ledger <= MAX_ID or not 0 <= entry <= MAX_ID:
         raise BkLedgerOptionError("startingPositions", f"position {json.dumps(item)} of log {log_name!r} is "
                                   "not {\"ledger\": <ledger id >= 0>, \"entry\": <entry id >= 0>}")
     return Pos(ledger, entry)
@@ -56,7 +56,7 @@ def parse_starting(raw: str | None, log_name: str) -> str | Pos:
     if text.lower() == "latest":
         return "latest"
     try:
-        parsed = json.loads(text)
+        parsed = option_json("startingPositions", text)
     except json.JSONDecodeError:
         raise BkLedgerOptionError("startingPositions", f"must be earliest, latest or JSON like "
                                   f"{{\"{log_name}\": {{\"ledger\": 12, \"entry\": 0}}}}; got {raw!r}") from None

@@ -54,6 +54,7 @@ from bkledger.spark_connector.options import (
     ReadOptions,
     _lowered,
     _position_map,
+    option_json,
     parse_int,
     parse_read_options,
 )
@@ -87,7 +88,7 @@ def parse_starting_by_log(raw: str | None, choice: LogChoice) -> tuple[str, dict
         return (raw or "earliest").strip().lower(), {}
     example = f"{{\"{(choice.names or ('orders',))[0]}\": {{\"ledger\": 12, \"entry\": 0}}}}"
     try:
-        parsed = json.loads(raw)
+        parsed = option_json("startingPositions", raw)
     except json.JSONDecodeError:
         raise BkLedgerOptionError("startingPositions", f"must be earliest, latest or JSON like {example}; "
                                   f"got {raw!r}") from None

@@ -17,7 +17,7 @@ from bkledger.spark_connector.planning import LedgerView
 class TimeProbe:
     """(ledger id, entry id) -> the record's timestamp in microseconds since the epoch, or None."""
 
-    def __init__(self, bk: BookKeeper, views: Sequence[LedgerView], password: bytes) -> None:
+    def __init__(self, bk: BookKeeper, views: Sequence[LedgerView], password: bytes | None) -> None:
         self._bk = bk
         self._views = {v.ledger_id: v for v in views}
         self._password = password

@@ -52,6 +52,8 @@ def test_quick_bench_runs_and_writes_json(tmp_path: Path) -> None:
         if row["benchmark"] == "bookie_add":
             assert row["limit"] > 0 and row["ratio"] > 0, row
     assert not list(tmp_path.glob("bkledger-bench-*")), "the data dir was not removed"
+    for chart in ("bench-latency.svg", "bench-ratios.svg"):      # bench.charts, drawn beside the JSON
+        assert (tmp_path / chart).read_text().startswith("<svg"), chart
     # bookie_add is the last benchmark of this run that uses the shared bookie: it is stopped and its
     # disk freed right after, not at the end of the run
     assert report["data_dir_bytes_after"]["bookie_add"] < 1024 * 1024, report["data_dir_bytes_after"]

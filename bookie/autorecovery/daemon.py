@@ -7,7 +7,11 @@ ephemeral, so they vanish when the daemon dies) and runs two threads:
 - election: cast an EPHEMERAL_SEQUENTIAL vote `underreplication/auditorelection/V_<seq>`; the lowest vote
   is the auditor; every other daemon re-checks each round and takes over when the auditor's vote goes
   (its session ended). A vote lost with an expired session is cast again;
-- worker: the replication worker for the local bookie.
+- worker: the replication worker for the local bookie;
+- logs (logMetricsInterval > 0): while this daemon is the elected auditor, the per-log figures for its
+  metrics, read every logMetricsInterval seconds (bookie.log_metrics). Only the auditor reads them: the
+  figures are the cluster's, not this bookie's, so one daemon reads ZooKeeper for them and one series
+  per log reaches Prometheus (every daemon exporting them would multiply the reads and the series).
 
 Each thread runs a round as soon as a ZooKeeper watch says something it cares about changed
 (registrations, cookies and votes for the election/auditor; marks and registrations for the worker),
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from bkledger.bookie.autorecovery.auditor import Auditor
 from bkledger.bookie.autorecovery.worker import ReplicationWorker
 from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.log_metrics import LogFiguresReader
 from bkledger.bookie.metrics import start_autorecovery_metrics
 from bkledger.bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
 from bkledger.client import BookKeeper
@@ -42,7 +47,8 @@ log = logging.getLogger("bkledger.autorecovery")
 class AutoRecovery:
     def __init__(self, config: BookieConfig) -> None:
         self.config = config
-        self.poll = {"auditor": 0.5, "worker": 0.25}   # seconds between rounds unless a watch wakes it
+        # seconds between rounds unless a watch (or, for logs, becoming the auditor) wakes it
+        self.poll = {"auditor": 0.5, "worker": 0.25, "logs": float(config.logMetricsInterval)}
         self.stop_event = threading.Event()
         self.bk = BookKeeper(config.metadataServiceUri, config=client_config(config))
         self.admin = Admin(self.bk, window_entries=max(config.rereplicationEntryBatchSize, 1) * 100)
@@ -52,7 +58,8 @@ class AutoRecovery:
         self.auditor: Auditor | None = None
         self.audits = 0                  # audits run by this daemon while auditor (metrics)
         self.last_audit_time = 0.0       # unix time of the last one
-        self._wake = {"auditor": threading.Event(), "worker": threading.Event()}
+        self._wake = {"auditor": threading.Event(), "worker": threading.Event(), "logs": threading.Event()}
+        self.log_figures = LogFiguresReader(self.admin.store, config.logMetricsMaxLogs)
         self._watches: list[Watch] = []
         self.worker = ReplicationWorker(self.admin, self.local, config.openLedgerRereplicationGracePeriod,
                                         config.rwRereplicateBackoffMs)
@@ -71,6 +78,7 @@ class AutoRecovery:
         if votes and votes[0] == self.vote:
             if self.auditor is None:
                 log.info("%s is now the auditor", self.local)
+                self._wake["logs"].set()
                 self.auditor = Auditor(self.admin, self.config.lostBookieRecoveryDelay,
                                        float(self.config.auditorPeriodicCheckInterval))
             before = self.auditor.audits
@@ -81,6 +89,13 @@ class AutoRecovery:
         elif self.auditor is not None:
             log.info("%s is no longer the auditor", self.local)
             self.auditor = None
+
+    def log_figures_round(self) -> None:
+        """The auditor reads the per-log figures; any other daemon holds none."""
+        if self.is_auditor:
+            self.log_figures.refresh()
+        else:
+            self.log_figures.clear()
 
     def _loop(self, name: str, step: Callable[[], object]) -> None:
         wake = self._wake[name]
@@ -106,7 +121,10 @@ class AutoRecovery:
 
     def start(self) -> AutoRecovery:
         self._watch()
-        for name, step in (("auditor", self.election_round), ("worker", self.worker.tick)):
+        steps: list[tuple[str, Callable[[], object]]] = [("auditor", self.election_round), ("worker", self.worker.tick)]
+        if self.config.logMetricsInterval > 0:
+            steps.append(("logs", self.log_figures_round))
+        for name, step in steps:
             thread = threading.Thread(target=self._loop, args=(name, step), name=f"autorecovery-{name}",
                                       daemon=True)
             thread.start()

@@ -376,10 +376,12 @@ class LocalCluster:
             log.warning("could not record the cluster state in %s: %s", self.state_path, exc)
 
     def _spawn(self, command: str, conf: str, log: str, extra: list[str] | None = None) -> int:
-        """Run `bkledger <command> --conf <conf>` in its own session, output appended to `log`."""
+        """Run `bkledger <command> --conf <conf>` in its own session, output appended to `log`, which the
+        process rolls by size once it has read its configuration (`--log-file`, bookie.log_files)."""
         with open(log, "ab") as logf:
             child = subprocess.Popen(
-                [sys.executable, "-m", "bkledger.bookie.cli", command, "--conf", conf, *(extra or [])],
+                [sys.executable, "-m", "bkledger.bookie.cli", command, "--conf", conf, "--log-file", log,
+                 *(extra or [])],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self._children[child.pid] = child

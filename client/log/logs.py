@@ -39,15 +39,20 @@ from bkledger.client.errors import (
     LogUpdateConflictError,
     LogWriterClosedError,
     NoSuchLedgerError,
+    checked_password,
 )
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
+from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.liveness import check_live_writer
+from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import (
     LoadedLog,
+    create_log,
     delete_log_znodes,
+    load_log,
     now_ms,
     read_log,
     require_loaded,
@@ -56,6 +61,7 @@ from bkledger.client.log.store import (
     update_logs,
 )
 from bkledger.client.meta import log_leases
+from bkledger.client.meta.cluster_root import no_cluster_error
 from bkledger.client.meta.errors import NoSuchNodeError
 from bkledger.client.progress import NO_PROGRESS, ProgressSink
 from bkledger.client.protocol.metadata import LedgerState
@@ -109,6 +115,8 @@ def uncommitted_job_ledgers(bk: BookKeeper, older_than_s: float, log_name: str |
     """Ledgers a job wrote for a log that the log does not list, created over `older_than_s` ago: what a
     job whose driver died between its tasks and its commit left behind. A job still running owns such
     ledgers too, so the age must exceed the longest job."""
+    if log_name is not None:
+        check_log_name(log_name, new=False)
     listed: dict[str, set[int]] = {}
     now = now_ms()
     out = []
@@ -206,7 +214,11 @@ def append_ledgers_to_logs(bk: BookKeeper, ledgers: Mapping[str, Iterable[int]],
     As `append_ledgers`, per log (missing logs are created in the transaction, live writers refused
     unless `fence_live_writer`, open tails sealed); False, appending nothing anywhere, if the marker
     shows the batch committed in any of the logs (`client.log.core.meta.with_job_appended`). A lost
-    race on any log re-reads them all and tries again."""
+    race on any log re-reads them all and tries again. InvalidLogNameError for a name that cannot name a
+    log (`client.log.core.names`), PasswordTypeError for a password that is not bytes."""
+    password = checked_password(password)
+    for name in ledgers:
+        creatable_log_name(bk, name)
     ids = {name: sorted(got) for name, got in ledgers.items()}
     every = [i for got in ids.values() for i in got]
     if len(set(every)) != len(every):
@@ -241,15 +253,27 @@ def _closed(bk: BookKeeper, name: str, ledger_id: int, envelopes: dict[int, int 
     return (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
 
 
+def log_ledger_password(bk: BookKeeper, name: str, given: bytes = b"") -> bytes:
+    """The password to create ledgers for log `name` with: the one given (not empty), else the log's own
+    key (`client.log.core.meta.log_password`; a missing log is created, empty, so that its key exists before
+    its first ledgers), else the empty password (a log made before logs had keys). What a Spark task or
+    any other job that writes ledgers for a log and appends them later (`append_ledgers`) must use."""
+    if given:
+        return given
+    got = load_log(bk.store, name, whole=False) or create_log(bk.store, name, whole=False)
+    return lm.ledger_password(got.meta, b"")
+
+
 def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:
     """Fence and recover (open with recovery) every ledger not recorded as sealed: the last two (R28 step 2;
     those recorded as sealed are CLOSED already) and any older one a crashed writer left unrecorded. Their
-    entry counts and sizes go into the returned metadata."""
+    entry counts and sizes go into the returned metadata. No password given: each ledger is recovered with
+    the one its metadata holds (the log's own key for the ledgers its writers made)."""
     out = meta
     for led in meta.ledgers:
         if led.sealed:          # recorded only once CLOSED, and CLOSED is terminal: fencing is a no-op
             continue
-        rh = bk.open_ledger(led.ledger_id, password, recovery=True)
+        rh = bk.open_ledger(led.ledger_id, password or None, recovery=True)
         out = lm.with_ledger_sealed(out, led.ledger_id, rh.last_entry_id, rh.metadata.length, now_ms())
     return out
 
@@ -345,6 +369,11 @@ class LogsMixin:
 
         bk = _bk(self)
         bk._check_open()
+        password = checked_password(password)
+        if create:
+            creatable_log_name(bk, name)
+        else:
+            check_log_name(name, new=False)
         roll = RollPolicy(roll_entries, roll_bytes, roll_age_s)
         return LogWriter.open(bk, name, quorum=(ensemble_size, write_quorum, ack_quorum), password=password,
                               roll=roll, create=create, digest_type=digest_type, envelope=envelope)
@@ -359,6 +388,8 @@ class LogsMixin:
 
         bk = _bk(self)
         bk._check_open()
+        check_log_name(name, new=False)
+        password = checked_password(password)
         return LogReader(bk, name, start, fail_on_data_loss=fail_on_data_loss, password=password,
                          poll_interval_s=poll_interval_s)
 
@@ -373,15 +404,23 @@ class LogsMixin:
         after it): what a reader at that ledger needs, read in a time that does not grow with the log."""
         bk = _bk(self)
         bk._check_open()
-        if from_ledger is None:
-            return require_log(bk.store, name)[0]
-        return require_loaded(bk.store, name, from_ledger=from_ledger).meta
+        check_log_name(name, new=False)
+        try:
+            if from_ledger is None:
+                return require_log(bk.store, name)[0]
+            return require_loaded(bk.store, name, from_ledger=from_ledger).meta
+        except LogNotFoundError as exc:           # at a wrong root, say so (client.meta.cluster_root)
+            missing = no_cluster_error(bk.store)
+            if missing is None:
+                raise
+            raise LogNotFoundError(f"{exc}; {missing}") from None
 
     def truncate_log(self, name: str, before: Position) -> list[int]:
         """Drop the ledgers entirely before `before` (R30): CAS the shorter list, then delete the dropped
         ledgers. The last ledger is never dropped. Returns the dropped ledger ids."""
         bk = _bk(self)
         bk._check_open()
+        check_log_name(name, new=False)
         dropped: list[int] = []
 
         def cut(meta: LogMetadata) -> LogMetadata:
@@ -400,6 +439,7 @@ class LogsMixin:
         """Store the log's retention settings (None: no limit); applied by apply_log_retention / the task."""
         bk = _bk(self)
         bk._check_open()
+        check_log_name(name, new=False)
         update_log(bk.store, name, lambda m: lm.with_retention(m, max_age_s, max_bytes), whole=False)
         return require_log(bk.store, name)[0]
 
@@ -407,6 +447,7 @@ class LogsMixin:
         """Drop and delete the ledgers the log's retention settings no longer keep; their ids."""
         bk = _bk(self)
         bk._check_open()
+        check_log_name(name, new=False)
         dropped: list[int] = []
 
         def cut(meta: LogMetadata) -> LogMetadata:
@@ -438,6 +479,8 @@ class LogsMixin:
 
         bk = _bk(self)
         bk._check_open()
+        check_log_name(name, new=False)
+        password = checked_password(password)
         return compact_log(bk, name, target_bytes=target_bytes, min_ledgers=min_ledgers, grace_s=grace_s,
                            password=password, progress=progress)
 
@@ -475,10 +518,18 @@ class LogsMixin:
         return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password,
                               fence_live_writer=fence_live_writer, time_spans=time_spans)
 
+    def log_ledger_password(self, name: str) -> bytes:
+        """The password to create ledgers with that will be appended to log `name` (`append_ledgers`): the
+        log's own key (the log is created, empty, if missing), or b"" for a log made before logs had keys."""
+        bk = _bk(self)
+        bk._check_open()
+        return log_ledger_password(bk, name)
+
     def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""
         bk = _bk(self)
         bk._check_open()
+        check_log_name(name, new=False)
         loaded = require_loaded(bk.store, name)
         replaced = _replaced_not_deleted(bk, loaded) if delete_ledgers_too else []
         try:

@@ -66,7 +66,7 @@ class LogReader:
         self._bk = bk
         self.name = name
         self.fail_on_data_loss = fail_on_data_loss
-        self._password = password
+        self._password = password or None      # none given: each ledger's own (the log's key, issue 41)
         self._poll = max(0.01, poll_interval_s)
         self._meta, _ = require_log(bk.store, name)
         self._ledger_id: int | None = None          # the ledger being read (None: before the first one)

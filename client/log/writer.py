@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from bkledger.client.errors import (
     BKError,
+    ClientTimeoutError,
     LedgerClosedError,
     LedgerFencedError,
     LogFencedError,
@@ -102,6 +103,7 @@ class LogWriter:
                 raise LogNotFoundError(f"log {self.name!r} does not exist: open the writer with create=True")
             got = create_log(self._bk.store, self.name, whole=False)
         sealed = seal_tail(self._bk, got.meta, self._password)          # fence + recover the last two
+        self._password = lm.ledger_password(got.meta, self._password)   # none given: the log's own key
         lh = self._new_ledger()
         try:
             self._loaded = self._cas_owned(got, lambda m: lm.with_ledger_appended(
@@ -172,6 +174,7 @@ class LogWriter:
     # ---- appending ----------------------------------------------------------------------------
     def append_async(self, payload: bytes | bytearray | memoryview) -> concurrent.futures.Future[Position]:
         """Queue an append; the future gives its Position once acknowledged. May roll first (R29)."""
+        self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
         with self._lock:
             self._check_usable()
             if self._should_roll(len(payload)):
@@ -192,6 +195,7 @@ class LogWriter:
         """Queue n records at once, record i being data[offsets[i]:offsets[i + 1]] (LedgerHandle.add_entries:
         same offsets, `copy`, errors and failure semantics); the future gives the Position of the last record. The
         records go to one ledger, consecutive: a roll due happens before them, never among them."""
+        self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
         with self._lock:
             self._check_usable()
             nbytes = _span(offsets)
@@ -208,8 +212,15 @@ class LogWriter:
         return outer
 
     def append(self, payload: bytes | bytearray | memoryview, timeout: float | None = 60.0) -> Position:
-        """Append and wait for the acknowledgement; the record's Position."""
-        return self.append_async(payload).result(timeout)
+        """Append and wait for the acknowledgement; the record's Position. ClientTimeoutError (a TimeoutError)
+        if it is not acknowledged within `timeout`: it is still pending then and may complete."""
+        try:
+            return self.append_async(payload).result(timeout)
+        except TimeoutError as exc:
+            if isinstance(exc, BKError):
+                raise
+            raise ClientTimeoutError(f"log {self.name!r}: the append was not acknowledged within {timeout}s; it "
+                                     "is still pending and may complete") from None
 
     def _settle(self, ledger_id: int, inner: concurrent.futures.Future[int],
                 outer: concurrent.futures.Future[Position]) -> None:

@@ -46,6 +46,7 @@ from bkledger.client.meta.errors import (
 from bkledger.client.meta.multiread import MAX_PATHS, MultiRead, ReadError
 from bkledger.client.meta.uri import MetadataServiceUri, parse_metadata_service_uri
 from bkledger.client.meta.zkauth import ZkAuth
+from bkledger.client.meta.zklog import KazooChatter, ZkTrouble
 from bkledger.client.meta.zkpoll import PollingHandler
 
 _LOST = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
@@ -95,12 +96,15 @@ class ZkSession:
         self.session_timeout = float(session_timeout)
         self.connect_timeout = float(connect_timeout)
         self.auth = auth
+        self.trouble = ZkTrouble(self.uri.hosts, self.session_timeout)    # one line per outage (zklog)
         self._zk = KazooClient(
             hosts=self.uri.hosts, timeout=self.session_timeout, handler=PollingHandler(),
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             auth_data=auth.auth_data if auth else None,
             default_acl=auth.owner_acl if auth and auth.enable_acl else None,
+            logger=KazooChatter(self.trouble),
         )
+        self._zk.add_listener(self._on_state)
         self._interrupted = threading.Event()
         self._retry = KazooRetry(max_tries=-1, delay=0.02, backoff=2, max_delay=0.5,
                                  deadline=max(2.0 * self.session_timeout, 5.0), interrupt=self._interrupted.is_set)
@@ -118,9 +122,15 @@ class ZkSession:
             self._zk.stop()
             self._zk.close()
             raise MetadataStoreError(
-                f"cannot connect to ZooKeeper at {self.uri.hosts} within {self.connect_timeout:.0f}s: "
-                "is it running (bkledger local up) and is metadataServiceUri right?") from exc
+                f"cannot connect to ZooKeeper at {self.uri.hosts} within {self.connect_timeout:.0f}s"
+                f"{self.trouble.why()}: is it running (bkledger local up) and is metadataServiceUri right?"
+            ) from exc
         self._started = True
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's state listener (its event thread): a connection ends an outage's trouble."""
+        if state == "CONNECTED":
+            self.trouble.connected()
 
     def close(self) -> None:
         """Close the session: its ephemeral znodes (bookie registrations) go away now."""
@@ -219,8 +229,8 @@ class ZkSession:
             yield attempt
             attempt += 1
             if time.monotonic() > deadline:
-                raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts} unreachable; gave up after "
-                                         f"{attempt} attempts")
+                raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts} unreachable{self.trouble.why()}; gave "
+                                         f"up after {attempt} attempts: check that it runs and is reachable")
             time.sleep(min(0.02 * 2**attempt, 0.5))
 
     def _get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
@@ -324,7 +334,11 @@ class ZkSession:
         return txn.commit_async()
 
     def get_many(self, paths: list[str], per_request: int = MAX_PATHS) -> list[tuple[bytes, int] | None]:
-        """(data, version) of each znode (None if missing), paths as for `get`: `per_request` per multiRead
+        """(data, version) of each znode (None if missing): `get_many_stat` without the rest of the stat."""
+        return [None if r is None else (r[0], int(r[1].version)) for r in self.get_many_stat(paths, per_request)]
+
+    def get_many_stat(self, paths: list[str], per_request: int = MAX_PATHS) -> list[tuple[bytes, ZnodeStat] | None]:
+        """(data, stat) of each znode (None if missing), paths as for `get`: `per_request` per multiRead
         request (`client.meta.multiread`; fewer for large znodes, so that no reply is huge), the requests
         pipelined; one getData each, pipelined, from a server without multiRead. A request that meets
         connection loss (or no answer in time) is read again path by path, through the retry."""
@@ -336,7 +350,7 @@ class ZkSession:
         step = max(1, per_request)
         chunks = [full[i:i + step] for i in range(0, len(full), step)]
         pending = [self._multi_read_async(chunk) for chunk in chunks]
-        out: list[tuple[bytes, int] | None] = []
+        out: list[tuple[bytes, ZnodeStat] | None] = []
         for chunk, result in zip(chunks, pending, strict=True):
             try:
                 got = result.get(timeout=self.session_timeout)
@@ -345,13 +359,13 @@ class ZkSession:
                 out += self._get_each(chunk)
                 continue
             except (KazooException, KazooTimeoutError):
-                out += [self._get_one(path) for path in chunk]
+                out += [self._get(path) for path in chunk]
                 continue
             for path, item in zip(chunk, got, strict=True):
                 if isinstance(item, ReadError):
-                    out.append(None if item.code == NoNodeError.code else self._get_one(path))
+                    out.append(None if item.code == NoNodeError.code else self._get(path))
                 else:
-                    out.append((item[0], int(item[1].version)))
+                    out.append(item)
         return out
 
     def _multi_read_async(self, paths: list[str]) -> Any:
@@ -360,22 +374,18 @@ class ZkSession:
         self._zk._call(MultiRead([chroot + p for p in paths]), result)     # kazoo has no call of its own
         return result
 
-    def _get_each(self, full: list[str]) -> list[tuple[bytes, int] | None]:
+    def _get_each(self, full: list[str]) -> list[tuple[bytes, ZnodeStat] | None]:
         pending = [self._zk.get_async(p) for p in full]
-        out: list[tuple[bytes, int] | None] = []
+        out: list[tuple[bytes, ZnodeStat] | None] = []
         for path, result in zip(full, pending, strict=True):
             try:
                 data, stat = result.get(timeout=self.session_timeout)
-                out.append((bytes(data), int(stat.version)))
+                out.append((bytes(data), stat))
             except NoNodeError:
                 out.append(None)
             except (KazooException, KazooTimeoutError):
-                out.append(self._get_one(path))            # retried one by one through connection loss
+                out.append(self._get(path))                # retried one by one through connection loss
         return out
-
-    def _get_one(self, path: str) -> tuple[bytes, int] | None:
-        got = self._get(path)
-        return None if got is None else (got[0], int(got[1].version))
 
     def delete_many(self, paths: list[str]) -> list[bool]:
         """Delete each znode (any version) with the requests pipelined, as `get_many` reads: whether each

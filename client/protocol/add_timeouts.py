@@ -83,3 +83,17 @@ def timed_out_indices(ensemble: Sequence[str], oldest_sent: Mapping[str, float],
         if sent is not None and now - sent > timeout and index not in failed:
             out.append(index)
     return tuple(out)
+
+
+def add_settle_bound(add_timeout: float, ensemble_change_attempts: int) -> float:
+    """How long adds may stay pending with none completing before they fail (issue 46: no add hangs).
+
+    Each add timeout may start an ensemble change of up to `ensemble_change_attempts` tries, and the
+    resent adds get an add timeout of their own: past that many timeouts without one completion, nothing
+    the writer would still do can complete them. As BookKeeper's addEntryQuorumTimeoutSec, but always on."""
+    return add_timeout * (max(1, ensemble_change_attempts) + 1)
+
+
+def adds_stalled(pending: bool, settled_at: float, now: float, bound: float) -> bool:
+    """Whether adds are pending and none completed (nor started) in the last `bound` seconds."""
+    return pending and now - settled_at > bound

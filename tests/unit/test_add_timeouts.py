@@ -113,3 +113,15 @@ def test_error_on_an_entry_completed_by_the_others_replaces_the_bookie():
     recovery.on_acks_from([0], "b")
     assert recovery.on_acks_from([0], "c") == [CompleteAdds(0, 0)]
     assert recovery.on_error_from(0, "a", StatusCode.EIO) == []
+
+
+def test_adds_settle_within_a_bound_derived_from_the_add_timeout():
+    """Issue 46 (no add hangs): adds pending with none completing for add_settle_bound fail; the bound
+    covers an add timeout per ensemble change attempt and one more for the resent adds."""
+    from bkledger.client.protocol.add_timeouts import add_settle_bound, adds_stalled
+
+    bound = add_settle_bound(5.0, 5)
+    assert bound == 30.0 and add_settle_bound(1.0, 0) == 2.0
+    assert not adds_stalled(True, 100.0, 100.0 + bound, bound)
+    assert adds_stalled(True, 100.0, 100.0 + bound + 0.1, bound)
+    assert not adds_stalled(False, 100.0, 1000.0, bound)

@@ -51,6 +51,7 @@ class Runtime:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.wakeups = 0
+        self.forked = False         # as EventLoopThread.forked: not a fork child
 
     def call_soon(self, fn: Any, *args: Any) -> None:
         self.wakeups += 1
@@ -266,5 +267,68 @@ def test_a_bulk_larger_than_the_window_takes_half_of_it() -> None:
         await asyncio.wait_for(waiting, 30)       # ...which it gets once one single add completed
         assert singles[0] is not None and singles[0].result(0) == 0
         assert writer._in_window == 4
+
+    asyncio.run(scenario())
+
+
+def test_an_exception_in_the_drain_fails_the_adds_it_held_and_every_later_one() -> None:
+    """Issue 46: a loop callback that raises (here a bookie connection's send) fails the adds it took from
+    the queue, typed, instead of escaping to the loop with them unsettled; later adds fail at once."""
+    from bkledger.client.errors import BKError, ClientInternalError
+
+    async def scenario() -> None:
+        writer, bookies = _writer(3, 3, 2, window=100)
+
+        def broken(*args: Any, **flags: Any) -> None:
+            raise RuntimeError("a bug in the send path")
+
+        bookies["b1"].send_add = broken  # type: ignore[method-assign]
+        futures = [_submit(writer, b"p%d" % i) for i in range(3)]
+        await asyncio.sleep(0)
+        for future in futures:
+            assert future is not None and isinstance(future.exception(0), ClientInternalError)
+        later = _submit(writer, b"later")
+        assert later is not None and isinstance(later.exception(0), BKError)
+
+    asyncio.run(scenario())
+
+
+def test_adds_pending_past_the_settle_bound_fail_typed() -> None:
+    """Issue 46: adds pending with none completing for the bound (addEntryTimeoutSec x (attempts + 1))
+    fail with AddEntryQuorumTimeoutError, maybe written, and the handle takes no more adds."""
+    from bkledger.client.errors import AddEntryQuorumTimeoutError
+    from bkledger.client.protocol.add_timeouts import add_settle_bound
+
+    async def scenario() -> None:
+        writer, _ = _writer(3, 3, 2, window=100)
+        future = _submit(writer, b"never answered")
+        await asyncio.sleep(0)
+        config = writer.ctx.config
+        bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
+        await writer._tick_once(bound)
+        assert future is not None and not future.done()               # within the bound: still pending
+        writer._settled_at -= bound + 1                               # the bound passed with no completion
+        await writer._tick_once(bound)
+        assert isinstance(future.exception(0), AddEntryQuorumTimeoutError)
+        later = _submit(writer, b"later")
+        assert later is not None and isinstance(later.exception(0), AddEntryQuorumTimeoutError)
+
+    asyncio.run(scenario())
+
+
+def test_r21_a_late_efenced_of_an_acknowledged_entry_fails_the_next_adds() -> None:
+    """R21 (issue 46): EFENCED from the third bookie for an entry the two others acknowledged arrives with
+    nothing pending; the adds after it fail with LedgerFencedError at once instead of waiting for ever."""
+    async def scenario() -> None:
+        writer, _ = _writer(3, 3, 2, window=100)
+        first = _submit(writer, b"acknowledged")
+        await asyncio.sleep(0)
+        _ack(writer, "b0", 0)
+        _ack(writer, "b1", 0)
+        assert first is not None and first.result(0) == 0
+        writer.on_ack("b2", pb.AddAck(ledger_id=7, status=pb.EFENCED, entry_ids=[0]))
+        later = _submit(writer, b"after")
+        await asyncio.sleep(0)
+        assert later is not None and isinstance(later.exception(0), LedgerFencedError)
 
     asyncio.run(scenario())

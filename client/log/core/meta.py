@@ -169,9 +169,47 @@ class LogMetadata:
         }
 
 
+# ---- the log's own key ------------------------------------------------------------------------
+PASSWORD_KEY = "ledger_password"   # top-level key of the stored log: its ledgers' password, hex (issue 41)
+
+
+def log_password(meta: LogMetadata) -> bytes | None:
+    """The password the log's ledgers are created with when the caller gives none: a secret made when the
+    log was created and kept in its znode (under the cluster's ZooKeeper ACLs when they are on). None for a
+    log created before logs had one: its ledgers use the password given, or the empty one, as before."""
+    raw = meta.extra.get(PASSWORD_KEY)
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        return None
+
+
+def ledger_password(meta: LogMetadata, given: bytes) -> bytes:
+    """The password to create, open and recover the log's ledgers with: the one given (not empty), else
+    the log's own key, else the empty password (a log made before logs had keys)."""
+    return given or log_password(meta) or b""
+
+
+def shown(meta: LogMetadata) -> dict[str, Any]:
+    """The log as `to_dict` gives it, for printing: its own key is replaced by "(hidden)"."""
+    out = meta.to_dict()
+    if PASSWORD_KEY in out:
+        out[PASSWORD_KEY] = "(hidden)"
+    return out
+
+
+def with_password(meta: LogMetadata, password: bytes) -> LogMetadata:
+    """The log with `password` as its own key (set once, when the log is created)."""
+    return dataclasses.replace(meta, extra={**meta.extra, PASSWORD_KEY: password.hex()})
+
+
 # ---- serialization ----------------------------------------------------------------------------
-def new_log(name: str, now_ms: int) -> LogMetadata:
-    return LogMetadata(name=name, created_ms=now_ms)
+def new_log(name: str, now_ms: int, password: bytes = b"") -> LogMetadata:
+    """A new empty log; `password` (a fresh secret from the driver) becomes its own key."""
+    meta = LogMetadata(name=name, created_ms=now_ms)
+    return with_password(meta, password) if password else meta
 
 
 def encode(meta: LogMetadata) -> bytes:
