@@ -190,8 +190,8 @@ def _swap(bk: BookKeeper, name: str, table: store_io.TableStore, uri: str, run: 
 def _write_group(bk: BookKeeper, table: store_io.TableStore, run: int, group: ol.Group, token: str,
                  password: bytes) -> tuple[str, int, str, LogLedger]:
     """Read the group's entries from the bookies and write its file; (file, size, stats, record)."""
-    payloads = [p for chunk in _payloads_in_order(bk, [led.ledger_id for led in group.ledgers], password, {})
-                for p in chunk]
+    ids = [led.ledger_id for led in group.ledgers]        # no password given: each ledger's own (the log's key)
+    payloads = [p for chunk in _payloads_in_order(bk, ids, password or None, {}) for p in chunk]
     if len(payloads) != group.entries:
         raise OffloadError(f"ledgers {[led.ledger_id for led in group.ledgers]}: read {len(payloads)} entries, "
                            f"the log records {group.entries}; nothing was offloaded")

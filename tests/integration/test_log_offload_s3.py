@@ -40,7 +40,7 @@ def s3_endpoint() -> Iterator[str]:
     """moto_server on 127.0.0.1 (its own process: in-process moto hangs deltalake's history())."""
     server = shutil.which("moto_server", path=os.path.dirname(sys.executable))
     if server is None:
-        pytest.skip("moto_server is not installed (the dev extra has moto[server])")
+        pytest.skip("moto_server is not installed: pip install 'bkledger[s3test]' (moto[server])")
     port = free_port()
     proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
