@@ -3,8 +3,7 @@
 
 Verbs: list, describe, create, delete, truncate, retention, append (a console producer: lines of stdin or
 files, one record each, with key and timestamp), tail (a console consumer: records decoded from the record
-envelope), cursors (cursors held by the cluster and their lag), compact. The cluster is found as
-`bkledger shell` finds it (`bookie.shell.resolve_uri`):
+                                     "retention, append, tail, cursors, compact, offload")
 `--uri`, else `--conf` (a bookie configuration), else the local cluster in `--dir`. Every verb prints
 JSON with `--json` (tail: one JSON object a line). Errors a user can fix print one line and exit 1 (2 for a
 bad command line); never a traceback.
@@ -183,6 +182,29 @@ def cmd_compact(bk: BookKeeper, args: argparse.Namespace) -> int:
     return 130 if progress.stop_asked else 0
 
 
+def cmd_offload(bk: BookKeeper, args: argparse.Namespace) -> int:
+    """Offload the log's sealed ledgers to its Delta table; the store defaults to the one the log records,
+    else (a local cluster) `offload` in the cluster's folder."""
+    import os
+
+    store = args.store
+    if store is None and not (args.uri or args.conf) and not _offloaded_before(bk, args.name):
+        store = os.path.join(os.path.abspath(args.dir), "offload")
+    done = bk.offload_log(args.name, store, max_file_bytes=args.max_file_bytes, password=args.password.encode())
+    text = [f"{f}: ledgers {ids[0]}..{ids[-1]}" for f, ids in done.files]
+    resumed = " (finished a run a crash left)" if done.resumed else ""
+    text.append(f"offload run {done.run}: {len(done.files)} files, {done.entries} entries, {done.bytes} bytes to "
+                f"{done.table_uri} (version {done.version}){resumed}")
+    _emit(args, done.as_dict(), "\n".join(text))
+    return 0
+
+
+def _offloaded_before(bk: BookKeeper, name: str) -> bool:
+    from bkledger.client.log.core import offload as ol
+
+    return ol.state(bk.log_metadata(name)).uri is not None
+
+
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
 
@@ -219,7 +241,7 @@ def add_log_parser(sub: Any) -> None:
     common.add_argument("--json", action="store_true", help="JSON output for scripts (tail: one object a line)")
 
     log = sub.add_parser("log", help="logs made of ledgers: list, describe, create, delete, truncate, "
-                                     "retention, append, tail, cursors, compact")
+                                     "retention, append, tail, cursors, compact, offload")
     verbs = log.add_subparsers(dest="action", required=True)
 
     def verb(name: str, func: Callable[[BookKeeper, argparse.Namespace], int], text: str,
@@ -252,6 +274,11 @@ def add_log_parser(sub: Any) -> None:
     p.add_argument("--min-ledgers", type=int, default=4, help="fewest ledgers in a run worth compacting")
     p.add_argument("--grace-s", type=float, default=600.0,
                    help="seconds before replaced ledgers are deleted, by a later run")
+    p = verb("offload", cmd_offload, "write the sealed ledgers to the log's Delta table (tiered history)")
+    p.add_argument("--store", help="table store URI: a directory or s3://bucket/prefix?endpoint_override=HOST:PORT"
+                                   "&scheme=http (default: the log's, else DIR/offload of a local cluster)")
+    p.add_argument("--max-file-bytes", type=int, default=64 << 20, help="ledger bytes per Parquet file")
+    p.add_argument("--password", default="", help="the log's ledger password")
     log.set_defaults(func=cmd_log)
 
 

@@ -414,3 +414,16 @@ class LogUpdateConflictError(MetadataConflictError):
     default_message = (
         "the log's ledger list kept changing under this update (compare-and-swap lost repeatedly): retry later"
     )
+
+
+class OffloadError(BKError):
+    """An offload of a log's sealed ledgers to its Delta table could not be done (the message says why);
+    the log is unchanged (its ledgers stay on the bookies) and a rerun resumes the same run."""
+
+    default_message = "the log's sealed ledgers could not be offloaded: rerun the offload"
+
+
+class OffloadedLogError(BKError):
+    """A reader that reads only ledgers on bookies was given a log with offloaded history."""
+
+    default_message = "this log has offloaded history, which this reader cannot read"

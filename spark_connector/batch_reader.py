@@ -50,6 +50,7 @@ from bkledger.client import (
 )
 from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core.offload import refuse_offloaded
 from bkledger.client.ranges_reader import Read, chunks_ahead
 from bkledger.client.reader import ReadChunk
 from bkledger.spark_connector.arrow_io import chunk_to_batch, rows_to_batch
@@ -153,6 +154,7 @@ def discover(bk: BookKeeper, opts: ReadOptions, meta: lm.LogMetadata | None = No
     if source.log is not None:
         if meta is None:
             meta = bk.log_metadata(source.log)
+        refuse_offloaded(meta, 'format("bkledger")')
         located = lm.logical_ledgers(meta)                                  # positions' ledger ids
         ids = [led.ledger_id for led in located]
         recorded = {led.ledger_id: v for led in located if (v := recorded_view(led, opts)) is not None}

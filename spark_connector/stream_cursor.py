@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from bkledger.client import BookKeeper, DataLossError, LogNotFoundError
 from bkledger.client.log.core.meta import logical_ledgers, time_spans
+from bkledger.client.log.core.offload import refuse_offloaded
 from bkledger.spark_connector.batch_reader import ledger_view, recorded_view
 from bkledger.spark_connector.narrowing import first_at_or_after
 from bkledger.spark_connector.options import ReadOptions
@@ -44,6 +45,7 @@ class LogCursor:
             meta = self._bk().log_metadata(self.name, from_ledger=from_ledger)
         except LogNotFoundError:
             return []
+        refuse_offloaded(meta, 'format("bkledger")')
         located = logical_ledgers(meta)            # positions' ledger ids (compaction keeps them)
         self._spans.update(time_spans(meta))
         for led in located:                        # small CLOSED ledgers: the log's records are enough

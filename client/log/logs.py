@@ -43,6 +43,7 @@ from bkledger.client.errors import (
 )
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
+from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core import outcome
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
@@ -70,6 +71,7 @@ from bkledger.client.protocol.metadata import LedgerState
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.log.compaction import CompactionResult, CompactionTask
+    from bkledger.client.log.offload import OffloadResult
     from bkledger.client.log.producer import LogProducer
     from bkledger.client.log.reader import LogReader, StartSpec
     from bkledger.client.log.writer import LogWriter
@@ -87,6 +89,7 @@ def _replaced_not_deleted(bk: BookKeeper, loaded: LoadedLog) -> list[int]:
     """Ledgers that compactions of the log replaced and that still wait for their grace period (listed in
     the head or in its `pending-*` child znodes): the log no longer lists them, but they are its data."""
     _, ids, znodes = cp.without_due(loaded.meta, _EVERYTHING_DUE_MS)
+    znodes += [c for c in bk.store.children(loaded.path) if c.startswith(ol.UNLISTED_PREFIX)]    # offload's
     for znode in znodes:
         got = bk.store.get(f"{loaded.path}/{znode}")
         if got is not None:
@@ -167,10 +170,13 @@ def describe_log(meta: LogMetadata) -> list[str]:
     ]
     if meta.committed_batches:
         lines.append(f"committed batches   {dict(sorted(meta.committed_batches.items()))}")
+    lines += ol.describe_tiers(meta)
     lines.append(f"{'ledger_id':>12}{'first_pos':>12}{'entries':>10}{'bytes':>12}  state")
     for led in meta.ledgers:
         state = "closed" if led.sealed else "open"
-        if led.replaced:
+        if led.offloaded is not None:
+            state += f", offloaded to {led.offloaded[0]} (table version {led.offloaded[1]})"
+        elif led.replaced:
             state += f", compacted: replaces {len(led.replaced)} ledgers {led.replaced[0][0]}..{led.replaced[-1][0]}"
         lines.append(f"{led.ledger_id:>12}{show(led.first_position):>12}{show(led.entries):>10}"
                      f"{show(led.size):>12}  {state}")
@@ -528,6 +534,20 @@ class LogsMixin(CursorsMixin):
         bk._check_open()
         return CompactionTask(bk, interval_s, names, target_bytes=target_bytes, min_ledgers=min_ledgers,
                               grace_s=grace_s)
+
+    def offload_log(self, name: str, store_uri: str | None = None, *,
+                    storage_options: Mapping[str, str] | None = None, max_file_bytes: int = 64 * 1024 * 1024,
+                    password: bytes = b"") -> OffloadResult:
+        """Write the log's sealed ledgers (all but its last two) as Parquet files into its Delta table at
+        `store_uri` (a directory, `s3://...`; see `client.log.offload_store`), then point the log's records
+        at them in ONE CAS. Idempotent and crash-safe: a rerun finishes a run a crash left. Positions keep
+        working; `open_log_reader` reads the offloaded history from the table. See `client.log.offload`."""
+        from bkledger.client.log.offload import offload_log
+
+        bk = _bk(self)
+        bk._check_open()
+        return offload_log(bk, name, store_uri, storage_options=storage_options, max_file_bytes=max_file_bytes,
+                           password=password)
 
     def append_ledgers(self, name: str, ledger_ids: Iterable[int], *,
                        commit_marker: tuple[str, int] | None = None, password: bytes = b"",

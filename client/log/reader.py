@@ -4,6 +4,8 @@ Mirrors DistributedLog's BKLogReadHandler / a Pulsar non-durable cursor. Ledgers
 recovery, so a reader never fences the writer. In an open ledger it reads up to the LAC, never beyond,
 and waits for more with LAC long polls; it moves on once the ledger is CLOSED (a metadata refresh tells)
 and read to its last entry, taking the next ledger from the log's list (re-read from ZooKeeper).
+Offloaded history (`client.log.offload`) is read from the log's Delta table files instead, at the same
+positions, byte for byte as the bookies held it.
 ZooKeeper watches on the ledger's and the log's znodes say when a re-read is worth it, so an idle
 reader does not poll ZooKeeper (it re-reads anyway every `REFRESH_FALLBACK_S`, in case a watch event
 was missed).
@@ -30,6 +32,8 @@ from bkledger.client.log.core.meta import LogMetadata, Position
 from bkledger.client.log.store import log_path, require_log
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
     from bkledger.client.log.core.envelope import Record
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkledger.logs")
 StartSpec = Literal["earliest", "latest"] | Position
 REFRESH_FALLBACK_S = 2.0
+OFFLOAD_CHUNK = 4096                 # records taken from an offloaded file at a time
 T = TypeVar("T")
 
 
@@ -98,6 +103,7 @@ class LogReader:
         self._ledger_id: int | None = None          # the ledger being read (None: before the first one)
         self._next = 0                               # next entry id to fetch from it
         self._rh: LedgerHandle | None = None
+        self._offload_file: tuple[str, pa.Table] | None = None      # (file, rows) of offloaded history read
         self._where: lm.Located | None = None        # where the current ledger's entries are (compaction)
         self._buffer: collections.deque[LogRecord] = collections.deque()
         self._position: Position | None = None
@@ -142,10 +148,11 @@ class LogReader:
 
     def _go(self, ledger_id: int | None, entry_id: int) -> None:
         where = None if ledger_id is None else lm.locate(self._meta, ledger_id)
-        keep = self._rh if (where is not None and where.compacted and self._rh is not None
+        moved = where is not None and (where.compacted or where.offloaded is not None)
+        keep = self._rh if (moved and where is not None and where.offloaded is None and self._rh is not None
                             and self._rh.ledger_id == where.physical) else None
         self._ledger_id, self._next, self._rh = ledger_id, entry_id, keep
-        self._where = where if where is not None and where.compacted else None
+        self._where = where if moved else None
         self._first_offset = None
         self._note_first_offset()
         self._position = None if ledger_id is None else Position(ledger_id, entry_id)
@@ -232,6 +239,13 @@ class LogReader:
         """Fetch the next chunk into the buffer; False if nothing came before the deadline."""
         polled = False
         while True:
+            if self._where is not None and self._where.offloaded is not None:     # in the log's table
+                if self._next < (self._where.entries or 0):
+                    self._fetch_offloaded(self._where)
+                    return True
+                if not self._advance(deadline):
+                    return False
+                continue
             if self._ledger_id is None or (self._rh is not None and self._finished(self._rh)):
                 if not self._advance(deadline):
                     return False
@@ -300,6 +314,24 @@ class LogReader:
         self._next = chunk.entry_ids[-1] + 1 - base
         return True
 
+    def _fetch_offloaded(self, where: lm.Located) -> None:
+        """The next records of an offloaded ledger, from its Parquet file (read once, kept while it is read)."""
+        from bkledger.client.log import offload_store
+        from bkledger.client.log.offload import join_payloads
+
+        assert where.offloaded is not None and self._ledger_id is not None
+        name = where.offloaded[0]
+        if self._offload_file is None or self._offload_file[0] != name:
+            self._offload_file = (name, offload_store.read_log_file(self._meta, name))
+        rows = self._offload_file[1]
+        start = where.base + self._next
+        count = min((where.entries or 0) - self._next, OFFLOAD_CHUNK)
+        chunk = rows.slice(start, count)
+        offload_store.check_rows(self.name, name, chunk, self._ledger_id, self._next, count)
+        payloads = join_payloads(chunk, where.envelope or 0)
+        self._buffer.extend(LogRecord(Position(self._ledger_id, self._next + i), p) for i, p in enumerate(payloads))
+        self._next += count
+
     def _guard(self, call: Callable[[], T]) -> T | None:
         """Run a read of the current ledger; if the ledger is gone from the log, that is data loss
         (DataLossError, or skip ahead and return None)."""
@@ -310,9 +342,9 @@ class LogReader:
             if self._ledger_id in self._meta.logical_ids:
                 where = lm.locate(self._meta, self._ledger_id)
                 physical = self._ledger_id if self._where is None else self._where.physical
-                if where is None or where.physical == physical:
+                if where is None or (where.physical == physical and where.offloaded is None):
                     raise
-                self._go(self._ledger_id, self._next)     # compacted meanwhile: read it where it is now
+                self._go(self._ledger_id, self._next)     # compacted or offloaded meanwhile: read it there
                 return None
             self._data_lost(f"ledger {self._ledger_id} was truncated while this reader was at {self._position}")
             return None

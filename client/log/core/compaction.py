@@ -50,7 +50,7 @@ def plan_runs(meta: LogMetadata, target_bytes: int, min_ledgers: int, keep_tail:
 
     for led in meta.ledgers[:max(0, len(meta.ledgers) - keep_tail)]:
         led_size = led.size or 0
-        if not led.sealed or led_size >= target_bytes:
+        if not led.sealed or led_size >= target_bytes or led.offloaded is not None:    # offloaded: in the table
             flush()
             size = replaced = 0
             continue
@@ -107,6 +107,8 @@ def with_compacted(meta: LogMetadata, run: Run, new: LogLedger) -> LogMetadata |
         return None
     elements = meta.ledgers[at:at + len(run.ledger_ids)]
     if tuple(led.ledger_id for led in elements) != run.ledger_ids or not all(led.sealed for led in elements):
+        return None
+    if any(led.offloaded is not None for led in elements):       # offloaded meanwhile: its copy is the table's
         return None
     if at + len(run.ledger_ids) > len(meta.ledgers) - KEEP_TAIL:
         return None

@@ -78,6 +78,10 @@ class LogLedger:
     # the record envelope version the ledger's custom metadata names (0: none), recorded when it joined the
     # log (`recorded_envelope`); None: not recorded (a reader reads the ledger's metadata)
     envelope: int | None = None
+    # set on a record offload wrote (`client.log.core.offload`): (Parquet file path relative to the log's
+    # Delta table root, the table version that holds it); its entries are then read from that file, and
+    # `replaced` maps the logical ledgers in it (the first of them is `ledger_id`)
+    offloaded: tuple[str, int] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -249,6 +253,10 @@ def _ledger_dict(led: LogLedger) -> dict[str, Any]:
         out["time_span"] = list(led.time_span)
     if led.envelope is None:
         del out["envelope"]
+    if led.offloaded is None:
+        del out["offloaded"]
+    else:
+        out["offloaded"] = list(led.offloaded)
     return out
 
 
@@ -266,7 +274,8 @@ def _ledger(raw: Mapping[str, Any]) -> LogLedger:
                      first_position=opt("first_position"), entries=opt("entries"), size=opt("size"),
                      closed_ms=opt("closed_ms"),
                      replaced=tuple((int(a), int(b), int(c)) for a, b, c in raw.get("replaced") or ()),
-                     time_span=parse_time_span(raw.get("time_span")), envelope=parse_envelope(raw.get("envelope")))
+                     time_span=parse_time_span(raw.get("time_span")), envelope=parse_envelope(raw.get("envelope")),
+                     offloaded=parse_offloaded(raw.get("offloaded")))
 
 
 def recorded_envelope(custom: Mapping[str, bytes]) -> int | None:
@@ -285,6 +294,17 @@ def recorded_envelope(custom: Mapping[str, bytes]) -> int | None:
 def parse_envelope(raw: Any) -> int | None:
     """A stored envelope version (None, or anything but a non-negative integer: not recorded)."""
     return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
+
+
+def parse_offloaded(raw: Any) -> tuple[str, int] | None:
+    """A stored `[file path, table version]` (None if absent). ValueError if present but unreadable: a
+    reader must not take an offloaded record for a ledger on bookies."""
+    if raw is None:
+        return None
+    if (not isinstance(raw, (list, tuple)) or len(raw) != 2 or not isinstance(raw[0], str) or not raw[0]
+            or not isinstance(raw[1], int) or isinstance(raw[1], bool) or raw[1] < 0):
+        raise ValueError(f"offloaded {raw!r} is not [file path, table version]")
+    return raw[0], raw[1]
 
 
 def parse_time_span(raw: Any) -> tuple[int, int] | None:
@@ -403,7 +423,9 @@ def _last_id(led: LogLedger) -> int:
 
 
 def _drop_front(meta: LogMetadata, count: int) -> tuple[LogMetadata, list[int]]:
-    dropped = [led.ledger_id for led in meta.ledgers[:count]]
+    """An offloaded record's bookie ledgers are the logical ones it lists (their copies, until deleted)."""
+    dropped = [i for led in meta.ledgers[:count]
+               for i in ([r[0] for r in led.replaced] if led.offloaded is not None else [led.ledger_id])]
     if not dropped:
         return meta, []
     return dataclasses.replace(meta, ledgers=meta.ledgers[count:]), dropped
@@ -505,6 +527,7 @@ class Located:
     first_position: int | None = None
     size: int | None = None
     envelope: int | None = None         # as the log records it (of `physical`); None: not recorded
+    offloaded: tuple[str, int] | None = None    # (file, table version): its entries are in the log's table
 
     @property
     def compacted(self) -> bool:
@@ -523,7 +546,7 @@ def logical_ledgers(meta: LogMetadata) -> list[Located]:
         starts = [r[1] for r in led.replaced[1:]] + [led.entries or 0]
         for (old, base, size), end in zip(led.replaced, starts, strict=True):
             first = None if led.first_position is None else led.first_position + base
-            out.append(Located(old, led.ledger_id, base, end - base, first, size, led.envelope))
+            out.append(Located(old, led.ledger_id, base, end - base, first, size, led.envelope, led.offloaded))
     return out
 
 

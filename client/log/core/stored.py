@@ -17,6 +17,8 @@ log, the list is cut into segments of at most `SEGMENT_LEDGERS` ledgers, each it
 writer knew it (`LogLedger.time_span`). It is a key of its own so that segments written before it decode
 as they are (no span: unknown) and readers that do not know it ignore it (a writer that does not know it
 and rewrites the segment drops the spans: reads by time then probe those ledgers, as for any unknown span).
+`offloaded` (absent when no ledger of the segment was offloaded) maps a record offload wrote to its
+[Parquet file, Delta table version] (`LogLedger.offloaded`, `client.log.core.offload`).
 `envelopes` (absent when no ledger of the segment has one recorded) is the same kind of key: per ledger, in
 the order of `ledgers`, the record envelope version `LogLedger.envelope` records, or null; without it a
 reader reads the ledger's metadata for it, as before.
@@ -152,6 +154,9 @@ def encode_segment(ledgers: Sequence[LogLedger]) -> bytes:
         value["spans"] = spans
     if any(led.envelope is not None for led in ledgers):
         value["envelopes"] = [led.envelope for led in ledgers]
+    offloaded = {str(led.ledger_id): list(led.offloaded) for led in ledgers if led.offloaded is not None}
+    if offloaded:
+        value["offloaded"] = offloaded
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
@@ -164,11 +169,19 @@ def decode_segment(name: str, number: int, data: bytes) -> tuple[LogLedger, ...]
             envelopes = [None] * len(rows)
         ledgers = tuple(_ledger(r, e) for r, e in zip(rows, envelopes, strict=True))
         spans = raw.get("spans") or {}
+        offloaded = raw.get("offloaded") or {}
+        if offloaded:
+            ledgers = tuple(_with_offloaded(led, offloaded.get(str(led.ledger_id))) for led in ledgers)
     except (UnicodeDecodeError, TypeError, KeyError, IndexError, ValueError, AttributeError) as exc:
         raise ValueError(f"log {name!r}: segment {number} is not readable: {exc}") from exc
     if not isinstance(spans, dict) or not spans:
         return ledgers
     return tuple(_with_span(led, spans.get(str(led.ledger_id))) for led in ledgers)
+
+
+def _with_offloaded(led: LogLedger, raw: Any) -> LogLedger:
+    where = lm.parse_offloaded(raw)
+    return led if where is None else dataclasses.replace(led, offloaded=where)
 
 
 def _with_span(led: LogLedger, raw: Any) -> LogLedger:
