@@ -341,6 +341,8 @@ def sweep_markers(bk: BookKeeper, older_than_s: float) -> list[str]:
         with contextlib.suppress(NoSuchNodeError):
             store.delete(path)
             gone.append(txid)
+    if gone:
+        log.info("deleted the markers of %d committed transactions (their processes died at commit)", len(gone))
     return gone
 
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from bkledger.client import BookKeeper
-from bkledger.client.errors import NoSuchLedgerError
+from bkledger.client.errors import InvalidOptionError, NoSuchLedgerError
 from bkledger.client.log.core.meta import Position
 from bkledger.client.log.core.transactions import CursorMovedBackError, TransactionStateError
 from bkledger.client.log.cursors import read_cursor
 from bkledger.client.log.logs import delete_uncommitted, uncommitted_job_ledgers
-from bkledger.client.log.transaction import TransactionConflictError
+from bkledger.client.log.transaction import TransactionConflictError, sweep_markers
 from tests.integration.conftest import start_cluster
 from tests.integration.zk_drop_proxy import DropProxy
 
@@ -87,7 +87,8 @@ def test_appends_and_ack_become_visible_together(bk: BookKeeper):
             for record in batch:
                 tx.append(b, record.value, key=b"k", timestamp=1_700_000_000_000, headers={"h": b"v"})
             tx.append(c, b"summary")
-            tx.ack(a, "svc", reader.position)  # type: ignore[arg-type]
+            assert reader.position is not None
+            tx.ack(a, "svc", reader.position)
             assert values(bk, b) == [] and cursor_at(bk, a, "svc") != end      # nothing before the commit
     assert values(bk, b) == [b"r000", b"r001", b"r002"] and values(bk, c) == [b"summary"]
     assert cursor_at(bk, a, "svc") == end
@@ -113,7 +114,8 @@ def test_an_aborted_or_crashed_transaction_leaves_nothing_and_is_swept(bk: BookK
         for record in batch:
             tx.append(b, record.value)
             tx.append(c, record.value)
-        tx.ack(a, "svc", reader.position)  # type: ignore[arg-type]
+        assert reader.position is not None
+        tx.ack(a, "svc", reader.position)
         ledgers = [part.ledger_id for part in tx._parts.values()]
         raise RuntimeError("boom")
     assert values(bk, b) == [] and values(bk, c) == [] and cursor_at(bk, a, "svc") == start
@@ -130,6 +132,20 @@ def test_an_aborted_or_crashed_transaction_leaves_nothing_and_is_swept(bk: BookK
     assert sorted(delete_uncommitted(bk, found)) == sorted(left)
     assert values(bk, b) == [] and values(bk, c) == []
     reader.close()
+
+
+def test_markers_left_by_a_crash_at_commit_are_swept(bk: BookKeeper):
+    """R27: a process that died right after its commit leaves the transaction's marker; `sweep_markers`
+    (run by `sweepjobs --delete`) deletes markers older than asked, and a reused id is refused meanwhile."""
+    with bk.transaction("t-left") as tx:
+        tx.append(names("b")[0], b"x")
+    path = bk.store.layout.transaction("t-left")
+    bk.store.create(path, b'{"logs": [], "at_ms": 1}', makepath=True)     # as if deleted never
+    with pytest.raises(InvalidOptionError, match="in use"):
+        bk.transaction("t-left")
+    assert "t-left" not in sweep_markers(bk, 10_000_000_000.0)
+    assert "t-left" in sweep_markers(bk, 0.0)
+    assert not bk.store.exists(path)
 
 
 def test_cursor_moved_back_or_by_another_consumer_fails_the_transaction(bk: BookKeeper):
