@@ -56,7 +56,7 @@ from bkledger.client.log.cursors import cursor_path, lost_error, read_cursor
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password, seal_tail
 from bkledger.client.log.store import LogChange, commit_changes, load_log, now_ms, prepare_change, unborn_log
-from bkledger.client.meta.errors import MetadataStoreError, NoSuchNodeError, ZNodeExistsError
+from bkledger.client.meta.errors import NoSuchNodeError, ZNodeExistsError
 from bkledger.client.meta.zksession import ZkOp
 
 if TYPE_CHECKING:
@@ -72,6 +72,11 @@ JOB_PREFIX = "transaction:"
 class TransactionConflictError(BKError):
     """The transaction could not commit: a cursor it acknowledges was acknowledged by someone else since
     `tx.ack`, or its logs kept changing under it. Nothing of it was applied."""
+
+
+class TransactionOutcomeUnknownError(BKError):
+    """The commit's answer was lost and ZooKeeper could not be asked again: the transaction may or may not
+    be applied (look at its logs and cursors). Its ledgers are kept until `sweepjobs` finds them unlisted."""
 
 
 @dataclasses.dataclass
@@ -103,9 +108,10 @@ class Transaction:
         except ValueError as exc:
             raise InvalidOptionError(f"bk.transaction: {exc}") from None
         self._bk = bk
-        if transaction_id is not None and self._marker_exists():
+        if transaction_id is not None and bk.store.exists(bk.store.layout.transaction(transaction_id)):
             raise InvalidOptionError(f"bk.transaction: transaction id {transaction_id!r} is in use (its marker "
                                      "exists); give each transaction its own id")
+        self._token = uuid.uuid4().hex          # tells this transaction's marker from another's with its id
         self._quorum = quorum
         self._digest = digest_type
         self._phase = tc.Phase.OPEN
@@ -183,11 +189,19 @@ class Transaction:
         try:
             closed = self._close_ledgers()
             self._commit(closed)
-        except BaseException:
-            self._phase = tc.next_phase(self._phase, tc.Event.FAILED, self.transaction_id)
-            with contextlib.suppress(Exception):
-                self._delete_ledgers()
-            raise
+        except BaseException as exc:
+            outcome = self._read_back()               # the last word: was the multi applied after all?
+            if outcome is not tc.Outcome.COMMITTED:
+                self._phase = tc.next_phase(self._phase, tc.Event.FAILED, self.transaction_id)
+                if outcome is None:
+                    raise TransactionOutcomeUnknownError(
+                        f"transaction {self.transaction_id}: ZooKeeper could not be asked whether it committed "
+                        f"({exc}); its ledgers are kept: `bkledger shell sweepjobs` deletes them if their logs do "
+                        "not list them") from exc
+                with contextlib.suppress(Exception):
+                    self._delete_ledgers()
+                raise
+            log.info("transaction %s: committed after all (%s)", self.transaction_id, exc)
         self._phase = tc.next_phase(self._phase, tc.Event.COMMITTED, self.transaction_id)
         self._forget_marker()
 
@@ -231,10 +245,6 @@ class Transaction:
                 if tc.after_failed_commit(attempt, {}, True) is not tc.Step.RETRY:
                     break
                 time.sleep(min(0.002 * 2**attempt, 0.05))
-            except MetadataStoreError:
-                if tc.outcome_after_unknown(self._marker_exists()) is tc.Outcome.COMMITTED:
-                    return
-                raise
         raise TransactionConflictError(f"transaction {self.transaction_id}: logs {sorted(self._parts)} kept "
                                        f"changing under it ({tc.COMMIT_ATTEMPTS} times); nothing of it was "
                                        "applied; retry it")
@@ -261,7 +271,7 @@ class Transaction:
         for (name, cursor), ack in sorted(self._acks.items()):
             data = cc.encode_cursor(cc.CursorState(cursor, ack.position, now_ms()))
             ops.append(ZkOp("set", cursor_path(store, name, cursor), data, ack.version))
-        marker = json.dumps({"logs": sorted(self._parts), "at_ms": now_ms()}).encode()
+        marker = json.dumps({"logs": sorted(self._parts), "at_ms": now_ms(), "token": self._token}).encode()
         ops.append(ZkOp("create", store.layout.transaction(self.transaction_id), marker))
         return ops
 
@@ -315,8 +325,23 @@ class Transaction:
                     f"someone else (now at {got[0].position}) since this transaction's ack; another consumer "
                     "processed those records: nothing of the transaction was applied")
 
+    def _read_back(self) -> tc.Outcome | None:
+        """Whether the transaction's multi was applied (its marker exists); None if ZooKeeper cannot say."""
+        try:
+            return tc.outcome_after_unknown(self._marker_exists())
+        except Exception as exc:    # noqa: BLE001 - any failure to ask leaves the outcome unknown
+            log.warning("transaction %s: cannot read its marker back: %s", self.transaction_id, exc)
+            return None
+
     def _marker_exists(self) -> bool:
-        return self._bk.store.exists(self._bk.store.layout.transaction(self.transaction_id))
+        """This transaction's marker exists (not one of another transaction given the same id)."""
+        got = self._bk.store.get(self._bk.store.layout.transaction(self.transaction_id))
+        if got is None:
+            return False
+        try:
+            return bool(json.loads(got[0]).get("token") == self._token)
+        except (ValueError, AttributeError):
+            return False
 
     def _forget_marker(self) -> None:
         with contextlib.suppress(Exception):
