@@ -5,7 +5,9 @@ visible and its ledgers are swept, and a commit whose answer ZooKeeper lost is d
 
 from __future__ import annotations
 
+import contextlib
 import random
+import socket
 import re
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from bkledger.client.log.core.meta import Position
 from bkledger.client.log.core.transactions import CursorMovedBackError, TransactionStateError
 from bkledger.client.log.cursors import read_cursor
 from bkledger.client.log.logs import delete_uncommitted, uncommitted_job_ledgers
-from bkledger.client.log.transaction import TransactionConflictError, sweep_markers
+from bkledger.client.log.transaction import TransactionConflictError, TransactionOutcomeUnknownError, sweep_markers
 from tests.integration.conftest import start_cluster
 from tests.integration.zk_drop_proxy import DropProxy
 
@@ -208,6 +210,32 @@ def test_commit_whose_answer_zookeeper_lost_is_decided_once(cluster, bk: BookKee
     assert values(bk, b) == [b"mine", b"other"]
     assert cursor_at(bk, a, "svc") == end
     assert not bk.store.exists(bk.store.layout.transaction("t-lost"))
+
+
+def test_commit_whose_answer_is_lost_and_zookeeper_gone_keeps_its_ledgers(cluster, bk: BookKeeper):
+    """R27: the multi is applied, its reply lost, and ZooKeeper cannot be reached again: the outcome is
+    unknown, so TransactionOutcomeUnknownError, and the ledgers (which the log lists) are NOT deleted."""
+    (b,) = names("b")
+    port = int(re.search(r":(\d+)/", cluster.metadata_service_uri).group(1))  # type: ignore[union-attr]
+    proxy = DropProxy(port)
+    uri = re.sub(r":\d+/", f":{proxy.port}/", cluster.metadata_service_uri, count=1)
+    victim = BookKeeper(uri, zkTimeout=2.0)
+    try:
+        tx = victim.transaction()
+        tx.append(b, b"mine")
+
+        def unreachable() -> None:                      # no reconnection possible after the lost reply
+            proxy.server.shutdown(socket.SHUT_RDWR)     # (wakes the proxy's accept: close alone does not)
+            proxy.close()
+
+        proxy.arm(unreachable)
+        with pytest.raises(TransactionOutcomeUnknownError, match="could not be asked"):
+            tx.commit()
+    finally:
+        proxy.close()
+        with contextlib.suppress(Exception):
+            victim.close()
+    assert values(bk, b) == [b"mine"]                  # applied, and its ledger still there
 
 
 def run_until_killed(uri: str, logs: list[str], rng: random.Random, kill: bool) -> int:
