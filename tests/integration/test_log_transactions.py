@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import random
-import socket
 import re
+import socket
 import subprocess
 import sys
 import time
