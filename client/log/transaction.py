@@ -319,6 +319,8 @@ class Transaction:
             if got is None:
                 raise CursorNotFoundError(f"transaction {self.transaction_id}: cursor {cursor!r} of log {name!r} "
                                           "was deleted; nothing of the transaction was applied")
+            if got[0].lost is not None:
+                raise lost_error(name, got[0])
             if got[1] != ack.version:
                 raise TransactionConflictError(
                     f"transaction {self.transaction_id}: cursor {cursor!r} of log {name!r} was acknowledged by "
