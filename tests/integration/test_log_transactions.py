@@ -103,6 +103,19 @@ def test_appends_and_ack_become_visible_together(bk: BookKeeper):
         tx.append(b, b"late")
 
 
+def test_a_transaction_of_acks_only_commits_them_together(bk: BookKeeper):
+    """R27: acks of two cursors and no append: one multi of the cursor sets and the marker."""
+    a, b = names("a", "b")
+    end_a, end_b = source_log(bk, a, 2), source_log(bk, b, 3)
+    for name in (a, b):
+        bk.open_log_reader(name, cursor="svc").close()
+    with bk.transaction() as tx:
+        tx.ack(a, "svc", end_a)
+        tx.ack(b, "svc", end_b)
+    assert (cursor_at(bk, a, "svc"), cursor_at(bk, b, "svc")) == (end_a, end_b)
+    assert not bk.store.exists(bk.store.layout.transaction(tx.transaction_id))
+
+
 def test_an_aborted_or_crashed_transaction_leaves_nothing_and_is_swept(bk: BookKeeper):
     """R27: an exception in the block aborts: no record visible, the cursor unmoved, its ledgers deleted;
     a transaction whose process stopped before committing leaves only unlisted ledgers tagged as a job,
