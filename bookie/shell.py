@@ -416,10 +416,13 @@ def cmd_lostbookierecoverydelay(args: argparse.Namespace) -> int:
 
 def cmd_sweepjobs(args: argparse.Namespace) -> int:
     from bkledger.client.log.logs import delete_uncommitted, uncommitted_job_ledgers
+    from bkledger.client.log.transaction import sweep_markers
 
     with connect(args) as bk:
         found = uncommitted_job_ledgers(bk, args.older_than, args.log)
         gone = set(delete_uncommitted(bk, found)) if args.delete else set()
+        if args.delete and args.log is None:
+            sweep_markers(bk, args.older_than)      # markers of transactions whose process died at commit
     data = [{"ledger_id": f.ledger_id, "log": f.log, "job": f.job, "age_s": round(f.age_s, 1),
              "deleted": f.ledger_id in gone} for f in found]
     emit(args, data, ("ledger", "log", "job", "age", "deleted"),

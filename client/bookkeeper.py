@@ -38,6 +38,7 @@ from bkledger.client.errors import (
 )
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
+from bkledger.client.log.transaction import TransactionsMixin
 from bkledger.client.meta.cluster_root import require_cluster
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
@@ -82,7 +83,7 @@ class ClientContext:
         return SpeculativePolicy.from_ms(self.config.speculativeReadTimeout, self.config.maxSpeculativeReadTimeout)
 
 
-class BookKeeper(LogsMixin):
+class BookKeeper(LogsMixin, TransactionsMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
                  placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri

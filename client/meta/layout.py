@@ -36,10 +36,11 @@ LOGS = "logs"
 LOG_WRITERS = "logwriters"
 SINKS = "sinks"
 CURSORS = "cursors"
+TRANSACTIONS = "transactions"
 
 SPECIAL_ZNODES = frozenset(
     {AVAILABLE, COOKIES, INSTANCEID, LAYOUT, IDGEN, IDGEN_LONG, UNDERREPLICATION, LOGS, LOG_WRITERS, SINKS,
-     CURSORS}
+     CURSORS, TRANSACTIONS}
 )
 
 _LEGACY_SPLIT = (2, 4, 4)
@@ -287,6 +288,11 @@ class ZkLayout:
     def cookie(self, bookie_id: str) -> str:
         _check_name(bookie_id, "bookie id")
         return f"{self.cookies}/{bookie_id}"
+
+    def transaction(self, txid: str) -> str:
+        """The marker znode a committed transaction across logs creates (`client.log.transaction`)."""
+        _check_name(txid, "transaction id")
+        return f"{self.under_root(TRANSACTIONS)}/{txid}"
 
     def log(self, name: str) -> str:
         _check_name(name, "log name")
