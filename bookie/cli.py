@@ -229,7 +229,18 @@ def _version() -> str:
         return "(not installed)"
 
 
+# Daemons whose SIGTERM/SIGINT a watcher thread takes (to name the sender): the signals are blocked before
+# the parser is built, since building it imports the client, and an import may start a thread (gRPC's,
+# numpy's BLAS pool) that would otherwise take the signal (bookie.stop_signals).
+DAEMONS = frozenset({"bookie", "autorecovery"})
+
+
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in DAEMONS:
+        from bkledger.bookie.stop_signals import block_stop_signals
+
+        block_stop_signals()
     args = build_parser().parse_args(argv)
     try:
         code = int(args.func(args))

@@ -73,7 +73,7 @@ def test_r21_r28_log_append_after_takeover_raises_log_fenced(cluster_factory, bk
     first = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=TIMEOUT)
     old = first.open_log_writer("taken-over", ensemble_size=3, write_quorum=3, ack_quorum=2)
     old.append(b"warm-up", timeout=10)
-    index = _pause_one(cluster, first.open_ledger(old.ledger_id, recovery=False))
+    index = _pause_one(cluster, first.open_ledger(old.ledger_id, password=None, recovery=False))
     try:
         paused_at = time.monotonic()
         old.append(b"before", timeout=10)
