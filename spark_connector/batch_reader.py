@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
 
 from bkledger.client import (
@@ -57,6 +57,7 @@ from bkledger.spark_connector.planning import (
     resolve_bounds,
 )
 from bkledger.spark_connector.pushdown import Pushed, absorb, empty
+from bkledger.spark_connector.spark_compat import FILTER_PUSHDOWN, Filter, arrow_schema
 from bkledger.spark_connector.time_seek import TimeProbe
 
 log = logging.getLogger("bkledger.spark")
@@ -522,10 +523,8 @@ class BkLedgerBatchReader(DataSourceReader):
         return list(plan(self.opts, self.pushed))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         # a plain InputPartition(None), planned by Spark for an empty list, reads nothing
-        yield from read_any(self.opts, partition, to_arrow_schema(self.schema, timezone="UTC"))
+        yield from read_any(self.opts, partition, arrow_schema(self.schema))
 
 
 class BkLedgerFilteringReader(BkLedgerBatchReader):
@@ -554,7 +553,8 @@ def pushdown_enabled() -> bool:
 
 
 def reader_for(opts: ReadOptions, schema: StructType) -> BkLedgerBatchReader:
-    """What `BkLedgerDataSource.reader` returns: with pushFilters where Spark's switch allows it."""
-    if pushdown_enabled():
+    """What `BkLedgerDataSource.reader` returns: with pushFilters where Spark's switch allows it (and where
+    Spark has filter pushdown at all: 4.1+)."""
+    if FILTER_PUSHDOWN and pushdown_enabled():
         return BkLedgerFilteringReader(opts, schema)
     return BkLedgerBatchReader(opts, schema)
