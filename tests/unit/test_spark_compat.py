@@ -57,3 +57,13 @@ def test_before_42_a_read_limit_is_refused_naming_the_release(option: str) -> No
         LegacyStreamReader({"metadataServiceUri": URI, "log": "orders", option: "100"}, SCHEMA)
     assert got.value.option == option
     assert "needs pyspark >= 4.2.0" in str(got.value) and spark_compat.SPARK_VERSION in str(got.value)
+
+
+def test_arrow_schema_has_utc_timestamps_on_this_pyspark() -> None:
+    """The readers' Arrow batches carry UTC timestamps: 4.2 says timezone="UTC", 4.0 and 4.1 timestamp_utc."""
+    import pyarrow as pa
+    from pyspark.sql.types import TimestampType
+
+    got = spark_compat.arrow_schema(StructType([*SCHEMA.fields, StructField("timestamp", TimestampType())]))
+    assert got.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert got.field("value").type == pa.binary() and got.field("entry_id").type == pa.int64()
