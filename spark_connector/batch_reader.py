@@ -535,18 +535,21 @@ class BkLedgerFilteringReader(BkLedgerBatchReader):
         return rest
 
 
+_WORKER_MAINS = ("_main", "main")       # 4.2 (its `main` calls `_main`, found first), 4.1
+
+
 def pushdown_enabled() -> bool:
     """Whether Spark plans this read with `spark.sql.python.filterPushdown.enabled`. Spark 4.2 asks for
     the reader in one of two workers: `data_source_pushdown_filters` (switch on, filters to push: it calls
     pushFilters) or `plan_data_source_read`, which reads the switch before it asks for the reader and
     fails the query (DATA_SOURCE_PUSHDOWN_DISABLED) if the reader defines pushFilters while it is off.
     The switch is not passed on, so it is read from that caller's frame; if not found, False (Spark
-    then filters every row itself)."""
+    then filters every row itself). Spark 4.1's workers are alike, their function named `main`."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "_main" and "data_source_pushdown_filters" in frame.f_code.co_filename:
+        if frame.f_code.co_name in _WORKER_MAINS and "data_source_pushdown_filters" in frame.f_code.co_filename:
             return True
-        if frame.f_code.co_name == "_main" and "plan_data_source_read" in frame.f_code.co_filename:
+        if frame.f_code.co_name in _WORKER_MAINS and "plan_data_source_read" in frame.f_code.co_filename:
             return bool(frame.f_locals.get("enable_pushdown", False))
         frame = frame.f_back                    # type: ignore[assignment]
     return False

@@ -1,9 +1,10 @@
 """The connector on the older pyspark release lines (issue 43 item 1: Spark 4.0, 4.1 and 4.2): in each venv
 named by BKLEDGER_SPARK_VENVS (paths separated by spaces; `make test-spark-versions` builds one per release
 of SPARK_VERSIONS and sets it), tests/spark/spark_versions_driver.py runs with that venv's Python: a local
-cluster from its `bkledger local up`, a batch append and read, a streaming query log -> log with
-Trigger.AvailableNow run twice from one checkpoint (each record copied once), and a read limit per trigger,
-refused before pyspark 4.2 with a BkLedgerOptionError that names the release needed.
+cluster from its `bkledger local up`, a batch append and read (filters pushed down from 4.1 on), a
+streaming query log -> log with Trigger.AvailableNow run twice from one checkpoint (each record copied
+once), and a read limit per trigger, refused before pyspark 4.2 with a BkLedgerOptionError that names the
+release needed.
 
 Skipped without BKLEDGER_SPARK_VENVS, so `make test` stays on the pyspark of constraints.txt. Before
 spark_connector/spark_compat.py, the read failed on 4.1.4 (ModuleNotFoundError:
@@ -50,5 +51,8 @@ def test_append_read_and_available_now_stream_on_this_pyspark(venv: str, tmp_pat
     assert result["batch"]["read"] == result["batch"]["appended"] == 200
     assert result["batch"]["where_entry_id_lt_10"] == 20          # two ledgers (two tasks), entries 0-9 of each
     assert result["stream"]["copied"] == 250
-    older = tuple(int(p) for p in version.split(".")[:2]) < (4, 2)
+    line_of = tuple(int(p) for p in version.split(".")[:2])
+    left = result["batch"]["spark_filter"]            # 4.1+: the reader took both comparisons (pushFilters)
+    assert ("< 10" not in left and ">= 0" not in left) if line_of >= (4, 1) else ("< 10" in left), left
+    older = line_of < (4, 2)
     assert result["read_limit"].startswith("refused" if older else "honoured"), result["read_limit"]
