@@ -77,16 +77,16 @@ class BookieSession:
 
 
 def start_cluster(ctx: Context, dirname: str, bookies: int, shared: str | None = None,
-                  stack: contextlib.ExitStack | None = None) -> LocalCluster:
+                  stack: contextlib.ExitStack | None = None, conf: dict[str, str] | None = None) -> LocalCluster:
     """A local cluster, stopped and its directory removed by a cleanup stack even if it only half starts:
-    `stack` when given, else the `shared` session's, else the benchmark's."""
+    `stack` when given, else the `shared` session's, else the benchmark's. `conf`: more bookie settings."""
     path = ctx.data_dir / dirname
     if stack is None:
         stack = ctx.stack if shared is None else ctx.shared_stack(shared, path)
     stack.callback(shutil.rmtree, path, ignore_errors=True)
     cluster = LocalCluster(path)
     stack.callback(cluster.down)  # registered before up(): a half-started cluster is stopped too
-    cluster.up(bookies, dict(CONF_OVERRIDES))
+    cluster.up(bookies, {**CONF_OVERRIDES, **(conf or {})})
     return cluster
 
 

@@ -14,7 +14,9 @@ its time: the peak is measured with no callback at all, and one per add (a closu
 a call on the client's event loop) took enough of the client's loop that an open loop at 80 % of the
 peak fell behind (0.80-0.87 of its adds/s acknowledged, p99 1.6-2.5 s); with one in eight it keeps up
 (1.00). The client has the peak's settings too (maxOutstandingAdds 20,000). The limit is the time of
-one fdatasync at the group size the bookies made at that load.
+one fdatasync at the group size the bookies made at that load. Beside each run, bench.tails measures the
+floor (raw fdatasync on the same disk, meanwhile), GC pauses and CPU steal, and prints every run, the spread
+and the stage attribution of the worst run's p99 adds (issue 48).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
+from bench import tails
 from bench.cluster3 import (
     ACK_QUORUM,
     ENSEMBLE,
@@ -202,6 +206,8 @@ def run_throughput(ctx: Context) -> list[Row]:
         res = closed_loop(session, writers, seconds)
         if writers == 1:
             session.facts["peak_entries_s"] = res.entries / res.seconds
+            if res.group_bytes is not None:
+                session.facts["peak_group_bytes"] = res.group_bytes
             session.ledgers["replicated_add"] = res.ledger
         rows.extend(_throughput_rows(ctx, session, res))
     return rows
@@ -218,6 +224,12 @@ class LatencyResult:
     count: int                    # adds scheduled
     group_bytes: float | None
     why_not: str
+    timed: list[tuple[int, float]] = dataclasses.field(default_factory=list)   # (entry id, s) of the sampled adds
+    traces: list[dict[str, object]] = dataclasses.field(default_factory=list)  # the client's traced adds
+    bookie_logs: dict[str, list[dict[str, object]]] = dataclasses.field(default_factory=dict)  # by bookie id
+    floor: tails.FloorProbe | None = None          # raw fdatasync latencies on the same disk, meanwhile
+    gc: tails.GcPauses | None = None
+    steal: tails.CpuSteal | None = None
 
 
 def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: float,
@@ -244,21 +256,32 @@ def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: 
         due = min(count, int((now - start) * rate) + 1) if now >= start else 0
         for i in range(submitted, due):
             future = lh.add_entry_async(payload)
-            if i % SAMPLE_EVERY == 0 or i == count - 1:
+            if (i + 1) % SAMPLE_EVERY == 0 or i == count - 1:     # entry i + 1: the ones the client traces
                 future.add_done_callback(acked(i))
         submitted = max(submitted, due)
         time.sleep(max(0.0, min(tick, start + submitted / rate - time.perf_counter())))
 
 
-def open_loop(session: ClusterSession, rate: float, seconds: float) -> LatencyResult:
+def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group: int = 16 * KiB,
+              data_dir: Path | None = None) -> LatencyResult:
+    """One open-loop run. The client traces the adds the bench times (entries 0, 8, 16, ...: client.add_trace,
+    every one kept); beside it run the floor probe (groups of `floor_group` bytes in `data_dir`), the
+    client process's GC pauses and the machine's CPU steal (bench.tails)."""
     payload = os.urandom(ENTRY_SIZE)
     count = max(10, int(rate * seconds))
     done = [0.0] * count
     errors: list[BaseException] = []
-    with BookKeeper(session.uri, maxOutstandingAdds=TOTAL_IN_FLIGHT) as bk:   # the peak's client settings
+    trace: dict[str, Any] = {"addTraceSampleEvery": SAMPLE_EVERY, "slowAddThresholdMs": 0.0,
+                             "slowAddLogSize": count // SAMPLE_EVERY + 16}
+    with BookKeeper(session.uri, maxOutstandingAdds=TOTAL_IN_FLIGHT, **trace) as bk:   # the peak's client settings
         lh = bk.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, password=PASSWORD)
         lh.add_entry(payload)  # the connections are up before the clock starts
-        with GroupMeter(session) as meter:
+        probes = contextlib.ExitStack()
+        with probes, GroupMeter(session) as meter:
+            first = session.cluster.bookies[0]
+            floor = probes.enter_context(tails.FloorProbe(data_dir or Path(first.journal_dir), floor_group, seconds,
+                                                          first.metrics_port))
+            gc_pauses, steal = probes.enter_context(tails.GcPauses()), probes.enter_context(tails.CpuSteal())
             start = time.perf_counter() + 0.05
             timer = threading.Thread(target=_schedule, args=(lh, payload, rate, count, start, done, errors),
                                      name="bench-open-loop")
@@ -267,14 +290,20 @@ def open_loop(session: ClusterSession, rate: float, seconds: float) -> LatencyRe
             deadline = time.monotonic() + ACK_TIMEOUT
             while not errors and done[-1] == 0.0 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            lh.close()
+        traces = [a for a in bk.slow_adds() if a["ledger_id"] == lh.ledger_id]
+        lh.close()
+    bookie_logs = tails.bookie_slow_adds({b.bookie_id: b.http_port for b in session.cluster.bookies if b.http_port})
     if errors:
         raise RuntimeError(f"an add failed at {rate:.0f} entries/s: {errors[0]!r}")
     if done[-1] == 0.0:
         raise RuntimeError(f"adds at {rate:.0f} entries/s were not acknowledged within {ACK_TIMEOUT:.0f} s")
-    latencies = sorted(t - (start + i / rate) for i, t in enumerate(done) if t)     # the sampled adds
+    timed = [(i + 1, t - (start + i / rate)) for i, t in enumerate(done) if t]     # the sampled adds
     achieved = count / (max(done) - start)
-    return LatencyResult(rate, achieved, latencies, count, meter.group_bytes, meter.why_not)
+    return LatencyResult(rate, achieved, sorted(latency for _, latency in timed), count, meter.group_bytes,
+                         meter.why_not, timed, traces, bookie_logs, floor, gc_pauses, steal)
+
+
+CDF_FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999)
 
 
 def percentile(ordered: list[float], fraction: float) -> float:
@@ -293,16 +322,19 @@ def _peak(ctx: Context, session: ClusterSession) -> float:
 def run_latency(ctx: Context) -> list[Row]:
     """Each load level runs `latency_rounds` times, each on a fresh cluster; each percentile is the median
     of the rounds' (one round's disk hiccup swung the 80% p99 between 56 and 103 ms from run to run), the
-    worst round's p99 is printed beside it."""
+    worst round's p99 is printed beside it, and every round by bench.tails.run_rows."""
     session = cluster_session(ctx)
     peak = _peak(ctx, session)
     sizes = ClientSizes.of(ctx)
     rows: list[Row] = []
     for load in LOADS:
         results = []
+        floor_group = round_group(session.facts.get("peak_group_bytes", 64 * KiB) * load)   # until one is measured
         for i in range(sizes.latency_rounds):
-            with fresh_cluster_session(ctx, f"latency-{load:.0%}-{i}") as fresh:
-                results.append(open_loop(fresh, peak * load, sizes.latency_seconds))
+            with fresh_cluster_session(ctx, f"latency-{load:.0%}-{i}", conf=tails.BOOKIE_TRACE_CONF) as fresh:
+                results.append(open_loop(fresh, peak * load, sizes.latency_seconds, floor_group, ctx.data_dir))
+            groups = [r.group_bytes for r in results if r.group_bytes is not None]
+            floor_group = round_group(statistics.median(groups)) if groups else floor_group
         res = results[0]
         measured = [r.group_bytes for r in results if r.group_bytes is not None]
         if not measured:
@@ -331,6 +363,11 @@ def run_latency(ctx: Context) -> list[Row]:
                                 aim_ms if aim_ms is not None else fsync_ms,
                                 f"each run's p99: {runs} ms; against "
                                 + (f"the aim {aim_ms:g} ms" if aim_ms is not None else "one fdatasync")))
+        cdf = ctx.facts.setdefault("add_latency_cdf", {})   # drawn by bench.charts as the latency CDF
+        assert isinstance(cdf, dict)
+        cdf[label] = [[f, statistics.median([percentile(r.latencies, f) * 1000 for r in results])]
+                      for f in CDF_FRACTIONS]
+        rows.extend(tails.run_rows(ctx, label, results))
         achieved = min(r.achieved for r in results)
         rows.append(Row("add_latency", f"{label}: acknowledged rate", achieved, "entries/s", res.rate,
                         f"the scheduled rate, the slowest run ({res.count} adds, {len(res.latencies)} timed per run; "

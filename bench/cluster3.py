@@ -35,7 +35,7 @@ class ClientSizes:
     preload_entries: int        # acknowledged entries before the writer is killed
     inflight_entries: int       # adds in flight when it is killed
     rss_bytes: int              # payload written to the lone bookie of bookie_rss
-    latency_rounds: int         # open-loop runs per load level of add_latency; the median run is reported
+    latency_rounds: int         # open-loop runs per load level of add_latency; each is printed
 
     @staticmethod
     def of(ctx: Context) -> ClientSizes:
@@ -44,7 +44,7 @@ class ClientSizes:
             return ClientSizes(add, 0.5, 0.5, 1, 200, 1_000, 8 * MiB, 1)
         if mode == "quick":
             return ClientSizes(add, 2.0, 2.0, 1, 1_000, 1_000, 64 * MiB, 1)
-        return ClientSizes(add, 10.0, 10.0, 3, 5_000, 1_000, 1024 * MiB, 3)
+        return ClientSizes(add, 10.0, 10.0, 3, 5_000, 1_000, 1024 * MiB, 5)   # issue 48: 5 runs per load
 
 
 @dataclasses.dataclass
@@ -85,9 +85,10 @@ def cluster_session(ctx: Context) -> ClusterSession:
 
 
 @contextlib.contextmanager
-def fresh_cluster_session(ctx: Context, dirname: str, bookies: int = 3) -> Iterator[ClusterSession]:
+def fresh_cluster_session(ctx: Context, dirname: str, bookies: int = 3,
+                          conf: dict[str, str] | None = None) -> Iterator[ClusterSession]:
     """A cluster of its own for one measurement, stopped and its data removed when it ends: every run
     starts alike, and the run's disk holds only what later benchmarks read (an open loop at 80% of
     peak writes about 6 GB; three of them per load level filled this machine's disk)."""
     with contextlib.ExitStack() as stack:
-        yield ClusterSession(start_cluster(ctx, dirname, bookies, stack=stack))
+        yield ClusterSession(start_cluster(ctx, dirname, bookies, stack=stack, conf=conf))

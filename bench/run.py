@@ -2,8 +2,9 @@
 
 Runs the registered benchmarks in order, prints one table (benchmark, figure, value, unit, limit,
 ratio, compared to/why) and writes it with the machine's facts as JSON to `bench/results/<UTC time>.json`
-and `bench/results/latest.json` (or only to PATH with --json). Benchmarks are not tests: nothing here
-checks a number; a benchmark that fails is reported and makes the exit status 1.
+and `bench/results/latest.json` (or only to PATH with --json), with two SVG charts beside each (bench.charts:
+a latency CDF and the ratios against their limits). Benchmarks are not tests: nothing here checks a number;
+a benchmark that fails is reported and makes the exit status 1.
 
 To add a benchmark: write a function `(Context) -> list[Row]` and append it to `BENCHMARKS`.
 """
@@ -38,6 +39,7 @@ from bench import (
     spark_batch,
     tls,
 )
+from bench.charts import write_charts
 from bench.core import Benchmark, Context, Row, Settings, size_label
 from bench.machine import machine_facts
 
@@ -222,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     written = write_json(report, args.json, stamp)
     print(f"results: {', '.join(str(p) for p in written)}")
+    charts = [chart for path in written for chart in write_charts(report, path)]
+    print(f"charts: {', '.join(str(p) for p in charts)}")
     return 1 if errors else 0
 
 

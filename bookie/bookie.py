@@ -10,7 +10,9 @@ one `storage` thread, which also queues every other journal record (fence, expli
 the journal holds them in the order they were decided: an add accepted before a fence is durable
 before the fence is answered. An entry stored but not yet durable is one the bookie has not
 acknowledged, like any entry a crash takes before its fsync. At start the journal is replayed from the
-last checkpoint (LastLogMark) before anything is served (R22, R23).
+last checkpoint (LastLogMark) before anything is served (R22, R23). The storage thread also refuses an
+add that would change the bytes of an entry already stored (`decisions.check_rewrites`: records cannot
+be rewritten, even with the master key).
 A checkpoint that fails, with any exception, keeps the journal and is counted (`checkpoint_failures`, the time
 of the last good one in `last_checkpoint_time`); checkpointFailuresBeforeReadOnly failures in a row mark the
 ledger storage failed and the bookie read-only until restarted, as BookKeeper does on a failed disk.
@@ -26,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bkledger.bookie import records_io
 from bkledger.bookie.config import BookieConfig
@@ -46,6 +49,10 @@ def index_file_limit() -> int:
     return MAX_INDEX_FILE_BYTES if soft == resource.RLIM_INFINITY else min(soft, MAX_INDEX_FILE_BYTES)
 
 Done = Callable[[BaseException | None], None]
+
+
+class EntryRewriteError(Exception):
+    """An add would change the bytes of an entry the bookie stores (`decisions.check_rewrites`): EBADREQ."""
 
 
 class Bookie:
@@ -238,7 +245,9 @@ class Bookie:
         sync: bool,
         done: Done,
         max_lac: int | None = None,
+        trace: Any = None,
     ) -> None:
+        """`trace`: a bookie.add_trace.BatchTrace the journal stamps (or None)."""
         assert self.journal is not None and self.storage is not None
         if record_key:
             with self._lock:
@@ -248,6 +257,10 @@ class Bookie:
         def store_then_journal() -> None:
             payloads = [rec.encode_ledger_key(ledger_id, master_key)] if record_key else []
             try:
+                why = decisions.check_rewrites(entry_ids, sizes, data, storage.stored_entries(ledger_id, entry_ids))
+                if why:
+                    done(EntryRewriteError(why))     # decided here, on the one thread that stores adds
+                    return
                 record = rec.add_batch_parts(ledger_id, entry_ids, sizes, data)
                 if record_key:
                     storage.set_master_key(ledger_id, master_key)
@@ -256,7 +269,7 @@ class Bookie:
                 log.error("storing an add to ledger %d failed: %r", ledger_id, exc)
                 done(exc)
                 return
-            journal.append([*payloads, *record], done, sync=sync)
+            journal.append([*payloads, *record], done, sync=sync, trace=trace)
 
         self._in_order(store_then_journal)
 

@@ -1,5 +1,6 @@
 """The `bkledger` command: `bookie` (one standalone bookie), `autorecovery` (the auditor and replication
-worker beside a bookie), `local` (a cluster on this machine), `log` (logs made of ledgers: `bookie.log_cli`)
+worker beside a bookie), `zookeeper` (a standalone ZooKeeper server for several hosts:
+`bookie.local.zookeeper_cmd`), `local` (a cluster on this machine), `log` (logs made of ledgers: `bookie.log_cli`)
 and `shell` (the admin shell, `bookie.shell`).
 
 Mirrors BookKeeper's `bin/bookkeeper bookie` and the local-bookie tooling. Errors a user can fix
@@ -191,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", metavar="FILE", help="log to FILE (and stdout/stderr too), rolled at "
                    "logFileMaxSize, logFileMaxBackups rolled files kept (default: log to stderr)")
     p.set_defaults(func=cmd_autorecovery)
+
+    from bkledger.bookie.local.zookeeper_cmd import add_parser as add_zookeeper_parser
+
+    add_zookeeper_parser(sub)
 
     from bkledger.bookie.shell import add_shell_parser
 

@@ -29,8 +29,12 @@ class ConfigError(ValueError):
 class BookieConfig:
     metadataServiceUri: str = "zk://127.0.0.1:2181/ledgers"
     bookiePort: int = 3181
-    listenAddress: str = "127.0.0.1"       # where the server binds; keep it on loopback for tests
-    advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress
+    listenAddress: str = "0.0.0.0"         # where the servers bind (default: all interfaces, as BookKeeper)
+    advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress, or when that
+    #   is 0.0.0.0 this host's address (bookie.core.bookie_address; resolved when the bookie starts)
+    listeningInterface: str = ""           # a network interface (eth0): listen on, and advertise, its address
+    useHostNameAsBookieID: bool = False    # advertise this host's canonical name instead of its address
+    allowLoopback: bool = False            # allow a loopback id / listenAddress (only this host reaches it)
     bookieId: str = ""                     # explicit bookie id; default: advertisedAddress:bookiePort
     journalDirectories: tuple[str, ...] = ("/tmp/bk-txn",)
     ledgerDirectories: tuple[str, ...] = ("/tmp/bk-data",)
@@ -81,6 +85,10 @@ class BookieConfig:
     httpServerAdminToken: str = ""         # bearer token for state-changing endpoints ("": they are refused)
     httpServerSocketTimeoutMs: int = 10000  # bkledger's own: an HTTP connection idle this long is closed
     httpServerMaxConnections: int = 64     # bkledger's own: more open HTTP connections are answered 503 and closed
+    # where adds spend their time (bookie.add_trace): stage histograms and the slow-add log
+    addTraceSampleEvery: int = 1           # bkledger's own: stamp 1 add batch in this many (0: none)
+    slowAddThresholdMs: float = 50.0       # bkledger's own: a traced batch this slow enters the slow-add log ...
+    slowAddLogSize: int = 256              # ... which keeps this many, the newest (/api/v1/bookie/slow_adds)
     # log files (`--log-file FILE`, bookie.log_files): rolled by size, at most logFileMaxBackups kept
     logFileMaxSize: str = "100MB"          # roll at this size (B, KB, MB or GB, as log4j2's size trigger)
     logFileMaxBackups: int = 10            # rolled files kept (FILE.1 newest .. FILE.N), the oldest deleted

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 # BookKeeper (conf/bk_server.conf, ServerConfiguration, AbstractConfiguration) keys with no meaning here.
 BOOKKEEPER_IGNORED_KEYS = frozenset({
     "allocatorExitOnOutOfMemory", "allocatorLeakDetectionPolicy", "allocatorOutOfMemoryPolicy",
-    "allocatorPoolingConcurrency", "allocatorPoolingPolicy", "allowEphemeralPorts", "allowLoopback",
+    "allocatorPoolingConcurrency", "allocatorPoolingPolicy", "allowEphemeralPorts",
     "allowMultipleDirsUnderSameDiskPartition", "allowShadedLedgerManagerFactoryClass", "allowStorageExpansion",
     "auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec", "auditorLedgerVerificationPercentage",
     "auditorMaxNumberOfConcurrentOpenLedgerOperations", "auditorPeriodicBookieCheckInterval",
@@ -56,7 +56,7 @@ BOOKKEEPER_IGNORED_KEYS = frozenset({
     "journalQueueSize", "journalRemoveFromPageCache", "journalReuseFiles", "journalWriteBufferSizeKB",
     "journalWriteData", "ledgerIdFormatterClass", "ledgerManagerFactoryClass",
     "ledgerManagerFactoryDisableClassCheck", "ledgerManagerType", "ledgerMetadataRocksdbConf",
-    "ledgerMetadataVersion", "ledgerStorageClass", "limitStatsLogging", "listeningInterface",
+    "ledgerMetadataVersion", "ledgerStorageClass", "limitStatsLogging",
     "localConsistencyCheckOnStartup", "localScrubInterval", "localScrubRateLimit",
     "lockReleaseOfFailedLedgerGracePeriod", "majorCompactionMaxTimeMillis", "maxAddsInProgressLimit",
     "maxBatchReadSize", "maxPendingAddRequestsPerThread", "maxPendingReadRequestsPerThread",
@@ -79,7 +79,7 @@ BOOKKEEPER_IGNORED_KEYS = frozenset({
     "storage.cluster.controller.schedule.interval.ms", "storage.range.store.dirs", "storage.serve.readonly.tables",
     "storageserver.grpc.port", "storeSystemTimeAsLedgerCreationTime",
     "storeSystemTimeAsLedgerUnderreplicatedMarkTime", "tlsEnabledCipherSuites", "tlsEnabledProtocols",
-    "tlsTrustStorePasswordPath", "useHostNameAsBookieID", "useShortHostName", "useTargetEntryLogSizeForGc",
+    "tlsTrustStorePasswordPath", "useShortHostName", "useTargetEntryLogSizeForGc",
     "useTransactionalCompaction", "waitTimeoutOnResponseBackpressureMs", "writeBufferSizeBytes",
     "zkReplicationTaskRateLimit", "zkRequestRateLimit", "zkRetryBackoffMaxMs", "zkRetryBackoffMaxRetries",
     "zkRetryBackoffStartMs",

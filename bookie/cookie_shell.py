@@ -26,13 +26,14 @@ from bkledger.client.admin import Admin
 
 
 def _bookie_config(args: argparse.Namespace) -> Any:
+    from bkledger.bookie.address import resolve
     from bkledger.bookie.config import ConfigError, load
 
     if not args.conf:
         raise ShellError("bookieformat needs --conf, the bookie's configuration file (its directories and id); "
                          "a local cluster's bookie N has DIR/bookie-N/bookie.conf")
     try:
-        return load(Path(args.conf))
+        return resolve(load(Path(args.conf)))     # the id the bookie registers (bookie.address)
     except ConfigError as exc:
         raise ShellError(str(exc)) from None
 

@@ -2,6 +2,7 @@
 
 Mirrors BookKeeper's `bookkeeper-http` routes (`HttpRouter`): `/heartbeat`, `/metrics` (Prometheus text)
 and, under `/api/v1`, `bookie/info`, `bookie/state`, `bookie/state/readonly`, `bookie/list_bookies`,
+`bookie/slow_adds` (read-only: the slow-add log of bookie.add_trace),
 `autorecovery/status`, `autorecovery/who_is_auditor`, `autorecovery/list_under_replicated_ledger`.
 Answers are JSON. The only endpoint that changes state, `PUT /api/v1/bookie/state/readonly`, needs
 `Authorization: Bearer <httpServerAdminToken>`; with no token configured it is refused (403).
@@ -351,6 +352,13 @@ def _autorecovery_routes(server: BookieServer) -> dict[str, Route]:
     }
 
 
+def _slow_adds(server: BookieServer) -> dict[str, Any]:
+    """The slow-add log (bookie.add_trace): the add batches over slowAddThresholdMs and their stages."""
+    if server.service is None:
+        raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "the bookie is not serving yet")
+    return server.service.tracer.describe()
+
+
 def bookie_routes(server: BookieServer, render: Callable[[], bytes], content_type: str) -> dict[str, Route]:
     from bkledger.bookie.status_page import status_routes
 
@@ -372,6 +380,7 @@ def bookie_routes(server: BookieServer, render: Callable[[], bytes], content_typ
             get=lambda _q, _b: (HTTPStatus.OK, {"readOnly": bookie_state(server)["readOnly"]}),
             put=lambda _q, body: _put_read_only(server, body), protected=True),
         "/api/v1/bookie/list_bookies": Route(get=list_bookies),
+        "/api/v1/bookie/slow_adds": Route(get=lambda _q, _b: (HTTPStatus.OK, _slow_adds(server))),
         **_autorecovery_routes(server),
         **status_routes(server),           # the read-only HTML status page (bookie.status_page)
     }
@@ -398,6 +407,7 @@ def start_bookie_http(server: BookieServer) -> list[AdminHttpServer]:
     server.service.stats = stats
     server.bookie.journal.on_sync = stats.journal_sync
     server.bookie.journal.on_group = stats.journal_group
+    server.service.tracer.histograms = stats.add_stages
 
     def render() -> bytes:
         return bytes(generate_latest(registry))

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bkledger.bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
 from bkledger.bookie.direct_append import DirectAppender, open_direct
@@ -56,6 +57,7 @@ class _Item:
     payloads: Sequence[bytes | memoryview]
     callback: Callback
     sync: bool
+    trace: Any = None           # a bookie.add_trace.BatchTrace: stamped when grouped and synced
 
 
 # ---- lastMark files ---------------------------------------------------------------------------
@@ -259,15 +261,19 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()
 
-    def append(self, payloads: Sequence[bytes | memoryview], callback: Callback, *, sync: bool = True) -> None:
+    def append(self, payloads: Sequence[bytes | memoryview], callback: Callback, *, sync: bool = True,
+               trace: Any = None) -> None:
         """Queue records; `callback(None)` runs on the journal thread once they are durable
-        (or written, for sync=False), `callback(error)` if they never will be."""
+        (or written, for sync=False), `callback(error)` if they never will be. `trace` (a
+        bookie.add_trace.BatchTrace) gets the times the records were queued, grouped and synced."""
+        if trace is not None:
+            trace.enqueued = time.perf_counter_ns()
         with self._cond:
             err = self.error
             if err is None and (self._closing or self._closed):
                 err = JournalClosedError("journal is closed")
             if err is None:
-                self._queue.append(_Item(payloads, callback, sync))
+                self._queue.append(_Item(payloads, callback, sync, trace))
                 self.stats.appends += 1
                 self._cond.notify()
                 return
@@ -361,7 +367,9 @@ class Journal:
                 return group
             self._cond.wait(remaining)
 
-    def _write_group(self, parts: list[bytes | memoryview], nbytes: int, need_sync: bool) -> None:
+    def _write_group(self, parts: list[bytes | memoryview], nbytes: int, need_sync: bool) -> tuple[int, int]:
+        """Write (and sync) one group; returns when its fdatasync started and ended (perf_counter_ns; both the
+        end of the write when there is none)."""
         if self._offset >= self.max_size:
             with self._cond:
                 self._roll()
@@ -369,6 +377,7 @@ class Journal:
             self._direct.append(parts)
         elif nbytes:
             write_all(self._fd, b"".join(parts))
+        sync_start = time.perf_counter_ns()
         if need_sync:
             started = time.monotonic()
             os.fdatasync(self._fd)
@@ -376,8 +385,10 @@ class Journal:
             self._unsynced, self._last_sync = False, time.monotonic()
             if self.on_sync is not None:
                 self.on_sync(self._last_sync - started)
-        elif nbytes:
+            return sync_start, time.perf_counter_ns()
+        if nbytes:
             self._unsynced = True
+        return sync_start, sync_start
 
     def _flush_due(self) -> bool:
         return self._unsynced and self.flush_interval > 0 and \
@@ -402,14 +413,18 @@ class Journal:
             for item in group:
                 _call(item.callback, self.error)
             return
+        formed = time.perf_counter_ns()
         parts = [p for item in group for p in item.payloads]
         nbytes = sum(len(p) for p in parts)
         need_sync = (self.sync_data and any(item.sync for item in group)) or self._flush_due()
         try:
-            self._write_group(parts, nbytes, need_sync)
+            sync_start, sync_done = self._write_group(parts, nbytes, need_sync)
         except OSError as exc:
             self._fail(exc, group)
             return
+        for item in group:
+            if item.trace is not None:
+                item.trace.grouped, item.trace.sync_start, item.trace.sync_done = formed, sync_start, sync_done
         with self._cond:
             self._offset += nbytes
         self.stats.groups += 1

@@ -3,7 +3,8 @@
 
 Verbs: list, describe, create, delete, truncate, retention, append (a console producer: lines of stdin or
 files, one record each, with key and timestamp), tail (a console consumer: records decoded from the record
-envelope), compact. The cluster is found as `bkledger shell` finds it (`bookie.shell.resolve_uri`):
+envelope), cursors (cursors held by the cluster and their lag), compact. The cluster is found as
+`bkledger shell` finds it (`bookie.shell.resolve_uri`):
 `--uri`, else `--conf` (a bookie configuration), else the local cluster in `--dir`. Every verb prints
 JSON with `--json` (tail: one JSON object a line). Errors a user can fix print one line and exit 1 (2 for a
 bad command line); never a traceback.
@@ -58,17 +59,19 @@ def cmd_list(bk: BookKeeper, args: argparse.Namespace) -> int:
 
 
 def cmd_describe(bk: BookKeeper, args: argparse.Namespace) -> int:
+    from bkledger.client.log.core.meta import shown
     from bkledger.client.log.logs import describe_log
 
     meta = bk.log_metadata(args.name)
     if args.json:
-        print(json.dumps(meta.to_dict(), indent=2, sort_keys=True))
+        print(json.dumps(shown(meta), indent=2, sort_keys=True))       # the log's own key hidden
     else:
         print("\n".join(printable(line) for line in describe_log(meta)))
     return 0
 
 
 def cmd_create(bk: BookKeeper, args: argparse.Namespace) -> int:
+    from bkledger.client.log.core.meta import shown
     from bkledger.client.log.naming import creatable_log_name
     from bkledger.client.log.store import create_log
 
@@ -76,8 +79,9 @@ def cmd_create(bk: BookKeeper, args: argparse.Namespace) -> int:
     if args.name in bk.list_logs():
         raise ShellError(f"log {args.name!r} exists already")
     create_log(bk.store, args.name)
-    meta = _set_retention(bk, args) if (args.max_age or args.max_bytes) else bk.log_metadata(args.name)
-    _emit(args, meta.to_dict(), f"created log {printable(args.name)}")
+    meta = _set_retention(bk, args) if (args.max_age or args.max_bytes or args.cursor_max_lag) \
+        else bk.log_metadata(args.name)
+    _emit(args, shown(meta), f"created log {printable(args.name)}")
     return 0
 
 
@@ -114,11 +118,14 @@ def _set_retention(bk: BookKeeper, args: argparse.Namespace) -> Any:
     current = bk.log_metadata(args.name).retention
     max_age = current.max_age_s if age is False else age
     max_bytes = current.max_bytes if size is False else (None if size is None else int(size))
-    return bk.set_log_retention(args.name, max_age_s=max_age, max_bytes=max_bytes)
+    lag = _limit(args.cursor_max_lag, _SIZES, "--cursor-max-lag")
+    return bk.set_log_retention(args.name, max_age_s=max_age, max_bytes=max_bytes,
+                                cursor_max_lag_bytes=False if lag is False else None if lag is None else int(lag))
 
 
 def cmd_retention(bk: BookKeeper, args: argparse.Namespace) -> int:
-    meta = _set_retention(bk, args) if (args.max_age or args.max_bytes) else bk.log_metadata(args.name)
+    meta = _set_retention(bk, args) if (args.max_age or args.max_bytes or args.cursor_max_lag) \
+        else bk.log_metadata(args.name)
     dropped = bk.apply_log_retention(args.name) if args.apply else []
     ret = meta.retention
     data = {"log": args.name, "max_age_s": ret.max_age_s, "max_bytes": ret.max_bytes}
@@ -129,6 +136,17 @@ def cmd_retention(bk: BookKeeper, args: argparse.Namespace) -> int:
     if args.apply:
         rows.append(("deleted ledgers", ", ".join(map(str, dropped)) or "none"))
     _emit(args, data, table(("retention of " + args.name, "value"), rows))
+    return 0
+
+
+def cmd_cursors(bk: BookKeeper, args: argparse.Namespace) -> int:
+    """The log's cursors and their lag (issue 44 item 3), as `kafka-consumer-groups --describe` shows."""
+    data = bk.list_cursors(args.name, password=args.password.encode())
+    quota = data["cursor_max_lag_bytes"]
+    rows = [(c["cursor"], c["position"] or "(none acked)", c["lag_entries"], c["lag_bytes"], f"{c['lag_seconds']:g}",
+             "LOST " + ",".join(map(str, c["lost"]["ledgers"])) if c["lost"] else "ok") for c in data["cursors"]]
+    _emit(args, data, table(("cursor", "position", "lag entries", "lag bytes", "lag s", "state"), rows)
+          + f"\ncursor quota (cursor_max_lag_bytes): {'none' if quota is None else quota}")
     return 0
 
 
@@ -201,7 +219,7 @@ def add_log_parser(sub: Any) -> None:
     common.add_argument("--json", action="store_true", help="JSON output for scripts (tail: one object a line)")
 
     log = sub.add_parser("log", help="logs made of ledgers: list, describe, create, delete, truncate, "
-                                     "retention, append, tail, compact")
+                                     "retention, append, tail, cursors, compact")
     verbs = log.add_subparsers(dest="action", required=True)
 
     def verb(name: str, func: Callable[[BookKeeper, argparse.Namespace], int], text: str,
@@ -226,6 +244,8 @@ def add_log_parser(sub: Any) -> None:
     p.add_argument("--apply", action="store_true", help="delete the ledgers retention no longer keeps, now")
     _append_parser(verb("append", cmd_append, "append lines of stdin or files, one record each (console producer)"))
     _tail_parser(verb("tail", cmd_tail, "print records from a position (console consumer)"))
+    p = verb("cursors", cmd_cursors, "a log's cursors: acknowledged position and lag behind the tail")
+    p.add_argument("--password", default="", help="the log's ledger password (to read the open ledger's LAC)")
     p = verb("compact", cmd_compact, "rewrite runs of small closed ledgers into larger ones")
     p.add_argument("--password", default="", help="the log's ledger password")
     p.add_argument("--target-bytes", type=int, default=64 << 20, help="bytes of a compacted ledger")
@@ -238,6 +258,8 @@ def add_log_parser(sub: Any) -> None:
 def _retention_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-age", help="keep data this long: seconds or 30m, 12h, 7d, 2w; none: no limit")
     p.add_argument("--max-bytes", help="drop the oldest ledgers beyond this: bytes or 512m, 10g; none: no limit")
+    p.add_argument("--cursor-max-lag", help="a cursor further behind than this (bytes or 512m, 10g) no longer "
+                                            "holds retention back; none: every cursor holds")
 
 
 def _append_parser(p: argparse.ArgumentParser) -> None:

@@ -2,9 +2,10 @@
 readledger`, and the console producer of `bkledger log append` (lines of stdin or files, one record each).
 
 A ledger whose custom metadata names the record envelope (`bkledger.envelope`, what the Spark writer and
-`log append` write) holds (key, timestamp, value) per entry (`spark_connector.envelope`); any other ledger
-holds bare values. `shown()` turns one entry into the fields the CLI prints: key, timestamp and value
-decoded, or with `raw` the entry's bytes as stored. Bytes print as UTF-8 (undecodable bytes as
+`log append` write) holds (key, timestamp[, headers], value) per entry (`client.log.core.envelope`); any
+other ledger holds bare values. `log append` appends through `LogWriter.append_async(value, key=...,
+timestamp=...)`, which envelopes. `shown()` turns one entry into the fields the CLI prints: key, timestamp,
+headers and value decoded, or with `raw` the entry's bytes as stored. Bytes print as UTF-8 (undecodable bytes as
 `\\xNN`) or hex; text output escapes control characters (`printable`), JSON output keeps them (JSON escapes).
 """
 
@@ -17,12 +18,12 @@ import itertools
 import json
 import os
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from bkledger.bookie.shell import printable
 from bkledger.client.errors import BKError
+from bkledger.client.log.records import NO_TIMESTAMP, Timestamp
 
 if TYPE_CHECKING:
     from bkledger.client import BookKeeper
@@ -50,19 +51,22 @@ def iso_us(timestamp_us: int) -> str:
 def shown(payload: bytes, envelope: int, raw: bool = False, hex_out: bool = False) -> dict[str, Any]:
     """One entry's printable fields: key, timestamp_us, timestamp (ISO), value (or `error` when an entry of
     an enveloped ledger does not decode: its raw bytes are the value then)."""
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     out: dict[str, Any] = {"size": len(payload)}
     if raw or envelope == env.NONE:
         out["value"] = show_bytes(payload, hex_out)
         return out
     try:
-        key, ts, value = env.decode(payload)
+        rec = env.decode_record(payload, envelope)
     except env.EnvelopeError as exc:
         out.update(value=show_bytes(payload, hex_out), error=str(exc))
         return out
-    out.update(key=show_bytes(key, hex_out), timestamp_us=ts, timestamp=None if ts is None else iso_us(ts),
-               value=show_bytes(value, hex_out))
+    ts = rec.timestamp_us
+    out.update(key=show_bytes(rec.key, hex_out), timestamp_us=ts, timestamp=None if ts is None else iso_us(ts),
+               value=show_bytes(rec.value, hex_out))
+    if rec.headers is not None:
+        out["headers"] = [[k, show_bytes(v, hex_out)] for k, v in rec.headers]
     return out
 
 
@@ -76,6 +80,8 @@ def text_fields(fields: dict[str, Any], width: int = 0) -> list[str]:
         cols.append(f"key={printable(fields['key'])}")
     if fields.get("timestamp") is not None:
         cols.append(f"ts={fields['timestamp']}")
+    if fields.get("headers"):
+        cols.append("headers=" + printable(",".join(f"{k}={'' if v is None else v}" for k, v in fields["headers"])))
     if fields.get("error"):
         cols.append(f"(undecodable envelope: {fields['error']})")
     return [*cols, value]
@@ -108,10 +114,12 @@ class Envelopes:
 
 def ledger_envelope(bk: BookKeeper, ledger_id: int) -> int:
     """The envelope version a ledger's custom metadata names (0: none, or the ledger is gone)."""
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     try:
         return env.version_of(bk.ledger_metadata(ledger_id).custom_metadata)
+    except env.EnvelopeVersionError as exc:
+        return exc.version                  # `shown` says of each entry: upgrade bkledger
     except BKError:
         return env.NONE
 
@@ -168,27 +176,33 @@ def lines_of(files: Iterable[str], stdin: IO[bytes]) -> Iterator[bytes]:
                 stream.close()
 
 
-def record_of(line: bytes, args: argparse.Namespace, timestamp: int | None) -> bytes:
-    """The enveloped record for one input line: key from --key or (--key-separator) the line's head."""
-    from bkledger.spark_connector import envelope as env
-
+def record_of(line: bytes, args: argparse.Namespace) -> tuple[bytes | None, bytes]:
+    """(key, value) of one input line: key from --key or (--key-separator) the line's head."""
     key = args.key.encode() if args.key is not None else None
     value = line
     if args.key_separator:
         head, sep, rest = line.partition(args.key_separator.encode())
         if sep:
             key, value = head, rest
-    ts = int(time.time() * 1_000_000) if timestamp == -1 else timestamp
-    return env.encode(key, ts, value)
+    return key, value
+
+
+def append_timestamp(timestamp: int | None) -> Timestamp | None:
+    """`parse_timestamp`'s answer as LogWriter.append takes it (None: the writer's clock at the append)."""
+    if timestamp is None:
+        return NO_TIMESTAMP
+    if timestamp == -1:
+        return None
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=timestamp)
 
 
 def append(bk: BookKeeper, args: argparse.Namespace) -> int:
     """Append each input line as one enveloped record through a log writer; a summary on stderr (stdout
     with --json). Refuses to fence a live writer of the log unless --fence-writer. If appending fails
     midway, stderr says how many records were acknowledged before the error."""
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
-    timestamp = parse_timestamp(args.timestamp)
+    timestamp = append_timestamp(parse_timestamp(args.timestamp))
     _check_target(bk, args)
     acked = Acked()
     lines = lines_of(args.files, sys.stdin.buffer)
@@ -199,7 +213,8 @@ def append(bk: BookKeeper, args: argparse.Namespace) -> int:
                                     ack_quorum=args.ack_quorum, password=args.password.encode(),
                                     envelope=env.V1) as writer:
                 for line in itertools.chain([head], lines):
-                    acked.pending.append(writer.append_async(record_of(line, args, timestamp)))
+                    key, value = record_of(line, args)
+                    acked.pending.append(writer.append_async(value, key=key, timestamp=timestamp))
                     if len(acked.pending) >= MAX_IN_FLIGHT:
                         acked.settle()
                 acked.settle()

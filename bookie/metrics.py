@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bkledger.bookie.add_trace import STAGES
 from bkledger.bookie.log_metrics import log_metric_families
 from bkledger.bookie.thread_guard import FAILURES, THREADS
 from bkledger.client.metrics import add_default_collectors
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkledger.metrics")
 
 LATENCY_MS_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+STAGE_MS_BUCKETS = (0.01, 0.05, 0.1, *LATENCY_MS_BUCKETS)     # stages are often microseconds
 COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 BYTES_BUCKETS = tuple(float(1 << n) for n in range(10, 28, 2))     # 1 KiB .. 128 MiB
 
@@ -118,6 +120,10 @@ class ServerStats(NoServerStats):
                                       buckets=COUNT_BUCKETS, registry=registry)
         self._group_bytes = Histogram("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES", "bytes per journal group",
                                       buckets=BYTES_BUCKETS, registry=registry)
+        stage = Histogram("bookie_ADD_ENTRY_STAGE", "time a traced add batch spent in each stage (ms; "
+                          "bookie.add_trace: storage, journal_queue, journal_write, fsync, reply)",
+                          ["stage"], buckets=STAGE_MS_BUCKETS, registry=registry)
+        self.add_stages = tuple(stage.labels(stage=name) for name in STAGES)
 
     def add_started(self) -> float:
         self._in_progress.inc()

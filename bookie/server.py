@@ -22,7 +22,8 @@ from google.protobuf.message import Message
 
 from bkledger.bookie import ranges_read, request_guard
 from bkledger.bookie.add_request import AddBatchView
-from bkledger.bookie.bookie import Bookie
+from bkledger.bookie.add_trace import AddTracer
+from bkledger.bookie.bookie import Bookie, EntryRewriteError
 from bkledger.bookie.config import BookieConfig
 from bkledger.bookie.core import decisions, request_checks
 from bkledger.bookie.core.request_checks import Malformed
@@ -47,6 +48,8 @@ class BookieService(pb_grpc.BookieServicer):
         self.max_entry_size = bookie.config.nettyMaxFrameSizeBytes
         self.max_read_batch_bytes = bookie.config.maxReadBatchBytes
         self.stats: NoServerStats = NO_STATS       # bookie.metrics.ServerStats when metrics are on
+        cfg = bookie.config
+        self.tracer = AddTracer(cfg.addTraceSampleEvery, cfg.slowAddThresholdMs, cfg.slowAddLogSize)
         assert bookie.storage is not None
         for ledger_id in bookie.storage.ledgers():
             self._lac[ledger_id] = bookie.storage.max_lac(ledger_id)
@@ -163,9 +166,12 @@ class BookieService(pb_grpc.BookieServicer):
     def _submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None], peer: str = "") -> None:
         ledger_id, entry_ids, sizes, data = batch.ledger_id, batch.entry_ids, batch.sizes, batch.data
         started = self.stats.add_started()
+        trace = self.tracer.start(ledger_id, entry_ids)     # where the batch's time goes (bookie.add_trace)
 
         def answer(status: int, why: str = "") -> None:
             self.stats.add_done(started, status == pb.EOK, len(entry_ids), len(data))
+            if trace is not None and status == pb.EOK:
+                self.tracer.finish(trace)
             if status != pb.EOK:
                 log.debug("add to ledger %d refused with %s: %s", ledger_id, pb.StatusCode.Name(status), why)
             reply(add_ack_bytes(ledger_id, status, entry_ids))
@@ -202,7 +208,7 @@ class BookieService(pb_grpc.BookieServicer):
             return
 
         def journaled(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer)
+            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer, peer)
 
         self.bookie.add_batch(
             ledger_id,
@@ -214,6 +220,7 @@ class BookieService(pb_grpc.BookieServicer):
             sync=not (batch.write_flags & pb.DEFERRED_SYNC),
             done=journaled,
             max_lac=max_lac,
+            trace=trace,
         )
 
     def _check_entry_range(self, ledger_id: int, entry_ids: decisions.IntArray | list[int], batch_lac: int) -> str:
@@ -226,8 +233,13 @@ class BookieService(pb_grpc.BookieServicer):
                                            self.bookie.max_entry_id)
 
     def _added(
-        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None]
+        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None],
+        peer: str = "",
     ) -> None:
+        if isinstance(err, EntryRewriteError):
+            log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", err)
+            answer(pb.EBADREQ, str(err))
+            return
         if err is not None:
             answer(pb.EIO, str(err))
             return

@@ -23,6 +23,7 @@ from pathlib import Path
 import grpc
 
 from bkledger.bookie import tuning
+from bkledger.bookie.address import resolve
 from bkledger.bookie.bookie import Bookie, dirs_have_data
 from bkledger.bookie.config import BookieConfig, ConfigError
 from bkledger.bookie.core import decisions
@@ -279,7 +280,7 @@ def run_bookie(config: BookieConfig) -> int:
     block_stop_signals()  # before any thread exists: the watcher thread takes them (see bookie.stop_signals)
     pin_malloc_thresholds()  # freed buffers are reused, and RSS does not follow the largest bursts (bookie.memory)
     try:
-        asyncio.run(BookieServer(config).run())
+        asyncio.run(BookieServer(resolve(config)).run())   # advertisedAddress: the id to register (bookie.address)
     except CookieError as exc:
         log.error("refusing to start: %s", exc)
         return 3

@@ -558,6 +558,27 @@ class LedgerStorage:
                 loc = moved
         return None
 
+    def stored_entries(self, ledger_id: int, entry_ids: IntVector) -> dict[int, bytes]:
+        """The packaged entries stored for those of `entry_ids` this storage holds (entry id -> bytes), for
+        the check that records are not rewritten. Costs one comparison when every id is past the ledger's
+        last entry (a writer's next entries); otherwise reads only the entries held."""
+        ids = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
+        with self._lock:
+            led = self._ledgers.get(ledger_id)
+            if led is None or not len(ids) or int(ids.min()) > led.last_entry:
+                return {}
+            slots = self._slots_locked(led, ids)
+            logger = self._logs[led.dir_index]
+        held = np.flatnonzero(slots[:, 0])
+        if not len(held):
+            return {}
+        order = held[np.argsort(ids[held], kind="stable")]
+        held_ids, held_slots = ids[order], slots[order]
+        blob = self._read_checked(ledger_id, logger, held_ids, held_slots)
+        ends = np.cumsum(held_slots[:, 2]).tolist()
+        starts = [0, *ends[:-1]]
+        return {int(e): bytes(blob[a:b]) for e, a, b in zip(held_ids.tolist(), starts, ends, strict=True)}
+
     def read_range(
         self, ledger_id: int, first: int, last: int, max_batch_bytes: int, max_batch_entries: int,
         residues: tuple[int, int] = (0, 0),

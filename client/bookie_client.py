@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
+from bkledger.client.add_trace import AddTrace, stamp_sent
 from bkledger.client.errors import BookieTlsError, BookieUnavailableError
 from bkledger.client.protocol import wire
 from bkledger.client.tls import TlsSettings, rejection
@@ -112,12 +113,13 @@ class _Batch:
 class _Queued:
     """An AddRequest being gathered: its batches by ledger (and flags), and its payload bytes."""
 
-    __slots__ = ("batches", "nbytes", "sealed")
+    __slots__ = ("batches", "nbytes", "sealed", "traces")
 
     def __init__(self) -> None:
         self.batches: dict[_BatchKey, _Batch] = {}
         self.nbytes = 0
         self.sealed = False         # takes no more batches (it holds a chunk sent as its own request)
+        self.traces: list[AddTrace] | None = None    # sampled adds it carries (client.add_trace)
 
     def to_proto(self) -> pb.AddRequest:
         return pb.AddRequest.FromString(self.encode())
@@ -224,10 +226,12 @@ class BookieClient:
         high_priority: bool = False,
         write_flags: int = 0,
         own_request: bool = False,
+        traces: list[AddTrace] | None = None,
     ) -> None:
         """Queue a batch; it leaves with the next write of the stream. Acks reach the handler.
         `own_request`: the batch is an AddRequest of its own, merged with nothing, so it is acknowledged on
-        its own (a large bulk sent in chunks is acknowledged chunk by chunk, not all at its end)."""
+        its own (a large bulk sent in chunks is acknowledged chunk by chunk, not all at its end).
+        `traces`: sampled adds of the batch (client.add_trace), stamped when their request is written."""
         if self.failed:
             raise ConnectionError(f"bookie {self.bookie_id} connection failed")
         if len(data) > MAX_REQUEST_BYTES and len(sizes) > 1:      # a bookie refuses messages past its limit
@@ -248,6 +252,8 @@ class BookieClient:
             batch = queued.batches[key] = _Batch()
         batch.add(entry_ids, sizes, data)
         queued.nbytes += len(data)
+        if traces:
+            queued.traces = [*(queued.traces or ()), *traces]
         if self._stream_task is None:
             self._stream_task = asyncio.get_running_loop().create_task(self._run_stream())
         if self._may_write():
@@ -272,6 +278,8 @@ class BookieClient:
                     self._in_flight.append((len(queued.batches), queued.nbytes))
                     self._in_flight_bytes += queued.nbytes
                     await call.write(queued.encode())
+                    if queued.traces:
+                        stamp_sent(queued.traces, self.bookie_id)
                 if reader.done():
                     break
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:

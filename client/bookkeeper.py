@@ -17,9 +17,12 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import grpc
+
+from bkledger.client.add_trace import SlowAddLog
 from bkledger.client.bookies import BookiePool
 from bkledger.client.config import ClientConfig
 from bkledger.client.errors import (
@@ -27,7 +30,9 @@ from bkledger.client.errors import (
     BKError,
     ClientClosedError,
     InvalidOptionError,
+    LedgerSquattedError,
     ReadTimeoutError,
+    checked_optional_password,
     checked_password,
     typed_error,
 )
@@ -48,9 +53,12 @@ from bkledger.client.recovery_driver import RecoveryRun
 from bkledger.client.runtime import EventLoopThread
 from bkledger.client.tls import channel_credentials, settings_of
 from bkledger.client.writer import LedgerWriter
+from bkledger.proto import bookie_pb2 as pb
 
 log = logging.getLogger("bkledger.client")
 COMPRESSIONS = ("", "none", "lz4")
+CREATE_ATTEMPTS = 5        # fresh ledger ids create_ledger tries when bookies already know the new id (squatted)
+SQUAT_PROBE_TIMEOUT_S = 2.0   # bound of the ReadLac that asks each bookie of a new ledger whether it knows its id
 OPEN_BATCH = 1000          # ledger metadata znodes read in one pipelined batch by open_ledgers
 
 
@@ -67,6 +75,7 @@ class ClientContext:
     metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
     health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
     no_ranges: NoRanges = dataclasses.field(default_factory=NoRanges)   # bookies without ReadRanges (older)
+    slow_log: SlowAddLog = dataclasses.field(default_factory=lambda: SlowAddLog(0, 0.0, 1))   # client.add_trace
 
     @property
     def speculative(self) -> SpeculativePolicy:
@@ -77,6 +86,7 @@ class BookKeeper(LogsMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
                  placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri
+        self.metrics_registry = metrics_registry     # also for per-cursor lag gauges (client.log.cursors)
         self.config = config or ClientConfig.from_environment(options)
         pool_tls = settings_of(self.config)
         channel_credentials(pool_tls)       # a bad TLS setting fails here, before any session is opened
@@ -87,8 +97,11 @@ class BookKeeper(LogsMixin):
                           self.config.addPipelineMinBytes)
         health = BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
                               self.config.reorderReadSequenceEnabled)
+        metrics = client_metrics(metrics_registry)
+        slow_log = SlowAddLog(self.config.addTraceSampleEvery, self.config.slowAddThresholdMs,
+                              self.config.slowAddLogSize, metrics.add_stages)
         self._ctx = ClientContext(runtime, store, pool, self.config, placement or RandomPlacementPolicy(),
-                                  metrics=client_metrics(metrics_registry), health=health)
+                                  metrics=metrics, health=health, slow_log=slow_log)
         self._closed = False
         if self.config.gcFreezeOnStart:
             _freeze_heap_once()
@@ -96,6 +109,11 @@ class BookKeeper(LogsMixin):
     @property
     def store(self) -> MetadataStore:
         return self._ctx.store
+
+    def slow_adds(self) -> list[dict[str, Any]]:
+        """The slow-add log: the traced adds (1 in addTraceSampleEvery) that took slowAddThresholdMs or more,
+        the newest slowAddLogSize, oldest first, each with its stages (client.add_trace)."""
+        return self._ctx.slow_log.slow_adds()
 
     def _check_open(self) -> None:
         self._ctx.runtime.check_not_forked()
@@ -129,11 +147,14 @@ class BookKeeper(LogsMixin):
         if not writable:       # a wrong root says so, not "0 writable bookies" (client.meta.cluster_root)
             await asyncio.to_thread(require_cluster, store)
         ensemble = self._ctx.placement.new_ensemble(e, writable)
-        ledger_id = await asyncio.to_thread(store.new_ledger_id)
-        md = transforms.new_ledger_metadata(
-            ledger_id, ensemble, e, qw, qa, digest, password, int(time.time() * 1000), dict(custom or {}),
-            "" if compression == "none" else compression)
-        version = await asyncio.to_thread(store.create_ledger, md)
+
+        def metadata(ledger_id: int) -> LedgerMetadata:
+            return transforms.new_ledger_metadata(
+                ledger_id, ensemble, e, qw, qa, digest, password, int(time.time() * 1000), dict(custom or {}),
+                "" if compression == "none" else compression)
+
+        md, version = await self._create_metadata(ensemble, metadata)
+        ledger_id = md.ledger_id
         # numpy marks batched acks (client.protocol.pending_adds); imported here, off the client loop, and not
         # on the loop when the first large ack arrives: 50-150 ms at 100,000 adds/s held every add meanwhile
         await asyncio.to_thread(importlib.import_module, "numpy")
@@ -143,22 +164,64 @@ class BookKeeper(LogsMixin):
         log.debug("created ledger %d on %s (E=%d Qw=%d Qa=%d)", ledger_id, ensemble, e, qw, qa)
         return LedgerHandle(self._ctx, md, version, password, writer)
 
+    async def _create_metadata(self, ensemble: Sequence[str], metadata: Callable[[int], LedgerMetadata]
+                               ) -> tuple[LedgerMetadata, int]:
+        """Create the metadata of a new ledger under a fresh id that no bookie of its ensemble knows yet:
+        an id a bookie knows was squatted (`_claimed_on`); its metadata is deleted (so the bookies' garbage
+        collection drops the squatter's state) and a fresh id is tried, CREATE_ATTEMPTS ids at most."""
+        store = self._ctx.store
+        squatted: list[int] = []
+        while True:
+            md = metadata(await asyncio.to_thread(store.new_ledger_id))
+            version = await asyncio.to_thread(store.create_ledger, md)
+            claimed_by = await self._claimed_on(ensemble, md.ledger_id)
+            if claimed_by is None:
+                return md, version
+            squatted.append(md.ledger_id)
+            log.warning("ledger %d was already fenced or written on bookie %s before its metadata existed "
+                        "(squatted): deleted, trying a fresh id", md.ledger_id, claimed_by)
+            await asyncio.to_thread(store.delete_ledger, md.ledger_id)
+            if len(squatted) >= CREATE_ATTEMPTS:
+                raise LedgerSquattedError(f"ledger ids {squatted} were all claimed on bookies by another client "
+                                          "before their metadata existed (squatted): "
+                                          f"{LedgerSquattedError.default_message}")
+
+    async def _claimed_on(self, ensemble: Sequence[str], ledger_id: int) -> str | None:
+        """A bookie of the ensemble that already knows a ledger id this client has just created, or None.
+        Ids are never reused, so a bookie that knows it was fenced or written by someone else before the
+        metadata existed (a fence creates an unknown ledger fenced, R15): the first add would fail with
+        EFENCED or EUA. A bookie that does not answer in time is no evidence either way."""
+        timeout = min(self._ctx.config.readTimeout, SQUAT_PROBE_TIMEOUT_S)
+
+        async def knows(bookie_id: str) -> bool:
+            try:
+                client = await self._ctx.pool.get(bookie_id)
+                answer = await client.read_lac(ledger_id, timeout)
+            except (BKError, grpc.aio.AioRpcError, TimeoutError):
+                return False
+            return answer.status != pb.ENOLEDGER
+
+        known = await asyncio.gather(*(knows(b) for b in dict.fromkeys(ensemble)))
+        return next((b for b, k in zip(dict.fromkeys(ensemble), known, strict=True) if k), None)
+
     # ---- open -------------------------------------------------------------------------------
-    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True,
+    def open_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True,
                     rules: RecoveryRules = DEFAULT_RULES) -> LedgerHandle:
         """recovery=True fences the writer and closes the ledger (R14-R20); False never fences and
-        never writes metadata (R12): the handle reads up to the LAC found now, and can refresh it."""
+        never writes metadata (R12): the handle reads up to the LAC found now, and can refresh it.
+        password=None opens it with the password its metadata holds (which this client can read: the log
+        machinery opens a log's ledgers so, whatever key each was created with)."""
         self._check_open()
-        password = checked_password(password)
+        password = checked_optional_password(password)
         return self._ctx.runtime.run(self._open(ledger_id, password, recovery, rules),
                                      self.config.fenceTimeout * 15 + 30)
 
-    async def aopen_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> LedgerHandle:
+    async def aopen_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True) -> LedgerHandle:
         self._check_open()
-        password = checked_password(password)
+        password = checked_optional_password(password)
         return await self._ctx.runtime.wrap(self._open(ledger_id, password, recovery, DEFAULT_RULES))
 
-    def open_ledgers(self, ledger_ids: Iterable[int], password: bytes = b"", recovery: bool = False,
+    def open_ledgers(self, ledger_ids: Iterable[int], password: bytes | None = b"", recovery: bool = False,
                      rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
         """Open many ledgers at once: {ledger id: handle}, for readers of many small ledgers.
 
@@ -169,7 +232,7 @@ class BookKeeper(LogsMixin):
         the client loop. A ledger with no metadata is left out of the result (the caller decides whether
         that is data loss); a wrong password raises BadPasswordError as `open_ledger` does."""
         self._check_open()
-        password = checked_password(password)
+        password = checked_optional_password(password)
         ids = list(dict.fromkeys(ledger_ids))
         handles: dict[int, LedgerHandle] = {}
         for start in range(0, len(ids), OPEN_BATCH):
@@ -178,19 +241,19 @@ class BookKeeper(LogsMixin):
             handles.update(self.handles_for(found, password, recovery, rules))
         return handles
 
-    def handles_for(self, found: Iterable[tuple[LedgerMetadata, int]], password: bytes = b"",
+    def handles_for(self, found: Iterable[tuple[LedgerMetadata, int]], password: bytes | None = b"",
                     recovery: bool = False, rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
         """`open_ledgers` for ledgers whose metadata and version the caller has read already
         (`store.read_ledgers_versioned`): no ZooKeeper read for a CLOSED one."""
         found = list(found)
-        password = checked_password(password)
+        password = checked_optional_password(password)
         for md, _ in found:
             check_password(md, password)
         handles: dict[int, LedgerHandle] = {}
         unsealed = []
         for md, version in found:
             if md.state is LedgerState.CLOSED:
-                handles[md.ledger_id] = LedgerHandle(self._ctx, md, version, password)
+                handles[md.ledger_id] = LedgerHandle(self._ctx, md, version, own_password(md, password))
             else:
                 unsealed.append((md, version))
         if unsealed:
@@ -226,20 +289,21 @@ class BookKeeper(LogsMixin):
         run.add_done_callback(settle_rest)
         return [item.future for item in items]
 
-    async def _open_all(self, found: list[tuple[LedgerMetadata, int]], password: bytes, recovery: bool,
+    async def _open_all(self, found: list[tuple[LedgerMetadata, int]], password: bytes | None, recovery: bool,
                         rules: RecoveryRules) -> list[LedgerHandle]:
         return list(await asyncio.gather(*(self._open_known(md, version, password, recovery, rules)
                                            for md, version in found)))
 
-    async def _open(self, ledger_id: int, password: bytes, recovery: bool, rules: RecoveryRules) -> LedgerHandle:
+    async def _open(self, ledger_id: int, password: bytes | None, recovery: bool, rules: RecoveryRules
+                    ) -> LedgerHandle:
         md, version = await asyncio.to_thread(self._ctx.store.read_ledger, ledger_id)
         check_password(md, password)
         return await self._open_known(md, version, password, recovery, rules)
 
-    async def _open_known(self, md: LedgerMetadata, version: int, password: bytes, recovery: bool,
+    async def _open_known(self, md: LedgerMetadata, version: int, password: bytes | None, recovery: bool,
                           rules: RecoveryRules) -> LedgerHandle:
         try:
-            return await self._open_checked(md, version, password, recovery, rules)
+            return await self._open_checked(md, version, own_password(md, password), recovery, rules)
         except BKError as exc:    # no bookie answered: say so if TLS was why (client.tls)
             explained = self._ctx.pool.explain(exc, {b for f in md.fragments for b in f.ensemble})
             if explained is exc:
@@ -316,8 +380,13 @@ class BookKeeper(LogsMixin):
         self.close()
 
 
-def check_password(md: LedgerMetadata, password: bytes) -> None:
-    if md.password != password:
+def own_password(md: LedgerMetadata, password: bytes | None) -> bytes:
+    """The password to open the ledger with: the one given, or (None) the one its metadata holds."""
+    return md.password if password is None else password
+
+
+def check_password(md: LedgerMetadata, password: bytes | None) -> None:
+    if password is not None and md.password != password:
         raise BadPasswordError(
             f"wrong password for ledger {md.ledger_id}: open it with the password used to create it")
 

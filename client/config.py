@@ -58,6 +58,10 @@ class ClientConfig:
     zkEnableSecurity: bool = False           # znodes this client creates get ACLs (needs digest credentials)
     zkDigestUser: str = ""                   # ZooKeeper digest auth user ...
     zkDigestPasswordPath: str = ""           # ... and the file holding its password
+    addTraceSampleEvery: int = 16            # stamp the stages of 1 add in this many per ledger (0: none;
+                                             # client.add_trace) ...
+    slowAddThresholdMs: float = 50.0         # ... a traced add this slow enters the slow-add log ...
+    slowAddLogSize: int = 256                # ... which keeps this many, the newest (BookKeeper.slow_adds())
     gcFreezeOnStart: bool = True             # the first client of a process gc.freeze()s the heap (see
                                              # client.bookkeeper: full collections stall every add)
 

@@ -71,6 +71,11 @@ def checked_password(password: object) -> bytes:
                             f"encode the text (password.encode('utf-8'))")
 
 
+def checked_optional_password(password: object) -> bytes | None:
+    """`checked_password`, where None means "the password the ledger's own metadata holds"."""
+    return None if password is None else checked_password(password)
+
+
 class BadPasswordError(BKError):
     default_message = (
         "wrong password for this ledger (bookies answered EUA): open it with the password used to create it"
@@ -278,6 +283,13 @@ def _status_name(code: int | None) -> str:
         return str(code)
 
 
+class LedgerSquattedError(BKError):
+    default_message = (
+        "the new ledger ids were already claimed on bookies by another client (fenced or written before their "
+        "metadata existed: squatted); check which clients hold a certificate or the public key, then retry"
+    )
+
+
 def error_for_status(code: int, *, bookie_id: str | None = None, what: str = "") -> BKError:
     """The typed error for a bookie status code; `what` (e.g. "ledger 7 entry 3") is added to the message."""
     by_code: dict[int, type[BKError]] = {
@@ -302,9 +314,9 @@ __all__ = [
     "BKError", "BadPasswordError", "BookieError", "BookieTlsError", "BookieUnavailableError", "ClientClosedError",
     "DigestMismatchError", "EntryTooLargeError", "InvalidBulkError", "InvalidOptionError", "InvalidQuorumError",
     "InvalidLogNameError", "LedgerClosedError", "LedgerFencedError", "LedgerInRecoveryError", "LedgerRecoveryError",
-    "LiveLogWriterError", "MetadataConflictError", "MetadataVersionError", "NoClusterError", "NoSuchEntryError",
-    "NoSuchLedgerError", "NotEnoughBookiesError", "PasswordTypeError", "ReadBeyondLastEntryError",
-    "checked_password", "error_for_status",
+    "LedgerSquattedError", "LiveLogWriterError", "MetadataConflictError", "MetadataVersionError", "NoClusterError",
+    "NoSuchEntryError", "NoSuchLedgerError", "NotEnoughBookiesError", "PasswordTypeError", "ReadBeyondLastEntryError",
+    "checked_optional_password", "checked_password", "error_for_status",
 ]
 
 
@@ -360,6 +372,28 @@ class DataLossError(BKError):
         "data the reader was positioned on is gone (its ledgers were truncated or removed by retention): "
         "restart from 'earliest', or open the reader with fail_on_data_loss=False to skip ahead"
     )
+
+
+class CursorLostError(DataLossError):
+    """Records a cursor had not acknowledged were deleted (its lag exceeded the log's cursor quota,
+    `cursor_max_lag_bytes`, or a truncation ignored cursors): `log`, `cursor`, `ledgers` (the deleted ledger
+    ids, where known)."""
+
+    default_message = (
+        "records this cursor had not acknowledged were deleted: reopen the reader with fail_on_data_loss=False "
+        "to go on from the earliest record still in the log, or delete the cursor"
+    )
+
+    def __init__(self, message: str | None = None, *, log: str = "", cursor: str = "",
+                 ledgers: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.log = log
+        self.cursor = cursor
+        self.ledgers = ledgers
+
+
+class CursorNotFoundError(BKError):
+    default_message = "no such cursor on this log: list them with bk.list_cursors(log) or bkledger log cursors LOG"
 
 
 class InvalidPositionError(BKError, ValueError):

@@ -37,10 +37,15 @@ COUNTERS = {
 }
 
 
-class ClientMetrics:
-    """The client's counters; each attribute has `.inc(amount=1)`."""
+STAGE_MS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
-    def __init__(self, counters: dict[str, Any] | None = None) -> None:
+
+class ClientMetrics:
+    """The client's counters; each attribute has `.inc(amount=1)`. `add_stages`: one histogram child per
+    stage of client.add_trace.STAGES (`.observe(ms)`), or None without a registry."""
+
+    def __init__(self, counters: dict[str, Any] | None = None, add_stages: tuple[Any, ...] | None = None) -> None:
+        self.add_stages = add_stages
         counters = counters or {}
         self.adds = counters.get("adds", _NO_COUNTER)
         self.add_failures = counters.get("add_failures", _NO_COUNTER)
@@ -63,11 +68,17 @@ def client_metrics(registry: Any | None) -> ClientMetrics:
     with _shared_lock:
         found = _shared.get(registry)
         if found is None:
-            from prometheus_client import Counter
+            from prometheus_client import Counter, Histogram
+
+            from bkledger.client.add_trace import STAGES
 
             add_default_collectors(registry)          # process_*, python_info, python_gc_*: once per registry
+            stage = Histogram("bookkeeper_client_ADD_ENTRY_STAGE", "time a traced add spent in each stage (ms; "
+                              "client.add_trace: queue, send_wait, bookie, complete)", ["stage"],
+                              buckets=STAGE_MS_BUCKETS, registry=registry)
             found = ClientMetrics({attr: Counter(name, text, registry=registry)
-                                   for attr, (name, text) in COUNTERS.items()})
+                                   for attr, (name, text) in COUNTERS.items()},
+                                  tuple(stage.labels(stage=name) for name in STAGES))
             _shared[registry] = found
         return found
 

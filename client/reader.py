@@ -166,11 +166,13 @@ class LedgerReader:
                  for i, b in enumerate(fragment.ensemble)}
         responded: set[int] = set()
         best = -1
+        mismatched = 0
         pending = set(tasks)
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 status, lac = task.result()
+                mismatched += status == StatusCode.DIGEST_MISMATCH
                 if status in (pb.EOK, pb.ENOENTRY, pb.ENOLEDGER):
                     responded.add(tasks[task])
                     best = max(best, lac)
@@ -178,6 +180,10 @@ class LedgerReader:
                 break
         for task in pending:
             task.cancel()
+        if not responded and mismatched:
+            raise DigestMismatchError(f"ledger {self.ledger_id}: the last entry of {mismatched} bookie(s) of "
+                                      f"{list(fragment.ensemble)} failed digest verification and no other answered: "
+                                      "forged or corrupt copies, or the wrong password/digest type")
         if not responded:
             raise BookieUnavailableError(f"ledger {self.ledger_id}: no bookie of {list(fragment.ensemble)} answered")
         return best

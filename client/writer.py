@@ -15,15 +15,18 @@ warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import concurrent.futures
 import itertools
 import logging
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from bkledger.client.add_trace import AddTrace, SlowAddLog
 from bkledger.client.errors import (
     AddEntryQuorumTimeoutError,
     BKError,
@@ -101,6 +104,14 @@ class LedgerWriter:
         self._last_retry = 0.0
         self.error: BKError | None = None
         self.closing = False
+        # where sampled adds spend their time (client.add_trace): (index in _incoming, enqueued ns) of the
+        # queued ones, then the traces of pending entries by id (ascending)
+        self._slow_log: SlowAddLog | None = getattr(ctx, "slow_log", None)   # (a bare test context has none)
+        self._trace_every = self._slow_log.sample_every if self._slow_log is not None else 0
+        self._trace_count = self._trace_every - 1            # the first add is traced
+        self._incoming_marks: list[tuple[int, int]] = []
+        self._traces: dict[int, AddTrace] = {}
+        self._trace_ids: list[int] = []
 
     # ---- set-up -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -134,6 +145,8 @@ class LedgerWriter:
                     future.set_exception(self._refusal())
                     return True
             self._in_window += 1
+            if self._trace_every:
+                self._mark_locked()
             self._incoming.append((payload, future))
             wake = self._claim_drain_locked()
         if wake:
@@ -168,6 +181,13 @@ class LedgerWriter:
         if wake:
             self.ctx.runtime.call_soon(self._drain)
 
+    def _mark_locked(self) -> None:
+        """With the lock held, an add about to be queued: note when, if it is the sampled one."""
+        self._trace_count += 1
+        if self._trace_count >= self._trace_every:
+            self._trace_count = 0
+            self._incoming_marks.append((len(self._incoming), time.perf_counter_ns()))
+
     def _wait_for_window(self, slots: int = 1) -> None:
         """With the lock held: wait until `slots` more adds fit in the window."""
         self._window_waiters += 1
@@ -190,12 +210,13 @@ class LedgerWriter:
     def _drain(self) -> None:
         with self._lock:
             items, self._incoming = self._incoming, []
+            marks, self._incoming_marks = self._incoming_marks, []
             bulk, self._bulk_queued = self._bulk_queued, False
             self._scheduled = self._parked = False
         if not items:
             return
         try:
-            self._drain_items(items, bulk)
+            self._drain_items(items, bulk, marks)
         except Exception as exc:  # noqa: BLE001 - a loop callback: fail the adds it held, never drop them
             self._fail_held(items, exc)
         finally:
@@ -233,13 +254,14 @@ class LedgerWriter:
         self._scheduled = self._scheduled or wake
         return wake
 
-    def _drain_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
+    def _drain_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool,
+                     marks: list[tuple[int, int]] | None = None) -> None:
         if self.error is None and self.pending.error is not None:
             self.error = self.pending.error              # the machine failed: it takes no more adds
         if self.error is not None or self.closing:
             self._fail_items(items, self._refusal())
             return
-        self._send_items(items, bulk)
+        self._send_items(items, bulk, marks)
 
     def _fail_held(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], exc: Exception) -> None:
         """Something raised while adds were being sent: fail the adds taken from the queue (sent or not) and
@@ -286,7 +308,8 @@ class LedgerWriter:
         for _, fut in items:
             fut.set_exception(error)
 
-    def _send_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool) -> None:
+    def _send_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool,
+                    marks: list[tuple[int, int]] | None = None) -> None:
         if not self._futures:
             self._last_progress = self._settled_at = asyncio.get_running_loop().time()
         self._idle.clear()
@@ -302,12 +325,23 @@ class LedgerWriter:
         self._lac_sent = max(self._lac_sent, lac)
         self._sent.append(_SentBatch(first, data, _offsets_of(sizes)))
         self._futures.extend(zip(sends.entry_ids, [f for _, f in items], itertools.repeat(1)))
+        traces = self._start_traces(first, marks) if marks else None
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
             entry_ids = list(sends.entry_ids)
             for bookie_id in self.pending.ensemble:     # E == Qw and no failure: one blob for everyone
-                self._send(bookie_id, entry_ids, sizes, data)
+                self._send(bookie_id, entry_ids, sizes, data, traces=traces)
         else:
             self._route(sends.targets(self.md.ensemble_size, self.md.write_quorum))
+
+    def _start_traces(self, first: int, marks: list[tuple[int, int]]) -> list[AddTrace]:
+        """The traces of the sampled adds of a drain whose first entry is `first` (client.add_trace)."""
+        drained = time.perf_counter_ns()
+        traces = [AddTrace(self.ledger_id, first + index, self.md.ack_quorum, enqueued, drained)
+                  for index, enqueued in marks]
+        for trace in traces:
+            self._traces[trace.entry_id] = trace
+            self._trace_ids.append(trace.entry_id)
+        return traces
 
     def _drain_mixed(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]]) -> None:
         """A drain holding bulks: single adds and bulks in their order, packaged as consecutive entries;
@@ -406,16 +440,19 @@ class LedgerWriter:
         ensemble = self.pending.ensemble
         for index, entry_ids in per_index.items():
             views = [self._entry(e) for e in entry_ids]
-            self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views), own_request)
+            traced = self._traces
+            traces = [traced[e] for e in entry_ids if e in traced] if traced else None
+            self._send(ensemble[index], entry_ids, [len(v) for v in views], b"".join(views), own_request, traces)
 
     def _send(self, bookie_id: str, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes,
-              own_request: bool = False) -> None:
+              own_request: bool = False, traces: list[AddTrace] | None = None) -> None:
         client = self.ctx.pool.cached(bookie_id)
         if client is None:
             self.on_bookie_failed(bookie_id)
             return
         client.register(self.ledger_id, self)
-        client.send_add(self.ledger_id, self.master_key, entry_ids, sizes, data, own_request=own_request)
+        client.send_add(self.ledger_id, self.master_key, entry_ids, sizes, data, own_request=own_request,
+                        traces=traces)
         self._unanswered.on_sent(bookie_id, len(entry_ids), asyncio.get_running_loop().time())
 
     # ---- events from bookies (client loop) ------------------------------------------------------
@@ -429,6 +466,8 @@ class LedgerWriter:
         actions: list[object] = []
         self._unanswered.on_answered(bookie_id, len(ack.entry_ids))
         if ack.status == pb.EOK:
+            if self._trace_ids:
+                self._stamp_acked(bookie_id, ack.entry_ids)
             actions += self.pending.on_acks_from(ack.entry_ids, bookie_id)
         else:
             level = logging.INFO if ack.status == pb.EFENCED else logging.WARNING
@@ -437,6 +476,32 @@ class LedgerWriter:
             for entry_id in ack.entry_ids:
                 actions += self.pending.on_error_from(entry_id, bookie_id, ack.status)
         self._execute(actions)
+
+    def _stamp_acked(self, bookie_id: str, entry_ids: Sequence[int]) -> None:
+        """The traced entries among these (ascending) ids were acknowledged by `bookie_id` now."""
+        if not entry_ids:
+            return
+        first, last = entry_ids[0], entry_ids[-1]
+        ids = self._trace_ids
+        contiguous = last - first + 1 == len(entry_ids)
+        now = time.perf_counter_ns()
+        for i in range(bisect.bisect_left(ids, first), len(ids)):
+            entry_id = ids[i]
+            if entry_id > last:
+                break
+            if contiguous or _contains(entry_ids, entry_id):
+                self._traces[entry_id].acked.setdefault(bookie_id, now)
+
+    def _finish_traces(self, last: int, completed: int) -> None:
+        """The traced entries up to `last` completed at `completed` (ns: when their futures began to be set)."""
+        ids = self._trace_ids
+        done = bisect.bisect_right(ids, last)
+        if not done:
+            return
+        finished = [self._traces.pop(entry_id) for entry_id in ids[:done]]
+        del ids[:done]
+        if self._slow_log is not None:
+            self._slow_log.finish(finished, completed)
 
     def on_bookie_failed(self, bookie_id: str) -> None:
         try:
@@ -468,6 +533,7 @@ class LedgerWriter:
 
     def _complete(self, action: CompleteAdds) -> None:
         last = action.last_add_confirmed
+        completed = time.perf_counter_ns() if self._trace_ids else 0
         self.lac_length = self._length_at(last)
         futures = self._futures
         done = 0
@@ -475,6 +541,8 @@ class LedgerWriter:
             entry_id, fut, slots = futures.popleft()
             done += slots
             fut.set_result(entry_id)
+        if self._trace_ids:
+            self._finish_traces(last, completed)
         self._release_window(done)
         self.ctx.metrics.adds.inc(done)
         self._last_progress = self._settled_at = asyncio.get_running_loop().time()
@@ -512,6 +580,11 @@ class LedgerWriter:
         for _, fut, slots in failing:
             failed += slots
             fut.set_exception(error)
+        if self._trace_ids and self._trace_ids[-1] >= lowest:     # the failed adds' traces go
+            keep = bisect.bisect_left(self._trace_ids, lowest)
+            for entry_id in self._trace_ids[keep:]:
+                self._traces.pop(entry_id, None)
+            del self._trace_ids[keep:]
         self._release_window(failed)
         self.ctx.metrics.add_failures.inc(failed)
         if not self._futures:
@@ -677,11 +750,12 @@ class LedgerWriter:
         here on fail with LedgerClosedError."""
         with self._lock:
             items, self._incoming = self._incoming, []
+            marks, self._incoming_marks = self._incoming_marks, []
             bulk, self._bulk_queued = self._bulk_queued, False
             self._scheduled = self._parked = False
             self.closing = True
         if items and self.error is None:
-            self._send_items(items, bulk)
+            self._send_items(items, bulk, marks)
         elif items:
             self._fail_items(items, self._refusal())
         try:
@@ -731,6 +805,7 @@ class LedgerWriter:
         or the client is closing). Callers blocked on the window wake and fail too."""
         with self._lock:
             items, self._incoming = self._incoming, []
+            self._incoming_marks = []
             self._bulk_queued = False
         self._fail_items(items, error)
         if self._futures:
@@ -752,6 +827,11 @@ class _SentBatch:
     def view(self, entry_id: int) -> memoryview:
         i = entry_id - self.first
         return memoryview(self.data)[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+
+def _contains(ascending: Sequence[int], value: int) -> bool:
+    i = bisect.bisect_left(ascending, value)
+    return i < len(ascending) and ascending[i] == value
 
 
 def _bulk_slots(count: int, window: int) -> int:

@@ -3,9 +3,10 @@
 The read path turns one `ReadChunk` (entry ids + payloads, up to ~4 MiB) into one `pyarrow.RecordBatch`
 with a fixed number of Python operations per chunk. A range read's chunk comes as `Spans` (where each
 payload sits in the received range batches): the binary column is packed from those buffers in one
-native pass (`spark_connector.gather`), no Python object per row. Payload lists (tiny pieces,
+native pass (`client.log.core.gather`), no Python object per row. Payload lists (tiny pieces,
 compressed ledgers) take two C-level passes (`bytes.join`, `map(len, ...)`) and
-`pa.Array.from_buffers`. Enveloped ledgers are decoded in bulk (`spark_connector.envelope.decode_bulk`).
+`pa.Array.from_buffers`. Enveloped ledgers are decoded in bulk (`client.log.core.envelope.decode_bulk`);
+v2 headers make the `headers` column (one Python list per row, built only when the read asks for it).
 The write path goes the other way: a binary/string column's (data, offsets, validity) as numpy arrays,
 zero-copy.
 The batch's schema is exactly the one Spark derives from the read schema (timestamps as UTC micros).
@@ -20,14 +21,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkledger.spark_connector import envelope as env
-from bkledger.spark_connector.envelope import I64, U8, Bools
-from bkledger.spark_connector.gather import array_parts, packed
+from bkledger.client.log.core import envelope as env
+from bkledger.client.log.core.envelope import I64, U8, Bools
+from bkledger.client.log.core.gather import array_parts, packed
 
 if TYPE_CHECKING:
     from bkledger.client.reader import Spans
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))     # Kafka's headers column
 Payloads = Sequence[memoryview | bytes]
 
 
@@ -111,16 +113,27 @@ def rows_to_batch(schema: pa.Schema, log: str | None, ledger_ids: I64, entry_ids
         "ledger_id": pa.array(ledger_ids),
         "entry_id": entry_id_array(entry_ids),
     }
-    if envelope == env.V1:
-        dec = env.decode_bulk(np.frombuffer(data, dtype=np.uint8), offsets)
+    if envelope != env.NONE:
+        dec = env.decode_bulk(np.frombuffer(data, dtype=np.uint8), offsets, envelope)
         columns["value"] = binary_array(dec.value_data, dec.value_offsets)
         columns["key"] = binary_array(dec.key_data, dec.key_offsets, dec.key_valid)
         columns["timestamp"] = timestamp_array(dec.timestamps, dec.timestamp_valid)
+        if "headers" in schema.names:
+            columns["headers"] = headers_array(dec)
     else:
         columns["value"] = values if values is not None else binary_array(data, offsets)
         columns["key"] = pa.nulls(n, pa.binary())
         columns["timestamp"] = pa.nulls(n, TIMESTAMP)
+        columns["headers"] = pa.nulls(n, HEADERS)
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+def headers_array(dec: env.Decoded) -> pa.Array:
+    """The headers column of decoded entries: a list of {key, value} per entry, null where it has none."""
+    if dec.header_valid is None or not bool(dec.header_valid.any()):
+        return pa.nulls(len(dec.timestamps), HEADERS)
+    rows = [None if h is None else [{"key": k, "value": v} for k, v in h] for h in dec.headers()]
+    return pa.array(rows, HEADERS)
 
 
 # ---- the write side -------------------------------------------------------------------------------
@@ -144,6 +157,15 @@ def byte_parts(array: pa.Array) -> tuple[U8, I64, Bools]:
     valid = np.ones(n, dtype=np.bool_) if array.null_count == 0 else \
         pc.is_valid(array).to_numpy(zero_copy_only=False)
     return data, offsets - base, valid
+
+
+def header_parts(array: pa.Array) -> tuple[U8, I64, Bools]:
+    """Each row's headers (a list of {key, value} structs, null: none) encoded for `envelope.encode_bulk`."""
+    rows = [None if row is None else [(h["key"], h["value"]) for h in row] for row in array.to_pylist()]
+    for row in rows:
+        if row is not None and any(key is None for key, _ in row):
+            raise ValueError("bkledger: a header in column headers has a null key; header keys are strings")
+    return env.header_blocks(rows)
 
 
 def timestamp_parts(array: pa.Array) -> tuple[I64, Bools]:

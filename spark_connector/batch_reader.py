@@ -9,7 +9,8 @@ is now) or the last entry id of a CLOSED one is the bound. `spark_connector.plan
 ahead while the last is converted and shipped, yielding one Arrow RecordBatch per chunk
 (`spark_connector.arrow_io`); the first chunks of the next pieces are in flight on the client loop
 (`read_chunk_async`) and tiny pieces' rows are gathered into one batch (`TinyRows`).
-Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope.
+Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope, and
+`headers` (Kafka's array<struct<key, value>>) with option includeHeaders.
 A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
 times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
 are packed together; `minPartitions` then splits the largest partitions (`spark_connector.narrowing`).
@@ -28,7 +29,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
-from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from bkledger.client import (
     BadPasswordError,
@@ -38,10 +48,10 @@ from bkledger.client import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
+from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core import meta as lm
 from bkledger.client.ranges_reader import Read, chunks_ahead
 from bkledger.client.reader import ReadChunk
-from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.arrow_io import chunk_to_batch, rows_to_batch
 from bkledger.spark_connector.clients import planning_client, shared_client
 from bkledger.spark_connector.coalesce import CoalescedPartition, coalesce
@@ -65,6 +75,7 @@ log = logging.getLogger("bkledger.spark")
 COLUMNS: dict[str, DataType] = {
     "log": StringType(), "ledger_id": LongType(), "entry_id": LongType(), "value": BinaryType(),
     "key": BinaryType(), "timestamp": TimestampType(),
+    "headers": ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
 }
 BASE_COLUMNS = ("log", "ledger_id", "entry_id", "value")
 ENVELOPE_COLUMNS = ("key", "timestamp")
@@ -81,8 +92,11 @@ _ENVELOPES: dict[tuple[str, int], int] = {}     # (metadata service URI, ledger 
 _PREFETCH = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bkledger-prefetch")   # per process
 
 
-def read_schema(with_envelope: bool) -> StructType:
+def read_schema(with_envelope: bool, headers: bool = False) -> StructType:
+    """The columns of a read: `headers` (Kafka's, as array<struct<key, value>>) only when asked for
+    (option includeHeaders)."""
     names = (*BASE_COLUMNS, *ENVELOPE_COLUMNS) if with_envelope else BASE_COLUMNS
+    names = (*names, "headers") if headers else names
     return StructType([StructField(n, COLUMNS[n], nullable=True) for n in names])
 
 
@@ -93,7 +107,7 @@ def check_schema(schema: StructType) -> None:
         if expected is None:
             raise BkLedgerOptionError("schema", f"column {field.name!r} is not a bkledger column; "
                                                 f"columns are {', '.join(COLUMNS)}")
-        if field.dataType != expected:
+        if field.dataType.simpleString() != expected.simpleString():     # headers: nullability aside
             raise BkLedgerOptionError("schema", f"column {field.name!r} must be {expected.simpleString()}, "
                                                 f"not {field.dataType.simpleString()}")
 
@@ -102,7 +116,7 @@ def check_schema(schema: StructType) -> None:
 def ledger_view(bk: BookKeeper, ledger_id: int, source: SourceOptions) -> LedgerView:
     """The ledger's fragments, readable bound (LAC if OPEN: opened without recovery) and envelope."""
     md = bk.ledger_metadata(ledger_id)
-    if md.password != source.password:
+    if source.password and md.password != source.password:      # none given: the ledger's own (the log's key)
         raise BadPasswordError(f"bkledger option password: wrong password for ledger {ledger_id}; give the "
                                "password the ledgers were written with")
     if source.digest_type is not None and md.digest_type.name.lower() != source.digest_type:
@@ -110,7 +124,7 @@ def ledger_view(bk: BookKeeper, ledger_id: int, source: SourceOptions) -> Ledger
                                                 f"not {source.digest_type}")
     last = md.last_entry_id
     if not md.is_closed:
-        rh = bk.open_ledger(ledger_id, source.password, recovery=False)
+        rh = bk.open_ledger(ledger_id, source.password or None, recovery=False)
         md, last = rh.metadata, rh.last_entry_id
     return LedgerView(ledger_id, tuple(f.first_entry_id for f in md.fragments), last,
                       env.version_of(md.custom_metadata), md.is_closed, md.length if md.is_closed else None)
@@ -201,8 +215,9 @@ def has_envelope(bk: BookKeeper, views: Sequence[LedgerView]) -> bool:
 def discover_schema(opts: ReadOptions) -> StructType:
     with gc_paused(), planning_client(opts.source.metadata_service_uri, opts.source.client_settings) as bk:
         if opts.logs is None:
-            return read_schema(carries_envelope(bk, opts))
-        return read_schema(any(carries_envelope(bk, for_log(opts, name)) for name in read_logs(bk, opts)))
+            return read_schema(carries_envelope(bk, opts), opts.include_headers)
+        return read_schema(any(carries_envelope(bk, for_log(opts, name)) for name in read_logs(bk, opts)),
+                           opts.include_headers)
 
 
 def carries_envelope(bk: BookKeeper, opts: ReadOptions) -> bool:
@@ -299,7 +314,7 @@ def log_bounds(bk: BookKeeper, opts: ReadOptions, views: Sequence[LedgerView], p
     hi_us = _bound(min, end_ms, pushed.time_hi_us)
     if not bounds or (lo_us is None and hi_us is None):
         return bounds
-    probe = TimeProbe(bk, views, opts.source.password)
+    probe = TimeProbe(bk, views, opts.source.password or None)
     known = {v.ledger_id: v.time_span for v in views if v.time_span is not None}
     if lo_us is not None:
         at = first_at_or_after(spans_of(bounds), probe, lo_us, known)
@@ -344,7 +359,7 @@ def read_partition(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
     source = opts.source
     bk = shared_client(source.metadata_service_uri, source.client_settings)
     try:
-        rh = opened or bk.open_ledger(part.physical or part.ledger_id, source.password, recovery=False)
+        rh = opened or bk.open_ledger(part.physical or part.ledger_id, source.password or None, recovery=False)
         if not rh.is_closed and rh.last_add_confirmed < part.last_entry_id:
             rh.wait_for_lac(part.last_entry_id - 1, LAC_WAIT_S)   # a bookie behind the one planning asked
             if rh.last_add_confirmed < part.last_entry_id:
@@ -395,7 +410,7 @@ def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerParti
     for start in range(0, len(pieces), OPEN_WINDOW):
         window = pieces[start:start + OPEN_WINDOW]
         handles: Mapping[int, LedgerHandle] = bk.open_ledgers([p.physical or p.ledger_id for p in window],
-                                                              opts.source.password, recovery=False)
+                                                              opts.source.password or None, recovery=False)
         # a ledger missing from `handles` is opened again by read_partition, which reports it as data loss
         for piece, first_chunk in zip(window, read_ahead(bk, window, handles), strict=True):
             rh = handles.get(piece.physical or piece.ledger_id)

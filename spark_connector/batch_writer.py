@@ -33,17 +33,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType, TimestampType
 
 from bkledger.client import BookKeeper, InvalidOptionError, InvalidQuorumError, LogNotFoundError, NotEnoughBookiesError
 from bkledger.client.errors import InvalidLogNameError
 from bkledger.client.ledger_handle import LedgerHandle
+from bkledger.client.log.core import envelope as env
+from bkledger.client.log.core.envelope import I64, U8
 from bkledger.client.log.core.names import check_log_name
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY
-from bkledger.spark_connector import envelope as env
-from bkledger.spark_connector.arrow_io import byte_parts, timestamp_parts, timestamp_range, widened
+from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password
+from bkledger.spark_connector.arrow_io import byte_parts, header_parts, timestamp_parts, timestamp_range, widened
 from bkledger.spark_connector.clients import planning_client, shared_client
-from bkledger.spark_connector.envelope import I64, U8
 from bkledger.spark_connector.log_commit import commit_to_logs
 from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions
 from bkledger.spark_connector.write_checks import check_write_plan, in_spark_terms
@@ -65,6 +65,7 @@ class WriteLayout:
     timestamp: str | None = None
     envelope: int = env.NONE
     route: bool = False                 # each row's log comes from column log (no option log given)
+    headers: str | None = None          # Kafka's headers column: array<struct<key: string, value: binary>>
 
 
 @dataclasses.dataclass
@@ -104,17 +105,30 @@ def plan_layout(schema: StructType, envelope_mode: str, log_option: str | None =
     if "timestamp" in fields and fields["timestamp"] != TimestampType():
         raise BkLedgerOptionError("timestamp", "column timestamp must be of type timestamp, not "
                                                f"{fields['timestamp'].simpleString()}")
-    extra = sorted(set(fields) - {"value", "key", "timestamp", *IGNORED_COLUMNS})
+    if "headers" in fields and not _is_headers_type(fields["headers"]):
+        raise BkLedgerOptionError("headers", "column headers must be array<struct<key: string, value: binary>> "
+                                             f"(as Kafka's), not {fields['headers'].simpleString()}")
+    extra = sorted(set(fields) - {"value", "key", "timestamp", "headers", *IGNORED_COLUMNS})
     if extra:
         raise BkLedgerOptionError("schema", f"columns {extra} cannot be written; a bkledger record has value, "
-                                            "key and timestamp (drop or rename the others)")
+                                            "key, timestamp and headers (drop or rename the others)")
     key = "key" if "key" in fields else None
     ts = "timestamp" if "timestamp" in fields else None
-    if envelope_mode == "false" and (key or ts):
-        raise BkLedgerOptionError("envelope", "is false but the DataFrame has key/timestamp columns, which only "
-                                              "the envelope can carry")
-    use = envelope_mode == "true" or (envelope_mode == "auto" and (key is not None or ts is not None))
-    return WriteLayout("value", key, ts, env.V1 if use else env.NONE, route)
+    headers = "headers" if "headers" in fields else None
+    if envelope_mode == "false" and (key or ts or headers):
+        raise BkLedgerOptionError("envelope", "is false but the DataFrame has key/timestamp/headers columns, "
+                                              "which only the envelope can carry")
+    use = envelope_mode == "true" or (envelope_mode == "auto" and (key or ts or headers) is not None)
+    version = env.V2 if headers else env.V1 if use else env.NONE     # v1 without headers: older readers read it
+    return WriteLayout("value", key, ts, version, route, headers)
+
+
+def _is_headers_type(data_type: DataType) -> bool:
+    """array<struct<key: string, value: binary>> (nullability aside), the type of Kafka's headers column."""
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    return [(f.name, f.dataType) for f in data_type.elementType.fields] == [("key", StringType()),
+                                                                               ("value", BinaryType())]
 
 
 def encode_batch(batch: pa.RecordBatch, layout: WriteLayout) -> tuple[U8, I64]:
@@ -126,7 +140,8 @@ def encode_batch(batch: pa.RecordBatch, layout: WriteLayout) -> tuple[U8, I64]:
         return data, offsets
     keys = byte_parts(batch.column(layout.key)) if layout.key is not None else None
     times = timestamp_parts(batch.column(layout.timestamp)) if layout.timestamp is not None else None
-    return env.encode_bulk((data, offsets), keys, times)
+    headers = header_parts(batch.column(layout.headers)) if layout.headers is not None else None
+    return env.encode_bulk((data, offsets), keys, times, headers, layout.envelope)
 
 
 def _partition_id() -> int:
@@ -161,8 +176,8 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
                   LOG_KEY: log_name.encode(), "bkledger.partition": str(partition_id).encode()}
         try:
             return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type
-                                    or "crc32c", password=src.password, custom_metadata=custom,
-                                    compression=o.compression)
+                                    or "crc32c", password=log_ledger_password(bk, log_name, src.password),
+                                    custom_metadata=custom, compression=o.compression)   # the log's key
         except (NotEnoughBookiesError, InvalidQuorumError) as exc:
             raise in_spark_terms(exc) from exc
 

@@ -49,9 +49,10 @@ KAFKA_NAMES: dict[str, tuple[str | None, str]] = {
     "maxRecordsPerPartition": ("maxEntriesPerPartition", "batch reads; targetPartitionBytes bounds bytes"),
     "minOffsetsPerTrigger": (None, "a trigger reads what is there, up to maxEntriesPerTrigger"),
     "maxTriggerDelay": (None, "a trigger reads what is there, up to maxEntriesPerTrigger"),
-    "groupIdPrefix": (None, "a reader needs no consumer group: Spark's checkpoint keeps the positions"),
-    "kafka.group.id": (None, "a reader needs no consumer group: Spark's checkpoint keeps the positions"),
-    "includeHeaders": (None, "records have no headers"),
+    "groupIdPrefix": (None, "a reader needs no consumer group: Spark's checkpoint keeps the positions; option "
+                            "cursor makes a query's progress visible outside Spark"),
+    "kafka.group.id": (None, "a reader needs no consumer group: Spark's checkpoint keeps the positions; option "
+                             "cursor makes a query's progress visible outside Spark"),
     "startingOffsetsByTimestampStrategy": (None, "a time before a log's first record starts at its first"),
     "kafkaConsumer.pollTimeoutMs": (None, "reads time out by the client setting readTimeout"),
     "fetchOffset.numRetries": (None, "reads retry other bookies of the ensemble by themselves"),

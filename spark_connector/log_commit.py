@@ -106,11 +106,13 @@ def _rehome(bk: BookKeeper, ids: list[int], late: list[int], password: bytes, co
 
 
 def copy_ledger(bk: BookKeeper, ledger_id: int, password: bytes) -> int:
-    """A new CLOSED ledger with the same entries, settings and custom metadata; its id."""
-    rh = bk.open_ledger(ledger_id, password, recovery=False)
+    """A new CLOSED ledger with the same entries, settings, password (none given: the original's, the log's
+    key) and custom metadata; its id."""
+    rh = bk.open_ledger(ledger_id, password or None, recovery=False)
     md = rh.metadata
     lh = bk.create_ledger(md.ensemble_size, md.write_quorum, md.ack_quorum, digest_type=md.digest_type,
-                          password=password, custom_metadata=dict(md.custom_metadata), compression=md.compression)
+                          password=password or md.password, custom_metadata=dict(md.custom_metadata),
+                          compression=md.compression)
     try:
         pending: collections.deque[concurrent.futures.Future[int]] = collections.deque()
         position, last = 0, md.last_entry_id

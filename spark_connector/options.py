@@ -49,7 +49,8 @@ ENVELOPE_MODES = ("auto", "true", "false")
 COMMON = ("metadataServiceUri", "log", "ledgers", "password", "digestType", "path", *SECURITY_KEYS)
 READ = ("startingPositions", "endingPositions", "failOnDataLoss", "maxEntriesPerPartition", "targetPartitionBytes",
         "logPattern", "startingTimestamp", "endingTimestamp", "startingPositionsByTimestamp",
-        "endingPositionsByTimestamp", "minPartitions")       # the last six: spark_connector.kafka_options
+        "endingPositionsByTimestamp", "minPartitions",       # these six: spark_connector.kafka_options
+        "includeHeaders")
 WRITE = ("ensembleSize", "writeQuorum", "ackQuorum", "compression", "envelope", "maxInFlight")
 WRITE_COMMIT = ("fenceLiveWriter",)     # how a commit treats a live LogWriter of the log
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 1_000_000
@@ -96,6 +97,7 @@ class ReadOptions:
     starting_time: TimeBound | None = None
     ending_time: TimeBound | None = None
     min_partitions: int | None = None
+    include_headers: bool = False       # a headers column (Kafka's includeHeaders)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +149,9 @@ def unknown_option_hint(key: str, canon: Mapping[str, str], where: str) -> str:
 
 _OTHER_DIRECTIONS = {"maxEntriesPerTrigger": "streaming reads", "maxBytesPerTrigger": "streaming reads",
                      "checkpointLocation": "streaming writes", "queryName": "streaming writes",
-                     "sinkId": "streaming writes", "fenceLiveWriter": "writes"}
+                     "sinkId": "streaming writes", "fenceLiveWriter": "writes",
+                     "includeHeaders": "reads (a write takes a headers column when the DataFrame has one)",
+                     "cursor": "streaming reads"}
 
 
 def _other_direction(key: str) -> str | None:
@@ -346,12 +350,14 @@ def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = 
     check_known(options, (*COMMON, *READ, *WRITE, *extra_known), "reads")
     opts = _lowered(options)
     source = parse_source(options)
+    headers = parse_bool(opts, "includeHeaders", False)
     from bkledger.spark_connector.kafka_options import check_raw_ledger_reads, parse_log_reads
 
     if source.ledgers is None:
-        return parse_log_reads(opts, source)
+        return dataclasses.replace(parse_log_reads(opts, source), include_headers=headers)
     check_raw_ledger_reads(opts)
     return ReadOptions(
+        include_headers=headers,
         source=source,
         starting=parse_positions(opts, "startingPositions", source.log, "earliest"),
         ending=parse_positions(opts, "endingPositions", source.log, "latest"),

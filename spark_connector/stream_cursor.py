@@ -87,7 +87,7 @@ class LogCursor:
     def _sample(self, seg: Segment) -> float:
         """Average size of the first entries of an OPEN ledger (read once; used only for maxBytes)."""
         if seg.ledger_id not in self._sampled and seg.end > 0:
-            rh = self._bk().open_ledger(seg.ledger_id, self.opts.source.password, recovery=False)
+            rh = self._bk().open_ledger(seg.ledger_id, self.opts.source.password or None, recovery=False)
             chunk = rh.read_chunk(0, min(seg.end, SAMPLE_ENTRIES) - 1)
             self._sampled[seg.ledger_id] = sum(len(p) for p in chunk.payloads) / max(1, len(chunk.payloads))
         return self._sampled.get(seg.ledger_id, 1.0)
@@ -124,7 +124,7 @@ class LogCursor:
             segments = self.segments(ids[0], ids)
             end = readable_end(segments, Pos(ids[0], 0))
             spans = [(lid, lo, hi) for lid, (lo, hi) in sorted(ranges(segments, Pos(ids[0], 0), end).items())]
-            probe = TimeProbe(self._bk(), [self.view(lid) for lid, _, _ in spans], self.opts.source.password)
+            probe = TimeProbe(self._bk(), [self.view(lid) for lid, _, _ in spans], self.opts.source.password or None)
             found = first_at_or_after(spans, probe, time_ms * 1000, self._spans)
             return Pos(*found) if found is not None else end
         if starting == "earliest":

@@ -21,13 +21,21 @@ Mirrors Kafka's micro-batch source and a Pulsar non-durable cursor on top of Boo
   past it. `reportLatestOffset` gives the uncapped end (shown as `latestOffset` in query progress: lag).
 * Tasks read with the batch reader (`spark_connector.batch_reader`), so both return the same rows.
 
+* `cursor` (issue 44 item 3): a cursor held by the cluster on every log the stream reads, created when the
+  query first plans a batch (holding the whole log until its first acknowledgement) and acknowledged in
+  `commit(end)` with each committed batch's end, so retention keeps what the query has not processed and
+  `bkledger log cursors` shows its lag. Spark calls `commit` for batch N-1 while planning batch N (never for
+  the last batch of Trigger.AvailableNow), so the cursor may be one batch behind; the checkpoint stays the
+  query's own position (the cursor does not choose where a query starts).
+
 Options (streaming only, besides the batch ones of `spark_connector.options`): `startingPositions`
 ("earliest" default, "latest", or JSON: `{"orders": {"ledger": 12, "entry": 0}}` or the batch form
-`{"orders": {"12": 0}}`), `maxEntriesPerTrigger`, `maxBytesPerTrigger`, `failOnDataLoss`.
+`{"orders": {"12": 0}}`), `maxEntriesPerTrigger`, `maxBytesPerTrigger`, `failOnDataLoss`, `cursor`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -82,6 +90,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkledger.spark.stream")
 
 STREAM_READ = ("maxEntriesPerTrigger", "maxBytesPerTrigger")
+STREAM_CURSOR = "cursor"
 
 
 def parse_starting_by_log(raw: str | None, choice: LogChoice) -> tuple[str, dict[str, Pos]]:
@@ -123,6 +132,7 @@ class StreamOptions:
     starting_at: Mapping[str, Pos]     # per log, from startingPositions JSON
     max_entries_per_trigger: int | None
     max_bytes_per_trigger: int | None
+    cursor: str | None = None          # a cursor held by the cluster, acknowledged at each commit
 
     @property
     def choice(self) -> LogChoice:
@@ -138,14 +148,27 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
         if name.lower() in opts:
             raise BkLedgerOptionError(name, "is for batch reads; a stream has no end "
                                       "(use Trigger.AvailableNow to stop at the data present at start)")
-    read = parse_read_options(batch_view, extra_known=STREAM_READ)
+    read = parse_read_options(batch_view, extra_known=(*STREAM_READ, STREAM_CURSOR))
     if read.logs is None:
         raise BkLedgerOptionError("ledgers", "a stream reads logs: give option log or logPattern instead of "
                                              "ledgers")
     max_entries = parse_int(opts, "maxEntriesPerTrigger", 0) or None
     max_bytes = parse_int(opts, "maxBytesPerTrigger", 0) or None
     starting, starting_at = parse_starting_by_log(opts.get("startingpositions"), read.logs)
-    return StreamOptions(read, starting, starting_at, max_entries, max_bytes)
+    return StreamOptions(read, starting, starting_at, max_entries, max_bytes, parse_cursor(opts.get("cursor")))
+
+
+def parse_cursor(raw: str | None) -> str | None:
+    """Option `cursor`: a cursor name (checked like a log name), or None."""
+    if raw is None:
+        return None
+    from bkledger.client.errors import InvalidLogNameError
+    from bkledger.client.log.core.cursors import check_cursor_name
+
+    try:
+        return check_cursor_name(raw)
+    except InvalidLogNameError as exc:
+        raise BkLedgerOptionError(STREAM_CURSOR, str(exc)) from None
 
 
 def discovery_options(options: Mapping[str, str]) -> ReadOptions:
@@ -158,7 +181,7 @@ def discovery_options(options: Mapping[str, str]) -> ReadOptions:
     return read
 
 
-_STREAM_ONLY = {"startingpositions", "endingpositions", *(name.lower() for name in STREAM_READ)}
+_STREAM_ONLY = {"startingpositions", "endingpositions", STREAM_CURSOR, *(name.lower() for name in STREAM_READ)}
 
 
 # ---- the reader -----------------------------------------------------------------------------------
@@ -175,6 +198,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cursors: dict[str, LogCursor] = {}
         self._cap: dict[str, Pos] | None = None
         self._latest: dict[str, Pos] = {}
+        self._held: set[str] = set()         # logs whose cursor (option cursor) exists
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -235,6 +259,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         read limit shared over the logs in proportion to what each has. A log a pattern matches for the
         first time starts at its earliest record (Kafka: new topics of subscribePattern)."""
         names = sorted(set(self._names()) | set(start))
+        self._hold(names)
         plans: dict[str, tuple[Pos, Pos, list[Segment]]] = {}
         for name in names:
             cursor = self.cursor(name)
@@ -303,9 +328,29 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Runs in a task: the partition's entries as Arrow batches, exactly as a batch read returns them."""
         yield from read_any(self.opts.read, partition, arrow_schema(self.schema))
 
+    def _hold(self, names: Sequence[str]) -> None:
+        """Create the stream's cursor on logs that do not have it yet (option cursor)."""
+        cursor = self.opts.cursor
+        if cursor is None:
+            return
+        from bkledger.client.errors import LogNotFoundError
+        from bkledger.client.log.cursors import create_cursor
+
+        for name in names:
+            if name not in self._held:
+                with contextlib.suppress(LogNotFoundError):     # not there yet: at a later trigger
+                    create_cursor(self.bk.store, name, cursor)
+                    self._held.add(name)
+
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the position lives in Spark's checkpoint; runs a batch late, maybe never for the
-        last batch (spark.md 1.5), so nothing correctness-critical may depend on it."""
+        """The position lives in Spark's checkpoint; this runs a batch late, maybe never for the last batch
+        (spark.md 1.5), so nothing correctness-critical depends on it. With option `cursor`, acknowledge
+        `end` to the cursor of each log (forward only): retention keeps the rest, its lag is visible."""
+        if self.opts.cursor is not None:
+            from bkledger.spark_connector.stream_commit import ack_batch_end
+
+            ack_batch_end(self.bk, self.opts.cursor, {name: pos_of(name, end) for name in end},
+                          self.opts.read.fail_on_data_loss)
 
     def stop(self) -> None:
         if self._bk is not None:

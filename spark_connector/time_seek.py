@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bkledger.client import BookKeeper, LedgerHandle
-from bkledger.spark_connector import envelope as env
+from bkledger.client.log.core import envelope as env
 from bkledger.spark_connector.planning import LedgerView
 
 
 class TimeProbe:
     """(ledger id, entry id) -> the record's timestamp in microseconds since the epoch, or None."""
 
-    def __init__(self, bk: BookKeeper, views: Sequence[LedgerView], password: bytes) -> None:
+    def __init__(self, bk: BookKeeper, views: Sequence[LedgerView], password: bytes | None) -> None:
         self._bk = bk
         self._views = {v.ledger_id: v for v in views}
         self._password = password
@@ -35,9 +35,9 @@ class TimeProbe:
             return None
         rh = self._handle(view.physical or ledger_id)
         envelope = view.envelope if view.envelope >= 0 else env.version_of(rh.metadata.custom_metadata)
-        if envelope != env.V1:
+        if envelope == env.NONE:
             return None
         position = view.base + entry_id
         chunk = rh.read_chunk(position, position)
         self.reads += 1
-        return env.decode(chunk.payloads[0])[1]
+        return env.decode_record(chunk.payloads[0], envelope).timestamp_us

@@ -52,6 +52,8 @@ def test_quick_bench_runs_and_writes_json(tmp_path: Path) -> None:
         if row["benchmark"] == "bookie_add":
             assert row["limit"] > 0 and row["ratio"] > 0, row
     assert not list(tmp_path.glob("bkledger-bench-*")), "the data dir was not removed"
+    for chart in ("bench-latency.svg", "bench-ratios.svg"):      # bench.charts, drawn beside the JSON
+        assert (tmp_path / chart).read_text().startswith("<svg"), chart
     # bookie_add is the last benchmark of this run that uses the shared bookie: it is stopped and its
     # disk freed right after, not at the end of the run
     assert report["data_dir_bytes_after"]["bookie_add"] < 1024 * 1024, report["data_dir_bytes_after"]
@@ -83,3 +85,34 @@ def test_tiny_client_benchmarks(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("bkledger-bench-*")), "the data dir was not removed"
     held = report["data_dir_bytes_after"]     # the shared three bookies stay for recovery_time, then go
     assert held["replicated_add"] > 1024 * 1024 and held["recovery_time"] < 1024 * 1024, held
+
+
+def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
+    """Issue 48 item 2: each open-loop run is printed with its p50/p99/p999, the floor measured beside it
+    (raw fdatasync on the same disk), GC pauses and CPU steal; the spread of the runs; and the stage
+    attribution of the worst run's p99 adds (client.add_trace joined with the bookies' slow-add logs)."""
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "BKLEDGER_BENCH_TINY": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "add_latency", "--json", str(out),
+         "--dir", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["errors"] == {}
+    figures = {r["figure"]: r for r in report["rows"]}
+    for load in ("20%", "80%"):
+        label = next(f.split(":")[0] for f in figures if f.startswith(f"{load} of peak"))
+        run = figures[f"{label}: run 1 p99"]
+        assert "floor (raw append+fdatasync" in run["why"] and "GC" in run["why"] and "steal" in run["why"], run
+        assert run["limit"] > 0, run           # the floor's p99, measured meanwhile
+        for name in ("p50", "p99", "p999"):
+            assert figures[f"{label}: {name} spread"]["why"].startswith("min "), figures[f"{label}: {name} spread"]
+        worst = figures[f"{label}: the worst run's p99 adds by stage"]
+        for stage in ("queue", "send_wait", "bookie", "complete"):
+            assert f"{stage} " in worst["why"], worst
+    runs = [r for r in report["add_latency_runs"] if "run" in r]
+    assert len(runs) == 2 and all(r["floor_ms"]["p50"] > 0 and r["gc_pauses_ms"] is not None for r in runs), runs
+    attributions = [r["attribution"] for r in report["add_latency_runs"] if "attribution" in r]
+    assert len(attributions) == 2 and all(a["adds"] >= 1 for a in attributions), attributions

@@ -26,6 +26,7 @@ from tests.sim.disk import SimJournal
 from tests.sim.mutations import BAR, MUTATIONS
 from tests.sim.runner import main as runner_main
 from tests.sim.runner import mutants_table, significant_need
+from tests.sim.scenario import Simulation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,6 +92,20 @@ def test_runner_summary_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
     assert runner_main(["--seed", "2", "--steps", "300"]) == 0
     out = capsys.readouterr().out
     assert "setup:" in out and "trace hash" in out
+
+
+def test_buggy_client_requests_leave_the_oracle_clean() -> None:
+    """Issue 41 item 7: in the seeds with a buggy client (wild entry ids, rewrites of held entries with other
+    bytes, fences of unknown ids) the oracle holds, and the bookies refused its rewrites (EBADREQ); the
+    "rewrite-allowed" mutant, a bookie without that rule, is caught by oracle 4 (the mutant test)."""
+    refused = present = 0
+    for seed in range(30):
+        sim = Simulation(seed, SimOptions())
+        sim.run()
+        if sim.buggy is not None:
+            present += 1
+            refused += sim.buggy.refused_rewrites
+    assert present >= 5 and refused > 0
 
 
 def test_sim_journal_replay_stops_at_torn_tail() -> None:

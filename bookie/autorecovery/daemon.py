@@ -28,9 +28,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from bkledger.bookie.address import resolve
 from bkledger.bookie.autorecovery.auditor import Auditor
 from bkledger.bookie.autorecovery.worker import ReplicationWorker
-from bkledger.bookie.config import BookieConfig
+from bkledger.bookie.config import BookieConfig, ConfigError
 from bkledger.bookie.log_metrics import LogFiguresReader
 from bkledger.bookie.metrics import start_autorecovery_metrics
 from bkledger.bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
@@ -156,8 +157,9 @@ def run_autorecovery(config: BookieConfig) -> int:
     """Run until SIGTERM / SIGINT."""
     block_stop_signals()  # before any thread exists (see bookie.stop_signals)
     try:
+        config = resolve(config)        # the bookie's id, as the bookie resolves it (bookie.address)
         daemon = AutoRecovery(config)
-    except BKError as exc:
+    except (BKError, ConfigError) as exc:
         log.error("autorecovery cannot start: %s", exc)
         return 1
     stopped_by: list[str] = []

@@ -3,7 +3,8 @@
 Mirrors BookKeeper's WriteEntryProcessorV3 / ReadEntryProcessorV3 checks, in their order:
 malformed or oversized request, or an entry id far beyond what the ledger can hold next -> EBADREQ
 (R26, `check_entry_range`), read-only bookie -> EREADONLY unless high priority
-(R25), master key mismatch -> EUA (R26), fenced ledger -> EFENCED unless a recovery add (R15).
+(R25), master key mismatch -> EUA (R26), fenced ledger -> EFENCED unless a recovery add (R15); and,
+once storage has supplied what it holds of the batch's ids, an entry stored with other bytes -> EBADREQ.
 The driver executes what these return; nothing here touches a socket, a file or a clock.
 """
 
@@ -176,6 +177,32 @@ def decide_add(
     if view.fenced and not recovery_add:
         return AddCheck(pb.EFENCED, reason="ledger is fenced")
     return AddCheck(pb.EOK)
+
+
+def check_rewrites(
+    entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes | memoryview,
+    stored: dict[int, bytes],
+) -> str:
+    """Records cannot be rewritten: '' if every entry of the batch that the bookie already stores
+    (`stored`: entry id -> the packaged entry as stored, only for the ids it holds) arrives with the same
+    bytes, else why not (answered EBADREQ). A recovery write-back and a writer's resend after an ensemble
+    change send the bytes the entry was written with, so they pass; a forged or buggy re-add does not.
+    The whole packaged entry is compared (header, digest, payload): the bookie does not know the digest
+    type, and the writer never packages one entry id twice."""
+    if not stored:
+        return ""
+    offset = 0
+    view = memoryview(data)
+    for entry_id, size in zip(_as_ints(entry_ids), _as_ints(sizes), strict=True):
+        old = stored.get(entry_id)
+        if old is not None and view[offset:offset + size] != old:
+            return f"entry {entry_id} is already stored with other bytes: records cannot be rewritten"
+        offset += size
+    return ""
+
+
+def _as_ints(values: Sequence[int] | IntArray) -> list[int]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
 @dataclasses.dataclass(frozen=True)

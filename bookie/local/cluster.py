@@ -39,6 +39,8 @@ from bkledger.client.meta.zkauth import zk_auth
 log = logging.getLogger("bkledger.local")
 
 STATE_FILE = "cluster.json"
+# a local cluster's bookies serve this host only: on loopback, which a bookie refuses unless allowed
+LOOPBACK = {"listenAddress": "127.0.0.1", "allowLoopback": "true"}
 
 
 class ClusterError(RuntimeError):
@@ -296,7 +298,7 @@ class LocalCluster:
     def _reconfigure(self, proc: BookieProcess, overrides: dict[str, str]) -> None:
         """Rewrite a kept bookie's configuration: what it had, its (possibly moved) operations ports,
         and `overrides` on top."""
-        ports = {"prometheusStatsHttpPort": str(proc.metrics_port)}
+        ports = {"prometheusStatsHttpPort": str(proc.metrics_port), "allowLoopback": "true"}  # confs before it
         if proc.http_port:
             ports["httpServerPort"] = str(proc.http_port)
         try:
@@ -316,7 +318,7 @@ class LocalCluster:
         values = {
             "metadataServiceUri": self.metadata_service_uri,
             "bookiePort": str(port),
-            "listenAddress": "127.0.0.1",
+            **LOOPBACK,
             "journalDirectories": str(journal),
             "ledgerDirectories": str(ledgers),
             "diskCheckInterval": "1000",

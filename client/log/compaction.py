@@ -119,8 +119,8 @@ def compact_log(bk: BookKeeper, name: str, *, target_bytes: int = DEFAULT_TARGET
                    sum(by_id[i].size or 0 for r in runs for i in r.ledger_ids))
     batch: list[tuple[cp.Run, LogLedger]] = []
     try:
-        swapped, written, stopped = _copy_and_swap(bk, name, runs, by_id, batch, min_ledgers, grace_s, password,
-                                                   progress)
+        swapped, written, stopped = _copy_and_swap(bk, name, runs, by_id, batch, min_ledgers, grace_s,
+                                                   (password, lm.log_password(meta)), progress)
     except BaseException:
         _discard_unlisted(bk, name, [led.ledger_id for _, led in batch])
         raise
@@ -133,10 +133,13 @@ def compact_log(bk: BookKeeper, name: str, *, target_bytes: int = DEFAULT_TARGET
 
 
 def _copy_and_swap(bk: BookKeeper, name: str, runs: Sequence[cp.Run], by_id: Mapping[int, LogLedger],
-                   batch: list[tuple[cp.Run, LogLedger]], min_ledgers: int, grace_s: float, password: bytes,
-                   progress: ProgressSink) -> tuple[list[tuple[int, list[int]]], int, bool]:
+                   batch: list[tuple[cp.Run, LogLedger]], min_ledgers: int, grace_s: float,
+                   passwords: tuple[bytes, bytes | None], progress: ProgressSink
+                   ) -> tuple[list[tuple[int, list[int]]], int, bool]:
     """Copy the runs in order into `batch` and swap it in every SWAP_LEDGERS replaced ledgers and at the
-    end (`batch` holds what is copied and not yet swapped). (swapped, copies written, stopped early)."""
+    end (`batch` holds what is copied and not yet swapped). (swapped, copies written, stopped early).
+    `passwords`: the one given (b"": none) and the log's own key (None: a log made before keys)."""
+    password, key = passwords
     swapped: list[tuple[int, list[int]]] = []
     written = 0
     stopped = False
@@ -144,10 +147,10 @@ def _copy_and_swap(bk: BookKeeper, name: str, runs: Sequence[cp.Run], by_id: Map
         if progress.stop_requested():
             stopped = True
             break
-        parts, known = _same_kind(bk, run, min_ledgers)
+        parts, known = _same_kind(bk, run, min_ledgers, by_password=bool(password))
         for part in parts:
             elements = [by_id[i] for i in part.ledger_ids]
-            new = cp.compacted_ledger(elements, copy_run(bk, elements, password, known), now_ms())
+            new = cp.compacted_ledger(elements, copy_run(bk, elements, password, known, key), now_ms())
             batch.append((part, _with_envelope(new, known.get(elements[0].ledger_id))))
             written += 1
             if sum(len(r.ledger_ids) for r, _ in batch) >= SWAP_LEDGERS:
@@ -207,10 +210,13 @@ def _swap(bk: BookKeeper, name: str, batch: Sequence[tuple[cp.Run, LogLedger]],
     return swapped
 
 
-def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int) -> tuple[list[cp.Run], Known]:
+def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int, by_password: bool = True
+               ) -> tuple[list[cp.Run], Known]:
     """The run cut where the ledgers' kind changes (custom metadata but the job tag: the envelope, the
     log; digest type, password), so a compacted ledger is read exactly as its parts were; and the
-    metadata read for it (the copy opens the ledgers from it: no second ZooKeeper read each)."""
+    metadata read for it (the copy opens the ledgers from it: no second ZooKeeper read each). Without
+    `by_password` (no password given: each part is opened with its own, the copy gets the log's key) the
+    password does not cut the run."""
     found = bk.store.read_ledgers_versioned(list(run.ledger_ids))
     known: Known = {}
     parts: list[list[int]] = []
@@ -223,7 +229,7 @@ def _same_kind(bk: BookKeeper, run: cp.Run, min_ledgers: int) -> tuple[list[cp.R
         md = got[0]
         known[ledger_id] = got
         this = (sorted((k, v) for k, v in md.custom_metadata.items() if k not in (JOB_KEY, COMPACTED_KEY)),
-                md.digest_type, md.password, md.compression)
+                md.digest_type, md.password if by_password else b"", md.compression)
         if not parts or this != kind:
             parts.append([])
             kind = this
@@ -239,23 +245,27 @@ def _with_envelope(new: LogLedger, first: tuple[LedgerMetadata, int] | None) -> 
     return dataclasses.replace(new, envelope=lm.recorded_envelope(first[0].custom_metadata))
 
 
-def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes, known: Known | None = None) -> int:
+def copy_run(bk: BookKeeper, elements: Sequence[LogLedger], password: bytes, known: Known | None = None,
+             key: bytes | None = None) -> int:
     """A new CLOSED ledger with the entries of `elements`, in order; its id. The payloads go out in bulk
     adds of about COPY_BULK_BYTES (`add_entries`), not one add each. `known`: metadata (and versions)
-    read already, by ledger id."""
+    read already, by ledger id. With `password` (not empty) the elements are opened and the copy created
+    with it; without, each element is opened with the password its metadata holds and the copy is created
+    with the log's own `key` (or, for a log made before keys, the first element's password)."""
     known = known or {}
     first = known[elements[0].ledger_id][0] if elements[0].ledger_id in known \
         else bk.ledger_metadata(elements[0].ledger_id)
     custom = {k: v for k, v in first.custom_metadata.items() if k != JOB_KEY}
     custom[COMPACTED_KEY] = b"1"
     lh = bk.create_ledger(first.ensemble_size, first.write_quorum, first.ack_quorum,
-                          digest_type=first.digest_type, password=password, custom_metadata=custom,
+                          digest_type=first.digest_type, password=password or key or first.password,
+                          custom_metadata=custom,
                           compression=first.compression)
     try:
         pending: list[concurrent.futures.Future[int]] = []
         held: list[bytes] = []
         size = 0
-        for payloads in _payloads_in_order(bk, [led.ledger_id for led in elements], password, known):
+        for payloads in _payloads_in_order(bk, [led.ledger_id for led in elements], password or None, known):
             held += payloads
             size += sum(map(len, payloads))
             if size >= COPY_BULK_BYTES or len(held) >= COPY_BULK_ENTRIES:
@@ -284,7 +294,7 @@ def _add_all(lh: LedgerHandle, payloads: list[bytes]) -> concurrent.futures.Futu
     return lh.add_entries(b"".join(payloads), offsets)
 
 
-def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: bytes, known: Known
+def _payloads_in_order(bk: BookKeeper, ledger_ids: Sequence[int], password: bytes | None, known: Known
                        ) -> Iterator[list[bytes]]:
     """Every entry of each CLOSED ledger, ledger by ledger in order (opened without recovery). The ledgers
     are opened OPEN_WINDOW at a time (from `known`, or `open_ledgers`: pipelined metadata reads) and their

@@ -45,11 +45,14 @@ from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
+from bkledger.client.log.cursors import CursorsMixin
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import (
     LoadedLog,
+    create_log,
     delete_log_znodes,
+    load_log,
     now_ms,
     read_log,
     require_loaded,
@@ -66,6 +69,7 @@ from bkledger.client.protocol.metadata import LedgerState
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.log.compaction import CompactionResult, CompactionTask
+    from bkledger.client.log.producer import LogProducer
     from bkledger.client.log.reader import LogReader, StartSpec
     from bkledger.client.log.writer import LogWriter
 
@@ -245,15 +249,27 @@ def _closed(bk: BookKeeper, name: str, ledger_id: int, envelopes: dict[int, int 
     return (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
 
 
+def log_ledger_password(bk: BookKeeper, name: str, given: bytes = b"") -> bytes:
+    """The password to create ledgers for log `name` with: the one given (not empty), else the log's own
+    key (`client.log.core.meta.log_password`; a missing log is created, empty, so that its key exists before
+    its first ledgers), else the empty password (a log made before logs had keys). What a Spark task or
+    any other job that writes ledgers for a log and appends them later (`append_ledgers`) must use."""
+    if given:
+        return given
+    got = load_log(bk.store, name, whole=False) or create_log(bk.store, name, whole=False)
+    return lm.ledger_password(got.meta, b"")
+
+
 def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:
     """Fence and recover (open with recovery) every ledger not recorded as sealed: the last two (R28 step 2;
     those recorded as sealed are CLOSED already) and any older one a crashed writer left unrecorded. Their
-    entry counts and sizes go into the returned metadata."""
+    entry counts and sizes go into the returned metadata. No password given: each ledger is recovered with
+    the one its metadata holds (the log's own key for the ledgers its writers made)."""
     out = meta
     for led in meta.ledgers:
         if led.sealed:          # recorded only once CLOSED, and CLOSED is terminal: fencing is a no-op
             continue
-        rh = bk.open_ledger(led.ledger_id, password, recovery=True)
+        rh = bk.open_ledger(led.ledger_id, password or None, recovery=True)
         out = lm.with_ledger_sealed(out, led.ledger_id, rh.last_entry_id, rh.metadata.length, now_ms())
     return out
 
@@ -332,7 +348,7 @@ def _bk(mixin: LogsMixin) -> BookKeeper:
 
 
 # ---- the BookKeeper methods -------------------------------------------------------------------
-class LogsMixin:
+class LogsMixin(CursorsMixin):
     """Log operations of BookKeeper (open_log_writer, open_log_reader, truncate_log, list_logs, ...)."""
 
     def open_log_writer(self, name: str, *, ensemble_size: int = 3, write_quorum: int = 2,
@@ -343,8 +359,9 @@ class LogsMixin:
         the list. LogFencedError if another writer changed the list meanwhile; LogNotFoundError if the log
         does not exist and create is False. A previous writer's further appends fail with LogFencedError.
         `envelope`: the record envelope version the writer's ledgers name in their custom metadata
-        (`bkledger.envelope`, as the Spark writer's do); the caller then appends enveloped payloads
-        (`spark_connector.envelope.encode`). 0: bare values."""
+        (`bkledger.envelope`, as the Spark writer's do) and its appends write (`client.log.records`): 0 bare
+        values (the default), 1 key and timestamp (Spark reads `key`, `timestamp`), 2 headers too (readers
+        before bkledger knew version 2 refuse such ledgers)."""
         from bkledger.client.log.writer import LogWriter
 
         bk = _bk(self)
@@ -358,18 +375,50 @@ class LogsMixin:
         return LogWriter.open(bk, name, quorum=(ensemble_size, write_quorum, ack_quorum), password=password,
                               roll=roll, create=create, digest_type=digest_type, envelope=envelope)
 
+    def open_log_producer(self, name: str, producer_id: str | None = None, *, max_records: int = 10_000,
+                          max_bytes: int = 1024 * 1024, linger_ms: float = 5.0,
+                          max_buffered_bytes: int = 32 * 1024 * 1024, delivery_timeout_s: float = 120.0,
+                          ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                          password: bytes = b"", digest_type: str = "crc32c",
+                          producer_expire_s: float = 86_400.0, max_producers: int = 1_000) -> LogProducer:
+        """One of any number of producers of the log (`client.log.producer`): batches of up to `max_records`
+        records / `max_bytes` bytes / `linger_ms` each go to a ledger of their own, committed into the log
+        in one CAS with the producer's id and sequence (idempotent: a retried commit lands once). No fencing:
+        other producers, Spark appends and sink commits write the log at the same time (a live LogWriter
+        refuses them: LiveLogWriterError). `producer_id`: a stable id (default: a new one) lets a restarted
+        producer continue its sequence; the log forgets a producer silent for `producer_expire_s` and keeps
+        at most `max_producers`."""
+        from bkledger.client.log.core.producers import Bounds
+        from bkledger.client.log.producer import LogProducer, ProducerConfig
+
+        bk = _bk(self)
+        bk._check_open()
+        creatable_log_name(bk, name)
+        config = ProducerConfig(max_records=max_records, max_bytes=max_bytes, linger_ms=linger_ms,
+                                max_buffered_bytes=max_buffered_bytes, delivery_timeout_s=delivery_timeout_s,
+                                quorum=(ensemble_size, write_quorum, ack_quorum), digest_type=digest_type,
+                                bounds=Bounds(int(producer_expire_s * 1000), max_producers))
+        return LogProducer(bk, name, producer_id, config, checked_password(password))
+
     def open_log_reader(self, name: str, start: StartSpec = "earliest", *,
                         fail_on_data_loss: bool = True, password: bytes = b"",
-                        poll_interval_s: float = 0.2) -> LogReader:
+                        poll_interval_s: float = 0.2, cursor: str | None = None) -> LogReader:
         """Read the log in order from `start` ("earliest", "latest" or a Position) without fencing: it tails
         the open ledger up to its LAC and follows new ledgers. A start whose ledgers were truncated raises
-        DataLossError, or starts at the earliest available record if fail_on_data_loss is False."""
+        DataLossError, or starts at the earliest available record if fail_on_data_loss is False.
+        `cursor`: a cursor held by the cluster (`client.log.cursors`): the reader resumes from its
+        acknowledged position (from `start` if the cursor is new) and `reader.ack(position)` stores it."""
         from bkledger.client.log.reader import LogReader
 
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
         password = checked_password(password)
+        if cursor is not None:
+            from bkledger.client.log.cursors import CursorReader
+
+            return CursorReader(bk, name, cursor, start, fail_on_data_loss=fail_on_data_loss, password=password,
+                                poll_interval_s=poll_interval_s)
         return LogReader(bk, name, start, fail_on_data_loss=fail_on_data_loss, password=password,
                          poll_interval_s=poll_interval_s)
 
@@ -395,32 +444,36 @@ class LogsMixin:
                 raise
             raise LogNotFoundError(f"{exc}; {missing}") from None
 
-    def truncate_log(self, name: str, before: Position) -> list[int]:
+    def truncate_log(self, name: str, before: Position, *, ignore_cursors: bool = False) -> list[int]:
         """Drop the ledgers entirely before `before` (R30): CAS the shorter list, then delete the dropped
-        ledgers. The last ledger is never dropped. Returns the dropped ledger ids."""
+        ledgers. The last ledger is never dropped, nor one a cursor has not acknowledged (unless
+        `ignore_cursors`: those cursors are then marked lost). Returns the dropped ledger ids."""
+        from bkledger.client.log.cursors import held_update
+
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
-        dropped: list[int] = []
-
-        def cut(meta: LogMetadata) -> LogMetadata:
-            new, gone = lm.truncated_before(meta, before)
-            dropped[:] = gone
-            return new
-
-        update_log(bk.store, name, cut, whole=True)
+        dropped = held_update(bk, name, lambda meta: lm.truncated_before(meta, before), why="truncation",
+                              ignore_cursors=ignore_cursors)
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r truncated before %s: deleted ledgers %s", name, before, dropped)
         return list(dropped)
 
     def set_log_retention(self, name: str, *, max_age_s: float | None = None,
-                          max_bytes: int | None = None) -> LogMetadata:
-        """Store the log's retention settings (None: no limit); applied by apply_log_retention / the task."""
+                          max_bytes: int | None = None, cursor_max_lag_bytes: int | None | bool = False
+                          ) -> LogMetadata:
+        """Store the log's retention settings (None: no limit); applied by apply_log_retention / the task.
+        `cursor_max_lag_bytes`: a cursor further behind than this (bytes of sealed ledgers) no longer holds
+        retention or truncation back (None: every cursor holds; False, the default: unchanged)."""
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
         update_log(bk.store, name, lambda m: lm.with_retention(m, max_age_s, max_bytes), whole=False)
+        if cursor_max_lag_bytes is not False:
+            from bkledger.client.log.cursors import set_quota
+
+            set_quota(bk.store, name, cursor_max_lag_bytes)
         return require_log(bk.store, name)[0]
 
     def apply_log_retention(self, name: str) -> list[int]:
@@ -428,14 +481,9 @@ class LogsMixin:
         bk = _bk(self)
         bk._check_open()
         check_log_name(name, new=False)
-        dropped: list[int] = []
+        from bkledger.client.log.cursors import held_update
 
-        def cut(meta: LogMetadata) -> LogMetadata:
-            new, gone = lm.retention_cut(meta, now_ms())
-            dropped[:] = gone
-            return new
-
-        update_log(bk.store, name, cut, whole=True)
+        dropped = held_update(bk, name, lambda meta: lm.retention_cut(meta, now_ms()), why="retention")
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r retention: deleted ledgers %s", name, dropped)
@@ -484,6 +532,13 @@ class LogsMixin:
         return append_ledgers(bk, name, ledger_ids, commit_marker=commit_marker, password=password,
                               fence_live_writer=fence_live_writer, time_spans=time_spans)
 
+    def log_ledger_password(self, name: str) -> bytes:
+        """The password to create ledgers with that will be appended to log `name` (`append_ledgers`): the
+        log's own key (the log is created, empty, if missing), or b"" for a log made before logs had keys."""
+        bk = _bk(self)
+        bk._check_open()
+        return log_ledger_password(bk, name)
+
     def delete_log(self, name: str, *, delete_ledgers_too: bool = True) -> None:
         """Remove the log's znode (then, by default, its ledgers). Fence its writer first if it has one."""
         bk = _bk(self)
@@ -496,5 +551,8 @@ class LogsMixin:
         except NoSuchNodeError:
             raise LogNotFoundError(f"log {name!r} was deleted meanwhile") from None
         log_leases.forget_log(bk.store, name)
+        from bkledger.client.log.cursors import delete_all
+
+        delete_all(bk.store, name)
         if delete_ledgers_too:
             bk.delete_ledgers(sorted({*loaded.meta.listed_ids, *replaced}))

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from bkledger.client.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError
+from bkledger.client.errors import DataLossError, InvalidOptionError, NoSuchEntryError, NoSuchLedgerError
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogMetadata, Position
 from bkledger.client.log.store import log_path, require_log
@@ -31,6 +32,7 @@ from bkledger.client.log.store import log_path, require_log
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.log.core.envelope import Record
     from bkledger.client.meta.zksession import Watch
 
 log = logging.getLogger("bkledger.logs")
@@ -41,8 +43,37 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class LogRecord:
+    """One entry of the log. `payload`: its bytes as stored; `envelope`: the record envelope version its
+    ledger names (0: bare values). `key`, `timestamp_us`, `headers` and `value` decode the envelope (as a
+    LogWriter or the Spark writer wrote it); EnvelopeError if the entry does not decode, EnvelopeVersionError
+    for a version this bkledger does not know."""
+
     position: Position
     payload: bytes
+    envelope: int = 0
+
+    @functools.cached_property
+    def record(self) -> Record:
+        from bkledger.client.log.core.envelope import decode_record
+
+        return decode_record(self.payload, self.envelope)
+
+    @property
+    def key(self) -> bytes | None:
+        return self.record.key
+
+    @property
+    def timestamp_us(self) -> int | None:
+        """Microseconds since the epoch (None: the record has no timestamp, or the ledger no envelope)."""
+        return self.record.timestamp_us
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...] | None:
+        return self.record.headers
+
+    @property
+    def value(self) -> bytes:
+        return self.record.value
 
     @property
     def ledger_id(self) -> int:
@@ -61,7 +92,7 @@ class LogReader:
         self._bk = bk
         self.name = name
         self.fail_on_data_loss = fail_on_data_loss
-        self._password = password
+        self._password = password or None      # none given: each ledger's own (the log's key, issue 41)
         self._poll = max(0.01, poll_interval_s)
         self._meta, _ = require_log(bk.store, name)
         self._ledger_id: int | None = None          # the ledger being read (None: before the first one)
@@ -168,6 +199,12 @@ class LogReader:
             size += len(rec.payload)
         return out
 
+    def ack(self, position: Position | None = None, *, backwards: bool = False) -> bool:
+        """Acknowledge records to the reader's cursor: only a reader opened with `cursor=` has one
+        (`client.log.cursors.CursorReader`); InvalidOptionError here."""
+        raise InvalidOptionError(f"this reader of log {self.name!r} has no cursor to acknowledge to: open it with "
+                                 "bk.open_log_reader(name, cursor='NAME')")
+
     def __iter__(self) -> Iterator[LogRecord]:
         return self.read(timeout=None)
 
@@ -257,7 +294,8 @@ class LogReader:
             return False
         lid = self._ledger_id
         assert lid is not None
-        self._buffer.extend(LogRecord(Position(lid, e - base), bytes(p))
+        version = lm.recorded_envelope(rh.metadata.custom_metadata) or 0
+        self._buffer.extend(LogRecord(Position(lid, e - base), bytes(p), version)
                             for e, p in zip(chunk.entry_ids, chunk.payloads, strict=True))
         self._next = chunk.entry_ids[-1] + 1 - base
         return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 LOG_UPDATE_ATTEMPTS = 50
 SNAPSHOT_ATTEMPTS = 20
+LOG_PASSWORD_BYTES = 20       # the size of a new log's own key
 SEGMENTS_PER_READ = 8          # segments per multiRead request (about 16 KB each: replies stay near 128 KB)
 
 __all__ = [
@@ -186,7 +188,7 @@ def require_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
 def create_log(store: MetadataStore, name: str, *, whole: bool = True) -> LoadedLog:
     """Create the log (format 2, no ledgers), or load it if someone else created it first."""
     path = log_path(store, name)
-    meta = lm.new_log(name, now_ms())
+    meta = lm.new_log(name, now_ms(), new_log_password())
     with contextlib.suppress(ZNodeExistsError):
         store.create(path, st.encode_head(meta, st.new_head(_prefix())), makepath=True)
     return require_loaded(store, name, whole=whole)
@@ -194,8 +196,13 @@ def create_log(store: MetadataStore, name: str, *, whole: bool = True) -> Loaded
 
 def unborn_log(store: MetadataStore, name: str) -> LoadedLog:
     """A log that does not exist yet, as if loaded empty at version -1 (its change creates it)."""
-    meta = lm.new_log(name, now_ms())
+    meta = lm.new_log(name, now_ms(), new_log_password())
     return LoadedLog(name, log_path(store, name), -1, st.Window(meta, st.new_head(_prefix())))
+
+
+def new_log_password() -> bytes:
+    """A fresh secret for a new log (`client.log.core.meta.log_password`): 20 random bytes."""
+    return secrets.token_bytes(LOG_PASSWORD_BYTES)
 
 
 def _prefix() -> str:

@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.log.core.envelope import HeadersIn
     from bkledger.client.log.logs import RollPolicy
+    from bkledger.client.log.records import Timestamp
 
 log = logging.getLogger("bkledger.logs")
 CAS_ATTEMPTS = 50
@@ -71,6 +73,10 @@ class LogWriter:
     def __init__(self, bk: BookKeeper, name: str, *, quorum: tuple[int, int, int], password: bytes,
                  roll: RollPolicy, digest_type: str, envelope: int = 0) -> None:
         self._bk = bk
+        if envelope != 0:                # a version this bkledger writes, else EnvelopeVersionError
+            from bkledger.client.log.core.envelope import check_version
+
+            check_version(envelope)
         self._envelope = envelope        # the record envelope version its ledgers name (0: bare values)
         self.name = name
         self._quorum = quorum
@@ -86,6 +92,7 @@ class LogWriter:
         self._error: BKError | None = None
         self._closed = False
         self._leases = WriterLeases(bk, name)     # "this writer is alive" (client.log.liveness)
+        self._spans: dict[int, tuple[int, int]] = {}    # ledger id -> its records' (least, greatest) timestamp
 
     # ---- becoming the writer (R28) ------------------------------------------------------------
     @classmethod
@@ -103,6 +110,7 @@ class LogWriter:
                 raise LogNotFoundError(f"log {self.name!r} does not exist: open the writer with create=True")
             got = create_log(self._bk.store, self.name, whole=False)
         sealed = seal_tail(self._bk, got.meta, self._password)          # fence + recover the last two
+        self._password = lm.ledger_password(got.meta, self._password)   # none given: the log's own key
         lh = self._new_ledger()
         try:
             self._loaded = self._cas_owned(got, lambda m: lm.with_ledger_appended(
@@ -171,15 +179,27 @@ class LogWriter:
         return self._closed
 
     # ---- appending ----------------------------------------------------------------------------
-    def append_async(self, payload: bytes | bytearray | memoryview) -> concurrent.futures.Future[Position]:
-        """Queue an append; the future gives its Position once acknowledged. May roll first (R29)."""
+    def append_async(self, payload: bytes | bytearray | memoryview, *, key: bytes | None = None,
+                     timestamp: Timestamp | None = None,
+                     headers: HeadersIn | None = None) -> concurrent.futures.Future[Position]:
+        """Queue an append; the future gives its Position once acknowledged. May roll first (R29).
+        A writer opened with `envelope=1` or `2` writes the record envelope (`client.log.records`: key,
+        timestamp, by default the time of this call, and with 2 headers); one of envelope 0 the payload."""
         self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
+        if self._envelope or key is not None or timestamp is not None or headers is not None:
+            from bkledger.client.log import records
+
+            records.check_fields(self.name, self._envelope, key, timestamp, headers)
+            payload, span = records.enveloped(self._envelope, payload, key, timestamp, headers,
+                                              time.time_ns() // 1000)
         with self._lock:
             self._check_usable()
             if self._should_roll(len(payload)):
                 self._roll_locked()
             lh = self._lh
             assert lh is not None
+            if self._envelope and span is not None:
+                self._note_span(lh.ledger_id, span)
             inner = lh.add_entry_async(payload)
             self._entries += 1
             self._bytes += len(payload)
@@ -189,12 +209,22 @@ class LogWriter:
         return outer
 
     def append_many(self, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8],
-                    offsets: Sequence[int] | npt.NDArray[np.integer], *,
-                    copy: bool = True) -> concurrent.futures.Future[Position]:
+                    offsets: Sequence[int] | npt.NDArray[np.integer], *, copy: bool = True,
+                    keys: Sequence[bytes | None] | None = None, timestamps: Sequence[Timestamp | None] | None = None,
+                    headers: Sequence[HeadersIn | None] | None = None) -> concurrent.futures.Future[Position]:
         """Queue n records at once, record i being data[offsets[i]:offsets[i + 1]] (LedgerHandle.add_entries:
         same offsets, `copy`, errors and failure semantics); the future gives the Position of the last record. The
-        records go to one ledger, consecutive: a roll due happens before them, never among them."""
+        records go to one ledger, consecutive: a roll due happens before them, never among them. An enveloped
+        writer envelopes them (`keys`, `timestamps`, `headers`: one item per record, or None; default
+        timestamp: the time of this call), as `append_async` does one."""
         self._bk._ctx.runtime.check_not_forked()    # in a fork child: at once, before a lock the parent held
+        if self._envelope or keys is not None or timestamps is not None or headers is not None:
+            from bkledger.client.log import records
+
+            records.check_fields(self.name, self._envelope, keys, timestamps, headers)
+            data, offsets, span = records.enveloped_many(self._envelope, data, offsets, keys, timestamps, headers,
+                                                         time.time_ns() // 1000)
+            copy = False                            # a fresh buffer nobody else holds
         with self._lock:
             self._check_usable()
             nbytes = _span(offsets)
@@ -202,6 +232,8 @@ class LogWriter:
                 self._roll_locked()
             lh = self._lh
             assert lh is not None
+            if self._envelope and span is not None:
+                self._note_span(lh.ledger_id, span)
             inner = lh.add_entries(data, offsets, copy=copy)
             self._entries += len(offsets) - 1
             self._bytes += nbytes
@@ -210,16 +242,24 @@ class LogWriter:
         inner.add_done_callback(lambda fut: self._settle(ledger_id, fut, outer))
         return outer
 
-    def append(self, payload: bytes | bytearray | memoryview, timeout: float | None = 60.0) -> Position:
+    def append(self, payload: bytes | bytearray | memoryview, timeout: float | None = 60.0, *,
+               key: bytes | None = None, timestamp: Timestamp | None = None,
+               headers: HeadersIn | None = None) -> Position:
         """Append and wait for the acknowledgement; the record's Position. ClientTimeoutError (a TimeoutError)
-        if it is not acknowledged within `timeout`: it is still pending then and may complete."""
+        if it is not acknowledged within `timeout`: it is still pending then and may complete. `key`,
+        `timestamp` (int: milliseconds since the epoch, or a datetime), `headers`: see `append_async`."""
         try:
-            return self.append_async(payload).result(timeout)
+            return self.append_async(payload, key=key, timestamp=timestamp, headers=headers).result(timeout)
         except TimeoutError as exc:
             if isinstance(exc, BKError):
                 raise
             raise ClientTimeoutError(f"log {self.name!r}: the append was not acknowledged within {timeout}s; it "
                                      "is still pending and may complete") from None
+
+    def _note_span(self, ledger_id: int, span: tuple[int, int]) -> None:
+        from bkledger.client.log.records import widened
+
+        self._spans[ledger_id] = widened(self._spans.get(ledger_id), span) or span
 
     def _settle(self, ledger_id: int, inner: concurrent.futures.Future[int],
                 outer: concurrent.futures.Future[Position]) -> None:
@@ -305,9 +345,10 @@ class LogWriter:
     def _record_sealed(self, lh: LedgerHandle) -> None:
         """Best effort: note the closed ledger's count and size (the next writer would do it otherwise)."""
         md = lh.metadata
+        span = self._spans.pop(lh.ledger_id, None) if self._error is None else None   # all its appends acked
 
         def seal(m: LogMetadata) -> LogMetadata:
-            return lm.with_ledger_sealed(m, lh.ledger_id, md.last_entry_id, md.length, now_ms())
+            return lm.with_ledger_sealed(m, lh.ledger_id, md.last_entry_id, md.length, now_ms(), span)
 
         try:
             loaded = update_log(self._bk.store, self.name, seal, whole=False)

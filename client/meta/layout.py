@@ -35,9 +35,11 @@ UNDERREPLICATION = "underreplication"
 LOGS = "logs"
 LOG_WRITERS = "logwriters"
 SINKS = "sinks"
+CURSORS = "cursors"
 
 SPECIAL_ZNODES = frozenset(
-    {AVAILABLE, COOKIES, INSTANCEID, LAYOUT, IDGEN, IDGEN_LONG, UNDERREPLICATION, LOGS, LOG_WRITERS, SINKS}
+    {AVAILABLE, COOKIES, INSTANCEID, LAYOUT, IDGEN, IDGEN_LONG, UNDERREPLICATION, LOGS, LOG_WRITERS, SINKS,
+     CURSORS}
 )
 
 _LEGACY_SPLIT = (2, 4, 4)
@@ -289,6 +291,15 @@ class ZkLayout:
     def log(self, name: str) -> str:
         _check_name(name, "log name")
         return f"{self.logs}/{name}"
+
+    def log_cursors(self, name: str) -> str:
+        """The parent of a log's cursors (its data: the log's cursor quota; see `client.log.cursors`)."""
+        _check_name(name, "log name")
+        return f"{self.under_root(CURSORS)}/{name}"
+
+    def log_cursor(self, name: str, cursor: str) -> str:
+        _check_name(cursor, "cursor name")
+        return f"{self.log_cursors(name)}/{cursor}"
 
 
 def _check_name(name: str, what: str) -> None:

@@ -110,6 +110,8 @@ _ARRAY_ENSEMBLE_MAX = 64
 
 #: Statuses that fail the whole pipeline instead of replacing the bookie.
 _FATAL: dict[int, type[BKError]] = {StatusCode.EFENCED: LedgerFencedError, StatusCode.EUA: BadPasswordError}
+SQUATTED_ADD = ("a bookie refused the master key this ledger was created with (EUA): another client claimed the "
+                "ledger id on that bookie before its first add (squatted); create a new ledger")
 
 
 class PendingAdds:
@@ -241,15 +243,13 @@ class PendingAdds:
         """on_error by bookie id; a bookie no longer in the ensemble only matters for EFENCED / EUA."""
         index = self._index.get(bookie_id)
         if index is None:
-            fatal = _FATAL.get(status)
-            return self.fail_all(fatal()) if fatal is not None else []
+            return self.fail_all(self._fatal(status)) if status in _FATAL else []
         return self.on_error(entry_id, index, status)
 
     def on_error(self, entry_id: int, index: int, status: int) -> list[AddAction]:
         """Bookie `index` failed entry_id with `status` (R9, R21)."""
-        fatal = _FATAL.get(status)
-        if fatal is not None:
-            return self.fail_all(fatal())
+        if status in _FATAL:
+            return self.fail_all(self._fatal(status))
         if not self._holds(index, entry_id):
             return []  # not its write set: a stale answer
         if self._mask_of(entry_id) is None and (entry_id > self._lac or self._recovery):
@@ -257,6 +257,13 @@ class PendingAdds:
         # pending, or completed through the others' acks (Qa < Qw): as BookKeeper's notifyWriteFailed, a
         # writer replaces a bookie that failed an entry it holds, so later entries are not under-replicated
         return self.on_bookie_failed(index)
+
+    def _fatal(self, status: int) -> BKError:
+        """The error of a status that fails the pipeline. EUA to a writer: it created the ledger with this
+        very key, so the bookie had the id from someone else first (squatted, issue 41); say so."""
+        if status == StatusCode.EUA and not self._recovery:
+            return BadPasswordError(SQUATTED_ADD)
+        return _FATAL[status]()
 
     def on_bookie_failed(self, index: int) -> list[AddAction]:
         """The bookie at `index` failed (connection lost, timeout, write error): change the ensemble."""

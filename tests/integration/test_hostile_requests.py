@@ -1,6 +1,7 @@
 """Hostile requests against real bookies (issue 41, items 5-7): raw gRPC with the stubs' wire format and raw
-HTTP, each class answered with a typed refusal and a log line; after each, every bookie still answers and the
-data written before reads back byte for byte (R26: malformed or oversized requests get EBADREQ, nothing crashes).
+HTTP, each class answered with a typed refusal and a log line; after each, every bookie still answers, the
+data written before reads back byte for byte, a fenced ledger still refuses plain adds (R15) and the checkpoint
+still runs (R26: malformed or oversized requests get EBADREQ, nothing crashes).
 
 One cluster for the module (three bookies, small read-batch and HTTP limits); the hostile requests go to
 bookie 0, and the data checked after each is a client ledger on all three plus a raw ledger on bookie 0.
@@ -24,7 +25,7 @@ from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client import BookKeeper
 from bkledger.client.config import ClientConfig
 from bkledger.proto import bookie_pb2 as pb
-from tests.integration.bookie_util import KEY, add, package, wait_for
+from tests.integration.bookie_util import KEY, add, package, read, wait_for
 from tests.integration.conftest import FAST_CLIENT, start_cluster
 
 pytestmark = pytest.mark.integration
@@ -36,6 +37,8 @@ HTTP_TIMEOUT_MS = 2000
 ADMIN_TOKEN = "hostile-test-token"
 RAW_LEDGER = 900_001             # written by raw adds to bookie 0 (no metadata: the bookies' GC is off)
 RAW_PAYLOAD = b"r" * 2000        # 100 entries of ~2 KiB: several read batches under READ_BATCH_CAP
+RAW_FENCED = 900_999             # entry 0 by a raw add to bookie 0, then fenced: every later plain add EFENCED
+CHECKPOINT_MS = 300              # flushInterval: the checkpoint runs often enough to be seen running
 
 
 class World:
@@ -49,6 +52,7 @@ class World:
         self.address = cluster.bookies[0].address
         self.channel = grpc.insecure_channel(self.address)
         self.raw_entries = {e: package(RAW_LEDGER, [e], payload=RAW_PAYLOAD)[0] for e in range(100)}
+        self.fenced_adds = 0
 
     def unary(self, method: str, raw: bytes, response: type[Any], timeout: float = 10.0) -> Any:
         call = self.channel.unary_unary(SERVICE + method, request_serializer=_raw,
@@ -78,8 +82,18 @@ class World:
     def wait_logged(self, text: str) -> None:
         wait_for(lambda: text in self.log(), 10, f"{text!r} in bookie 0's log")
 
+    def checkpoint_time(self) -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", self.cluster.bookies[0].http_port, timeout=10)
+        try:
+            conn.request("GET", "/api/v1/bookie/state")
+            return float(json.loads(conn.getresponse().read())["lastCheckpointTime"])
+        finally:
+            conn.close()
+
     def assert_healthy(self) -> None:
-        """Every bookie answers, and the data written before reads back byte for byte."""
+        """Every bookie answers, the data written before reads back byte for byte, the fence of RAW_FENCED
+        holds (a plain add gets EFENCED: R15) and bookie 0's checkpoint runs again after the request."""
+        before = self.checkpoint_time()
         for bookie in self.cluster.bookies:
             with grpc.insecure_channel(bookie.address) as channel:
                 info = channel.unary_unary(SERVICE + "GetBookieInfo", request_serializer=_raw,
@@ -91,6 +105,10 @@ class World:
             request = pb.ReadRequest(ledger_id=RAW_LEDGER, entry_id=entry_id).SerializeToString()
             response = self.unary("Read", request, pb.ReadResponse)
             assert response.status == pb.EOK and response.body == self.raw_entries[entry_id]
+        self.fenced_adds += 1
+        refused = add(self.address, RAW_FENCED, [self.fenced_adds]).statuses
+        assert refused == {self.fenced_adds: pb.EFENCED}, refused
+        wait_for(lambda: self.checkpoint_time() > before, 10, "a checkpoint of bookie 0 after the request")
 
 
 def _raw(message: bytes) -> bytes:
@@ -110,7 +128,7 @@ def _varint(value: int) -> bytes:
 def world(tmp_path_factory: pytest.TempPathFactory, zookeeper: Any) -> Iterator[World]:
     conf = {"maxReadBatchBytes": str(READ_BATCH_CAP), "httpServerMaxConnections": str(HTTP_MAX_CONNECTIONS),
             "httpServerSocketTimeoutMs": str(HTTP_TIMEOUT_MS), "httpServerAdminToken": ADMIN_TOKEN,
-            "longPollMaxTimeoutMs": "2000"}
+            "longPollMaxTimeoutMs": "2000", "flushInterval": str(CHECKPOINT_MS)}
     cluster = start_cluster(tmp_path_factory.mktemp("hostile"), zookeeper, 3, conf)
     bk = BookKeeper(cluster.metadata_service_uri, config=ClientConfig.from_options(FAST_CLIENT))
     try:
@@ -130,7 +148,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, zookeeper: Any) -> Iterator[
 
 
 def _add_raw_entries(world: World) -> None:
-    """RAW_LEDGER's entries 0-99 on bookie 0, each the packaged RAW_PAYLOAD (what assert_healthy reads)."""
+    """RAW_LEDGER's entries 0-99 on bookie 0, each the packaged RAW_PAYLOAD (what assert_healthy reads), and
+    RAW_FENCED's entry 0, then a fence of RAW_FENCED (what assert_healthy checks holds)."""
+    assert add(world.address, RAW_FENCED, [0]).ok() == [0]
+    assert read(world.address, RAW_FENCED, 0, fence=True).status == pb.EOK
     for first in range(0, 100, 25):
         ids = list(range(first, first + 25))
         data, sizes = package(RAW_LEDGER, ids, payload=RAW_PAYLOAD)

@@ -151,6 +151,7 @@ def test_a_first_start_on_a_port_in_use_writes_no_cookie(tmp_path: Path, metadat
     with socket.create_server(("127.0.0.1", 0)) as held:
         port = held.getsockname()[1]
         config = bkconfig.from_mapping({"metadataServiceUri": metadata_uri, "bookiePort": str(port),
+                                        "listenAddress": "127.0.0.1", "allowLoopback": "true",
                                         "journalDirectories": str(tmp_path / "journal"),
                                         "ledgerDirectories": str(tmp_path / "ledgers"),
                                         "prometheusStatsHttpPort": str(free_port())})

@@ -12,9 +12,13 @@ or NIC would: readers must reject the copy by its digest and read another one. A
 (fault class "read_errors": its ledger disk fails while the journal disk works) answers entry reads EIO at
 once; adds, fences and LAC reads go on.
 
+An add that would change the bytes of an entry the bookie already holds (journaled, durable or not) is
+refused EBADREQ by the real `decisions.check_rewrites`, as the real bookie's storage thread does.
+
 `mutation` selects a deliberately broken bookie for mutation tests only: "ack-before-sync", "fence-shortcut"
 (answers a fencing read at once when the ledger is already fenced in memory, before that fence and the adds
-journaled ahead of it are durable and readable), "fence-not-persisted" (the fence lives in memory only).
+journaled ahead of it are durable and readable), "fence-not-persisted" (the fence lives in memory only),
+"rewrite-allowed" (an entry it holds is overwritten by an add with other bytes).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from tests.sim.world import Event, World
 
 _LAC = struct.Struct(">q")
 MAX_ENTRY_SIZE = 1 << 16
+ENTRY_ID_WINDOW = 1 << 30          # the bookie's default entryIdWindow
+ENTRY_ID_LIMIT = (1 << 40) // 24   # ids whose index slot fits a 1 TiB index file (24-byte slots)
 
 Answer = Callable[[], AddResponse | ReadResponse]
 
@@ -56,6 +62,7 @@ class SimBookie:
         self.net = net
         self.oracle = oracle
         self.ack_before_sync = mutation == "ack-before-sync"
+        self.rewrite_allowed = mutation == "rewrite-allowed"
         self.journal = SimJournal()
         self.up = True
         self.paused = False
@@ -64,6 +71,7 @@ class SimBookie:
         self.keys: dict[int, bytes] = {}
         self.fenced: set[int] = set()
         self.entries: dict[int, dict[int, bytes]] = {}
+        self.written: dict[int, dict[int, bytes]] = {}     # entries as journaled (what ledger storage holds)
         self.max_lac: dict[int, int] = {}
         # (offset needed, dest, req, answer, promise, entry id a normal add's ack acknowledges)
         self._held: list[tuple[int, str, int, Answer, int | None, int | None]] = []
@@ -111,7 +119,10 @@ class SimBookie:
         size = len(req.body)
         why = decisions.check_batch_shape(req.ledger_id, [req.entry_id], [size], size, MAX_ENTRY_SIZE)
         if not why:
-            why, _max_lac = decisions.check_headers(req.ledger_id, [req.entry_id], [size], req.body)
+            why, max_lac = decisions.check_headers(req.ledger_id, [req.entry_id], [size], req.body)
+        if not why:   # R26: wild entry ids (the buggy client's 2^32, 2^41, 2^62), as the real bookie refuses them
+            known_last = max(self.written.get(req.ledger_id, {}), default=-1)
+            why = decisions.check_entry_range(req.entry_id, known_last, max_lac, ENTRY_ID_WINDOW, ENTRY_ID_LIMIT)
         if why:
             self._reply(src, req_id, _const(AddResponse(StatusCode.EBADREQ)))
             return
@@ -124,6 +135,12 @@ class SimBookie:
         if check.status != StatusCode.EOK:
             self._reply(src, req_id, _const(AddResponse(check.status)))
             return
+        held = self.written.get(req.ledger_id, {}).get(req.entry_id)
+        stored = {} if held is None or self.rewrite_allowed else {req.entry_id: held}
+        if decisions.check_rewrites([req.entry_id], [size], req.body, stored):
+            self._reply(src, req_id, _const(AddResponse(StatusCode.EBADREQ)))
+            return
+        self.written.setdefault(req.ledger_id, {})[req.entry_id] = req.body
         if not req.recovery:
             self.oracle.on_add_accepted(self.name, req.ledger_id, req.entry_id)
         if check.record_key:
@@ -272,6 +289,7 @@ class SimBookie:
         records, cut = self.journal.replay()
         for record in records:
             self._apply(record)
+        self.written = {ledger_id: dict(held) for ledger_id, held in self.entries.items()}
         self.up = True
         self.failed = False
         self.world.note(f"{self.name} restarted: replayed {len(records)} records, cut {cut} tail bytes")

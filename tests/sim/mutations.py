@@ -29,6 +29,7 @@ MUTATIONS: dict[str, str] = {
     "log-no-fence": "R28: a new log writer seals the previous tail at its LAC without fencing it",
     "fence-not-persisted": "R15: a bookie keeps its fence in memory only (lost on restart)",
     "no-digest-check": "R7: a reader returns a copy without verifying its digest",
+    "rewrite-allowed": "issue 41: a bookie overwrites an entry it holds with a buggy client's other bytes",
 }
 
 

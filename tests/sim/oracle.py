@@ -123,8 +123,11 @@ class Oracle:
 
     # ---- bookies --------------------------------------------------------------------------------------------
     def on_bookie_stored(self, bookie: str, ledger_id: int, entry_id: int, body: bytes) -> None:
-        """Oracle 4: every copy of an entry, on any bookie, is the writer's bytes (so all copies agree)."""
-        want = self.bodies.get(entry_id) if ledger_id == self.ledger_id else None
+        """Oracle 4: every copy of an entry, on any bookie, is the writer's bytes (so all copies agree). Other
+        ledgers (a buggy client's own, `tests.sim.buggy`) are not the simulated ledger's data."""
+        if ledger_id != self.ledger_id:
+            return
+        want = self.bodies.get(entry_id)
         if want is None:
             self.fail("4", f"{bookie} holds L{ledger_id}/e{entry_id} that no writer made")
         if body != want:
@@ -133,7 +136,10 @@ class Oracle:
 
     def on_fenced(self, bookie: str, ledger_id: int) -> None:
         """R12/R14: fencing belongs to recovery, which first moves the metadata out of OPEN: a bookie that
-        fences a ledger whose stored metadata is still OPEN was fenced by a plain open."""
+        fences a ledger whose stored metadata is still OPEN was fenced by a plain open. A fence of another
+        ledger id (a buggy client's, `tests.sim.buggy`) does not concern it."""
+        if ledger_id != self.ledger_id:
+            return
         if self.stored is not None and self.stored.state is LedgerState.OPEN:
             self.fail("R12", f"{bookie} fenced L{ledger_id} while its metadata is OPEN (no recovery started)")
 

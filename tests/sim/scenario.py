@@ -1,14 +1,16 @@
 """One simulated run: draw the seed's world (swarm), chaos, heal, final recovery and the final read.
 
 The phases: (1) chaos: the writer streams adds, a reader tails, recoverers start at random, faults are
-injected, for a bounded number of steps; (2) heal: every fault undone, the writer stops adding (it may
-still close); (3) a final recoverer must close the ledger within a bounded number of steps (oracle 7);
-(4) a final reader reads the closed ledger whole (oracle 2). The oracle runs after every step.
+injected, a buggy client (in half the seeds) sends bad requests, for a bounded number of steps; (2) heal:
+every fault undone, the writer stops adding (it may still close); (3) a final recoverer must close the
+ledger within a bounded number of steps (oracle 7); (4) a final reader reads the closed ledger whole
+(oracle 2). The oracle runs after every step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable
 
 from bkledger.client.protocol.digest import DigestManager, master_key
@@ -17,6 +19,7 @@ from bkledger.client.protocol.recovery import RecoveryRules
 from bkledger.client.protocol.transforms import new_ledger_metadata
 from tests.sim import swarm as swarms
 from tests.sim.bookie import SimBookie
+from tests.sim.buggy import BuggyClient
 from tests.sim.faults import Faults
 from tests.sim.meta import MetaStore
 from tests.sim.mutations import MUTATIONS, recovery_rules
@@ -35,6 +38,7 @@ CHAOS_TAIL = 400
 #: storm of racing recoveries their late answers and retries fill many steps without meaning any hang.
 FINAL_TIME = 30_000
 FINAL_STEPS = 2_000_000     # a guard against a run that never ends
+BUGGY_SHARE = 0.5           # seeds with a buggy client (wild entry ids, rewrites, fences of unknown ids)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,9 +107,21 @@ class Simulation:
         # A bookie's corrupt copy is caught by the digest, except with DUMMY (no digest at all).
         self.faults = Faults(world, self.net, self.bookies, self.writer, self._clients, self._chaos_recoverer,
                              sw, self._successor, can_corrupt=digest_type != "dummy")
+        self.buggy = self._buggy_client(seed, names)
         world.note(f"setup: {n_bookies} bookies, E={e} Qw={qw} Qa={qa}, {digest_type}, "
                    f"{self.writer.max_adds} adds, ensemble {list(md.last_fragment.ensemble)}")
         world.note(sw.describe())
+
+    def _buggy_client(self, seed: int, names: list[str]) -> BuggyClient | None:
+        """In BUGGY_SHARE of the seeds, a buggy client (`tests.sim.buggy`); drawn from a random source of its
+        own, so a seed without one runs exactly as before it existed."""
+        rng = random.Random(f"buggy-{seed}")
+        if rng.random() >= BUGGY_SHARE:
+            return None
+        budget = rng.randint(3, 8)
+        self.world.note(f"setup: a buggy client sends {budget} bad requests")
+        return BuggyClient(self.world, self.net, self.oracle, LEDGER_ID, names, self.digest, self.password, rng,
+                           budget)
 
     def _reader(self, name: str, *, final: bool = False) -> Reader:
         return Reader(name, self.world, self.net, self.oracle, LEDGER_ID, self.digest, final=final,
@@ -163,6 +179,8 @@ class Simulation:
         self.writer.start()
         self.reader.start()
         self.faults.start()
+        if self.buggy is not None:
+            self.buggy.start()
         self._run_until(self._chaos_over, self.options.steps)
         world.note("phase: heal")
         self.faults.heal_all()

@@ -167,6 +167,10 @@ def test_job_ledgers_are_tagged_and_empty_partitions_write_nothing(spark, cluste
     meta = bk.log_metadata(log)
     assert len(meta.ledgers) == 3 and meta.entries == 3
     assert all(JOB_KEY in bk.ledger_metadata(i).custom_metadata for i in meta.ledger_ids)
+    from bkledger.client.log.core.meta import log_password
+
+    assert (key := log_password(meta))      # issue 41: the job's ledgers carry the log's own key
+    assert {bk.ledger_metadata(i).password for i in meta.ledger_ids} == {key}
 
 
 def test_data_loss_of_a_listed_ledger(spark, cluster, bk) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -139,3 +140,22 @@ def test_header_check_finds_the_first_mismatch_in_batches_of_any_size(payloads, 
     else:
         assert d.check_headers(7, ids, sizes, b"".join(parts)) == ("", max(lacs))
     assert "header says ledger 7" in d.check_headers(8, ids, sizes, b"".join(parts))[0]
+
+
+def _entries(ids: list[int], tag: bytes = b"") -> tuple[list[int], list[int], bytes]:
+    parts = [d.HEADER.pack(5, e, e - 1, 10) + b"body-" + tag + str(e).encode() for e in ids]
+    return ids, [len(p) for p in parts], b"".join(parts)
+
+
+def test_rewrite_with_other_bytes_is_refused():
+    """Records cannot be rewritten (issue 41 item 4): an entry stored with other bytes is refused; the same
+    bytes again (a recovery write-back, a resend after an ensemble change) and new entries pass."""
+    ids, sizes, data = _entries([3, 4, 5])
+    stored = {3: data[: sizes[0]]}
+    assert d.check_rewrites(ids, sizes, data, stored) == ""                 # same bytes
+    assert d.check_rewrites(ids, sizes, data, {}) == ""                     # nothing held
+    f_ids, f_sizes, forged = _entries([3, 4, 5], tag=b"F")
+    why = d.check_rewrites(f_ids, f_sizes, forged, stored)
+    assert "entry 3" in why and "other bytes" in why
+    assert d.check_rewrites(f_ids, f_sizes, forged, {9: b"x"}) == ""        # the stored ids are not in the batch
+    assert "entry 3" in d.check_rewrites(np.array(f_ids), np.array(f_sizes), memoryview(forged), stored)

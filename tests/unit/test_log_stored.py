@@ -189,3 +189,24 @@ def test_ledgers_out_of_order_are_refused():
     bad = dataclasses.replace(window.meta, ledgers=(*window.meta.ledgers, sealed(3, 99)))
     with pytest.raises(InvalidLogUpdateError):
         st.change(window, bad, "x")
+
+
+def test_the_logs_own_key_survives_the_stored_forms():
+    """Issue 41 item 4: a log's own key (given by the driver at creation) is kept in its head, read back
+    as bytes, kept by every later change, and is what its ledgers get when no password is given; a log
+    without one (made before keys) gives the empty password, and a given password always wins."""
+    key = bytes(range(20))
+    meta = lm.new_log("keyed", 1, key)
+    head = st.encode_head(meta, st.new_head("s1"))
+    back, _ = st.decode_head("keyed", head)
+    assert lm.log_password(back) == key
+    assert lm.ledger_password(back, b"") == key and lm.ledger_password(back, b"given") == b"given"
+    changed = lm.with_ledger_appended(back, 5, 2, 0)
+    assert lm.log_password(changed) == key
+    legacy = lm.new_log("old", 1)
+    assert lm.log_password(legacy) is None and lm.ledger_password(legacy, b"") == b""
+    assert lm.log_password(lm.decode("f1", lm.encode(meta))) == key     # format 1 keeps it too
+    broken = dataclasses.replace(legacy, extra={lm.PASSWORD_KEY: "not hex"})
+    assert lm.log_password(broken) is None
+    assert lm.shown(meta)[lm.PASSWORD_KEY] == "(hidden)" and key.hex() not in str(lm.shown(meta))
+    assert lm.PASSWORD_KEY not in lm.shown(legacy)

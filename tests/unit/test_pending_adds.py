@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkledger.client.errors import LedgerFencedError, NotEnoughBookiesError
+from bkledger.client.errors import BadPasswordError, LedgerFencedError, NotEnoughBookiesError
 from bkledger.client.protocol.pending_adds import (
     VECTOR_MIN,
     CompleteAdds,
@@ -106,6 +106,21 @@ def test_efenced_fails_everything_without_ensemble_change():
     with pytest.raises(LedgerFencedError):
         pa.on_add()
     assert pa.on_ack(1, 2) == [] and pa.last_add_confirmed == 0
+
+
+def test_eua_to_a_writer_says_the_ledger_id_was_squatted():
+    """Issue 41 item 4: a writer created its ledger with the key it sends, so EUA means another client claimed
+    the id on the bookie first (a fence creates an unknown ledger with the fencer's key, R15): the error says
+    squatted instead of blaming the writer's password; a recovery's write-back still gets a wrong password."""
+    pa = PendingAdds(["a", "b", "c"], 2, 2)
+    pa.on_add()
+    actions = pa.on_error(0, 0, StatusCode.EUA)
+    assert isinstance(actions[0], FailAdds) and isinstance(actions[0].error, BadPasswordError)
+    assert "squatted" in str(actions[0].error)
+    recovery = PendingAdds(["a", "b", "c"], 2, 2, recovery=True)
+    recovery.on_add()
+    error = recovery.on_error(0, 0, StatusCode.EUA)[0]
+    assert isinstance(error, FailAdds) and "squatted" not in str(error.error)
 
 
 def test_fail_all_after_a_failed_ensemble_change():

@@ -159,3 +159,12 @@ def test_a_log_column_name_is_checked_before_a_ledger_is_written() -> None:
     assert "column log in partition 4: log name 'a/b': '/' at index 1" in str(got.value)
     fine = split_by_log(pa.record_batch({"log": ["ok", "x" * 300], "value": ["1", "2"]}), 0, 0)
     assert sorted(name for name, _ in fine) == ["ok", "x" * 300]      # length: at commit (may exist)
+
+
+def test_includeheaders_on_a_write_says_it_is_a_read_option_not_that_records_have_no_headers():
+    """Kafka's includeHeaders is bkledger's read option too (records carry headers since envelope v2): on a
+    write it is named as an option of reads, and a write's headers come from a headers column."""
+    from bkledger.spark_connector.options import unknown_option_hint
+
+    hint = unknown_option_hint("includeheaders", {"log": "log", "value": "value"}, "writes")
+    assert "option of reads" in hint and "headers column" in hint and "no headers" not in hint

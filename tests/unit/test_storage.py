@@ -303,3 +303,13 @@ def test_consecutive_and_ascending_batches_index_as_any_order_does(tmp_path: Pat
     assert stores["run"].entry_ids(7) == list(range(60))
     for st in stores.values():
         st.close()
+
+
+def test_stored_entries_reads_only_what_is_held(dirs: list[Path]) -> None:
+    """The rewrite check's facts: the stored bytes of the held ids of a batch; nothing past the last entry."""
+    st = LedgerStorage(dirs)
+    add(st, 3, [0, 1, 2, 5])
+    assert st.stored_entries(3, [6, 7]) == {}
+    assert st.stored_entries(9, [0]) == {}
+    assert st.stored_entries(3, [5, 3, 1, 9]) == {5: entry(3, 5), 1: entry(3, 1)}
+    st.close()

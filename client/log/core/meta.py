@@ -165,9 +165,47 @@ class LogMetadata:
         }
 
 
+# ---- the log's own key ------------------------------------------------------------------------
+PASSWORD_KEY = "ledger_password"   # top-level key of the stored log: its ledgers' password, hex (issue 41)
+
+
+def log_password(meta: LogMetadata) -> bytes | None:
+    """The password the log's ledgers are created with when the caller gives none: a secret made when the
+    log was created and kept in its znode (under the cluster's ZooKeeper ACLs when they are on). None for a
+    log created before logs had one: its ledgers use the password given, or the empty one, as before."""
+    raw = meta.extra.get(PASSWORD_KEY)
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        return None
+
+
+def ledger_password(meta: LogMetadata, given: bytes) -> bytes:
+    """The password to create, open and recover the log's ledgers with: the one given (not empty), else
+    the log's own key, else the empty password (a log made before logs had keys)."""
+    return given or log_password(meta) or b""
+
+
+def shown(meta: LogMetadata) -> dict[str, Any]:
+    """The log as `to_dict` gives it, for printing: its own key is replaced by "(hidden)"."""
+    out = meta.to_dict()
+    if PASSWORD_KEY in out:
+        out[PASSWORD_KEY] = "(hidden)"
+    return out
+
+
+def with_password(meta: LogMetadata, password: bytes) -> LogMetadata:
+    """The log with `password` as its own key (set once, when the log is created)."""
+    return dataclasses.replace(meta, extra={**meta.extra, PASSWORD_KEY: password.hex()})
+
+
 # ---- serialization ----------------------------------------------------------------------------
-def new_log(name: str, now_ms: int) -> LogMetadata:
-    return LogMetadata(name=name, created_ms=now_ms)
+def new_log(name: str, now_ms: int, password: bytes = b"") -> LogMetadata:
+    """A new empty log; `password` (a fresh secret from the driver) becomes its own key."""
+    meta = LogMetadata(name=name, created_ms=now_ms)
+    return with_password(meta, password) if password else meta
 
 
 def encode(meta: LogMetadata) -> bytes:
@@ -328,13 +366,15 @@ def with_sealed_ledgers_appended(meta: LogMetadata,
 
 
 def with_ledger_sealed(meta: LogMetadata, ledger_id: int, last_entry_id: int, length: int,
-                       now_ms: int) -> LogMetadata:
-    """Record that a ledger of the log is CLOSED at `last_entry_id` (entries, size, close time) and fill
-    in the first offsets this makes known. Unchanged if the ledger is not in the log or already sealed."""
+                       now_ms: int, time_span: tuple[int, int] | None = None) -> LogMetadata:
+    """Record that a ledger of the log is CLOSED at `last_entry_id` (entries, size, close time; `time_span`:
+    its records' least and greatest timestamp, when its writer knew them) and fill in the first offsets
+    this makes known. Unchanged if the ledger is not in the log or already sealed."""
     led = meta.ledger(ledger_id)
     if led is None or led.sealed:
         return meta
-    sealed = dataclasses.replace(led, entries=last_entry_id + 1, size=length, closed_ms=now_ms)
+    sealed = dataclasses.replace(led, entries=last_entry_id + 1, size=length, closed_ms=now_ms,
+                                 time_span=parse_time_span(time_span) or led.time_span)
     ledgers = tuple(sealed if x.ledger_id == ledger_id else x for x in meta.ledgers)
     return with_first_positions(dataclasses.replace(meta, ledgers=ledgers))
 

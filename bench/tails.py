@@ -1,0 +1,377 @@
+"""What add_latency measures beside each open-loop run, so that a tail can be told from the machine's.
+
+- The floor (`FloorProbe`): a process of its own appends groups of the journal's group size to a file in
+  the run's data directory (the bookies' disk) and fdatasyncs each, a few hundred times a second, while
+  the cluster takes the adds: the raw fdatasync latency distribution under the same background
+  write-back, which no add can beat. It writes as the journal does (O_DIRECT where the file system
+  allows it, write(2) otherwise). It runs in another process so it takes no GIL from the client. Its
+  group size follows the journal's: once a second it reads a bookie's journal group histogram
+  (`bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES`, sum / count over the last second).
+- GC pauses of the client's process (`GcPauses`, gc.callbacks) and CPU steal (`CpuSteal`, /proc/stat).
+- The stage attribution of the slowest adds (`attribute`): the client's traces of the adds at or above
+  a run's p99 (client.add_trace), joined with the deciding bookie's own stages from its slow-add log
+  (`/api/v1/bookie/slow_adds`, bookie.add_trace) by ledger and entry id.
+
+`python -m bench.tails --dir DIR --group BYTES --interval S --seconds S` is the probe process: it prints
+the latencies (seconds) as JSON when it is sent SIGTERM or its time is up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.core import Row
+from bkledger.bookie.direct_append import DirectAppender, open_direct
+from bkledger.bookie.files import write_all
+
+#: the bookies of add_latency keep every traced batch of 2 ms or more (bookie.add_trace; all batches are traced)
+BOOKIE_SLOW_MS = 2.0
+BOOKIE_TRACE_CONF = {"slowAddThresholdMs": str(BOOKIE_SLOW_MS), "slowAddLogSize": "200000"}
+FLOOR_INTERVAL = 0.005     # s between the probe's groups: ~200 fdatasyncs/s beside three journals
+CLIENT_STAGES = ("queue", "send_wait", "bookie", "complete")
+BOOKIE_STAGES = ("storage", "journal_queue", "journal_write", "fsync", "reply")
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of an ascending list (0.0 for an empty one)."""
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, int(round(fraction * len(ordered))) - 1))]
+
+
+# ---- the floor --------------------------------------------------------------------------------
+
+
+class FloorProbe:
+    """`with FloorProbe(directory, group_bytes, seconds) as probe: ...` then `probe.latencies` (s, sorted)."""
+
+    def __init__(self, directory: Path, group_bytes: int, seconds: float, metrics_port: int = 0) -> None:
+        self.directory = directory
+        self.group_bytes = group_bytes          # the first group size; then the median of those used
+        self.seconds = seconds
+        self.metrics_port = metrics_port        # a bookie's metrics port: the group size follows its journal's
+        self.latencies: list[float] = []
+        self.error = ""
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> FloorProbe:
+        args = [sys.executable, "-m", "bench.tails", "--dir", str(self.directory), "--group", str(self.group_bytes),
+                "--interval", str(FLOOR_INTERVAL), "--seconds", str(self.seconds + 120),
+                "--metrics-port", str(self.metrics_port)]
+        self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      cwd=Path(__file__).resolve().parent.parent)
+        assert self._proc.stdout is not None
+        self._proc.stdout.readline()          # "ready": it measures from now on ("" if it died: said at exit)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        try:
+            found = json.loads(out)
+            self.latencies = sorted(found["latencies"])
+            if found["groups"]:
+                self.group_bytes = int(statistics.median(found["groups"]))
+        except (ValueError, KeyError, TypeError):
+            self.error = f"the floor probe gave no figures (exit {proc.returncode}): {err.strip()[-300:]}"
+
+
+GROUP_METRIC = "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES"
+
+
+def _journal_groups(metrics_port: int) -> tuple[float, float] | None:
+    """(bytes, groups) the bookie's journal has written so far, from its metrics; None if unreadable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return None
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith((f"{GROUP_METRIC}_sum ", f"{GROUP_METRIC}_count ")):
+            name, value = line.rsplit(" ", 1)
+            found[name] = float(value)
+    if len(found) != 2:
+        return None
+    return found[f"{GROUP_METRIC}_sum"], found[f"{GROUP_METRIC}_count"]
+
+
+class _GroupFollower:
+    """The journal's average group over the last second (rounded up to 4 KiB), read from its metrics."""
+
+    def __init__(self, metrics_port: int, group_bytes: int) -> None:
+        self.port = metrics_port
+        self.group_bytes = group_bytes
+        self._last = _journal_groups(metrics_port) if metrics_port else None
+        self._next = time.perf_counter() + 1.0
+
+    def update(self) -> int:
+        if not self.port or time.perf_counter() < self._next:
+            return self.group_bytes
+        self._next = time.perf_counter() + 1.0
+        now = _journal_groups(self.port)
+        if now is not None and self._last is not None and now[1] > self._last[1]:
+            average = (now[0] - self._last[0]) / (now[1] - self._last[1])
+            self.group_bytes = max(4096, -(-int(average) // 4096) * 4096)
+        self._last = now if now is not None else self._last
+        return self.group_bytes
+
+
+def _probe(directory: str, group_bytes: int, interval: float, seconds: float,
+           metrics_port: int = 0) -> dict[str, list[float]]:
+    stop = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    follower = _GroupFollower(metrics_port, group_bytes)
+    print("ready", flush=True)
+    data = os.urandom(group_bytes)
+    fd, path = tempfile.mkstemp(prefix="floor-", suffix=".bin", dir=directory)
+    appender = None
+    direct_fd = open_direct(path, os.O_WRONLY)
+    if direct_fd is not None:
+        os.close(fd)
+        fd, appender = direct_fd, DirectAppender(direct_fd)
+    latencies: list[float] = []
+    groups: list[float] = []
+    try:
+        start = time.perf_counter()
+        due = start
+        while not stop[0] and time.perf_counter() - start < seconds:
+            if follower.update() != len(data):
+                data = os.urandom(follower.group_bytes)
+            began = time.perf_counter()
+            if appender is not None:
+                appender.append([data])
+            else:
+                write_all(fd, data)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - began)
+            groups.append(len(data))
+            due += interval
+            time.sleep(max(0.0, due - time.perf_counter()))
+    finally:
+        if appender is not None:
+            appender.close()
+        os.close(fd)
+        os.unlink(path)
+    return {"latencies": latencies, "groups": groups}
+
+
+# ---- GC pauses and CPU steal ------------------------------------------------------------------
+
+
+class GcPauses:
+    """`with GcPauses() as gcp: ...` then `gcp.pauses` (s): the collections of this process meanwhile."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            self.pauses.append(time.perf_counter() - self._started)
+            self._started = 0.0
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._callback)
+
+    def describe(self) -> str:
+        if not self.pauses:
+            return "no GC pause"
+        total, most = sum(self.pauses) * 1000, max(self.pauses) * 1000
+        return f"{len(self.pauses)} GC pauses, total {total:.1f} ms, max {most:.1f} ms"
+
+
+def _cpu_times() -> list[int] | None:
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    return [int(v) for v in fields[1:]] if fields and fields[0] == "cpu" else None
+
+
+class CpuSteal:
+    """`with CpuSteal() as s: ...` then `s.fraction`: the share of all CPU time stolen by the hypervisor."""
+
+    def __init__(self) -> None:
+        self.fraction: float | None = None
+        self.seconds = 0.0
+        self._before: list[int] | None = None
+
+    def __enter__(self) -> CpuSteal:
+        self._before = _cpu_times()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = _cpu_times()
+        if self._before is None or after is None or len(after) < 8:
+            return
+        delta = [a - b for a, b in zip(after, self._before, strict=False)]
+        total = sum(delta[:8])            # user nice system idle iowait irq softirq steal (guest is in user)
+        if total > 0:
+            self.fraction = delta[7] / total
+            self.seconds = delta[7] / os.sysconf("SC_CLK_TCK")
+
+    def describe(self) -> str:
+        if self.fraction is None:
+            return "steal unknown (no /proc/stat)"
+        return f"CPU steal {self.fraction:.1%} ({self.seconds:.2f} CPU-s)"
+
+
+# ---- attribution -------------------------------------------------------------------------------
+
+
+def bookie_slow_adds(http_ports: dict[str, int]) -> dict[str, list[dict[str, Any]]]:
+    """Each bookie's slow-add log by bookie id ({} for a bookie that did not answer)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for bookie_id, port in http_ports.items():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/bookie/slow_adds", timeout=30) as answer:
+                out[bookie_id] = json.loads(answer.read())["slowAdds"]
+        except (OSError, ValueError, KeyError):
+            out[bookie_id] = []
+    return out
+
+
+def _covering(batches: list[dict[str, Any]], ledger_id: int, entry_id: int) -> dict[str, Any] | None:
+    for batch in batches:
+        if batch["ledgerId"] == ledger_id and batch["firstEntryId"] <= entry_id <= batch["lastEntryId"]:
+            return batch
+    return None
+
+
+def attribute(adds: list[dict[str, Any]], bookie_logs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Median time per stage over `adds` (client slow-add records): the client's stages, and for the adds
+    whose deciding bookie logged the batch, that bookie's stages and what is left of the client's `bookie`
+    stage (network both ways, the bookie's loop before it reads the request)."""
+    client = {s: statistics.median([a["stages_ms"][s] for a in adds]) if adds else 0.0 for s in CLIENT_STAGES}
+    lags = [a["latency_ms"] - a["total_ms"] for a in adds if "latency_ms" in a]
+    before = statistics.median(lags) if lags else 0.0       # scheduled -> queued: the load generator's lag
+    found: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for add in adds:
+        batch = _covering(bookie_logs.get(add.get("deciding_bookie") or "", []), add["ledger_id"], add["entry_id"])
+        if batch is not None:
+            found.append((add, batch))
+    bookie = {s: statistics.median([b["stagesMs"][s] for _, b in found]) if found else 0.0 for s in BOOKIE_STAGES}
+    outside = statistics.median([a["stages_ms"]["bookie"] - b["totalMs"] for a, b in found]) if found else 0.0
+    return {"adds": len(adds), "on_bookie": len(found), "before_client_ms": before, "client_ms": client,
+            "bookie_ms": bookie, "outside_bookie_ms": outside}
+
+
+def describe_attribution(att: dict[str, Any], timed: int, threshold_ms: float) -> str:
+    c, b = att["client_ms"], att["bookie_ms"]
+    text = (f"before add_entry queued them (the open loop's lag: GC pauses, the GIL, a full maxOutstandingAdds "
+            f"window) {att.get('before_client_ms', 0.0):.1f}, ")
+    text += ", ".join(f"{s} {c[s]:.1f}" for s in CLIENT_STAGES)
+    if att["on_bookie"]:
+        inside = ", ".join(f"{s} {b[s]:.1f}" for s in BOOKIE_STAGES)
+        text += (f"; of the bookie stage, on the deciding bookie ({att['on_bookie']} adds in its slow-add log): "
+                 f"{inside}; outside it (network, the bookie's loop before reading) {att['outside_bookie_ms']:.1f}")
+    else:
+        text += f"; no deciding bookie logged them (each took < {threshold_ms:g} ms there)"
+    return f"medians (ms) of the {att['adds']} traced adds at or above p99 (of {timed} timed): {text}"
+
+
+# ---- rows ---------------------------------------------------------------------------------------
+
+
+def _ms(seconds: list[float], fraction: float) -> float:
+    return percentile(seconds, fraction) * 1000.0
+
+
+def _floor_text(run: Any) -> str:
+    floor: FloorProbe | None = run.floor
+    if floor is None or not floor.latencies:
+        return f"floor not measured ({floor.error if floor is not None else 'no probe'})"
+    lat = floor.latencies
+    return (f"floor (raw append+fdatasync of {floor.group_bytes // 1024} KiB groups (median; as the journal's) on "
+            f"the same disk, meanwhile, "
+            f"{len(lat)} fsyncs) p50 {_ms(lat, 0.5):.2f} / p99 {_ms(lat, 0.99):.2f} / p999 {_ms(lat, 0.999):.2f} / "
+            f"max {lat[-1] * 1000:.1f} ms")
+
+
+def _p99_adds(run: Any) -> list[dict[str, Any]]:
+    """The client's traces of the run's timed adds at or above its p99, each with its latency (`latency_ms`,
+    from its scheduled time: it includes what came before add_entry queued it)."""
+    p99 = percentile(run.latencies, 0.99)
+    slow = {entry_id: latency for entry_id, latency in run.timed if latency >= p99}
+    return [{**a, "latency_ms": slow[a["entry_id"]] * 1000.0} for a in run.traces if a["entry_id"] in slow]
+
+
+def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
+    """Every run's p50/p99/p999 with its floor, GC pauses and CPU steal; the spread of each percentile; the
+    stage attribution of the worst run's p99 adds. The same per run in ctx.facts["add_latency_runs"]."""
+    rows: list[Row] = []
+    facts = ctx.facts.setdefault("add_latency_runs", [])
+    for k, run in enumerate(runs, 1):
+        p50, p99, p999 = (_ms(run.latencies, f) for f in (0.5, 0.99, 0.999))
+        floor_p99 = _ms(run.floor.latencies, 0.99) if run.floor is not None and run.floor.latencies else None
+        gc_text = run.gc.describe() if run.gc is not None else "GC not watched"
+        steal_text = run.steal.describe() if run.steal is not None else "steal unknown"
+        rows.append(Row("add_latency", f"{label}: run {k} p99", p99, "ms", floor_p99,
+                        f"p50 {p50:.2f}, p99 {p99:.2f}, p999 {p999:.2f} ms ({len(run.latencies)} timed); "
+                        f"limit: the floor's p99; {_floor_text(run)}; client {gc_text}; {steal_text}"))
+        facts.append({"label": label, "run": k, "p50_ms": p50, "p99_ms": p99, "p999_ms": p999,
+                      "achieved": run.achieved, "rate": run.rate, "group_bytes": run.group_bytes,
+                      "floor_group_bytes": run.floor.group_bytes if run.floor is not None else None,
+                      "floor_ms": {name: _ms(run.floor.latencies, f) for name, f in
+                                   (("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))}
+                      if run.floor is not None and run.floor.latencies else None,
+                      "gc_pauses_ms": [x * 1000 for x in run.gc.pauses] if run.gc is not None else None,
+                      "steal_fraction": run.steal.fraction if run.steal is not None else None})
+    for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+        values = sorted(_ms(r.latencies, fraction) for r in runs)
+        rows.append(Row("add_latency", f"{label}: {name} spread", statistics.median(values), "ms", None,
+                        f"min {values[0]:.2f} / median {statistics.median(values):.2f} / max {values[-1]:.2f} ms "
+                        f"over {len(runs)} runs: " + ", ".join(f"{_ms(r.latencies, fraction):.1f}" for r in runs)))
+    worst = max(runs, key=lambda r: percentile(r.latencies, 0.99))
+    att = attribute(_p99_adds(worst), worst.bookie_logs)
+    facts.append({"label": label, "worst_run": runs.index(worst) + 1, "attribution": att})
+    floor_p99 = _ms(worst.floor.latencies, 0.99) if worst.floor is not None and worst.floor.latencies else None
+    rows.append(Row("add_latency", f"{label}: the worst run's p99 adds by stage", _ms(worst.latencies, 0.99), "ms",
+                    floor_p99, f"run {runs.index(worst) + 1}; "
+                    + describe_attribution(att, len(worst.latencies), BOOKIE_SLOW_MS)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tails", description="the floor probe of add_latency")
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--group", type=int, required=True)
+    parser.add_argument("--interval", type=float, default=FLOOR_INTERVAL)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--metrics-port", type=int, default=0, help="a bookie's: follow its journal's group size")
+    args = parser.parse_args(argv)
+    print(json.dumps(_probe(args.dir, args.group, args.interval, args.seconds, args.metrics_port)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""bench.tails: the stage attribution joins the client's traces with the deciding bookie's batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.tails import attribute, describe_attribution, percentile
+
+
+def client_add(entry_id: int, bookie_ms: float, deciding: str = "b1", latency_ms: float = 0.0) -> dict[str, Any]:
+    total = 3.5 + bookie_ms
+    return {"ledger_id": 4, "entry_id": entry_id, "deciding_bookie": deciding, "total_ms": total,
+            "latency_ms": latency_ms or total,
+            "stages_ms": {"queue": 1.0, "send_wait": 2.0, "bookie": bookie_ms, "complete": 0.5}}
+
+
+def batch(first: int, last: int, fsync_ms: float) -> dict[str, Any]:
+    stages = {"storage": 1.0, "journal_queue": 0.0, "journal_write": 0.0, "fsync": fsync_ms, "reply": 0.0}
+    return {"ledgerId": 4, "firstEntryId": first, "lastEntryId": last, "totalMs": sum(stages.values()),
+            "stagesMs": stages}
+
+
+def test_the_deciding_bookies_batch_explains_the_bookie_stage():
+    adds = [client_add(8, 50.0, latency_ms=253.5), client_add(16, 60.0, latency_ms=363.5),
+            client_add(24, 70.0, deciding="b2", latency_ms=73.5)]
+    logs = {"b1": [batch(0, 9, 40.0), batch(10, 19, 50.0)], "b2": []}    # b2 logged nothing: fast there
+    att = attribute(adds, logs)
+    assert att["adds"] == 3 and att["on_bookie"] == 2
+    assert att["client_ms"]["bookie"] == 60.0
+    assert att["bookie_ms"]["fsync"] == 45.0                   # median of the two found
+    assert att["outside_bookie_ms"] == 9.0                     # 50 - 41 and 60 - 51
+    assert att["before_client_ms"] == 200.0                    # scheduled -> queued: 200, 300, 0
+    text = describe_attribution(att, 300, 2.0)
+    assert "bookie 60.0" in text and "fsync 45.0" in text and "of 300 timed" in text
+
+
+def test_no_logged_batch_says_so():
+    att = attribute([client_add(8, 5.0)], {"b1": []})
+    assert att["on_bookie"] == 0
+    assert "no deciding bookie logged them" in describe_attribution(att, 10, 2.0)
+    assert percentile([], 0.99) == 0.0 and percentile([1.0, 2.0, 3.0], 0.5) == 2.0
