@@ -10,7 +10,8 @@ STEPS ?= 3000
 MUTATION ?= none
 JOBS ?=
 
-.PHONY: demo demo-secure test lint browser proto unit integration sim sim-mutants bench bench-quick clean
+.PHONY: demo demo-secure test lint browser proto unit integration sim sim-mutants bench bench-quick clean \
+	spark-venvs test-spark-versions
 
 $(STAMP): pyproject.toml setup.py constraints.txt client/protocol/_native.c
 	$(PY) -m venv $(VENV)
@@ -65,6 +66,32 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Ibkledger/proto=proto --python_out=. --pyi_out=. --grpc_python_out=. \
 		proto/bookie.proto proto/formats.proto
 	rm -f bkledger/proto/formats_pb2_grpc.py
+
+# make test-spark-versions [SPARK_VERSIONS="4.0.5 4.1.4"]: the connector on the older pyspark release lines.
+# One venv per release in .spark-venvs/ (built once: pip, this repo editable, that pyspark; the other
+# dependencies as constraints.txt pins them), then tests/spark/test_spark_versions.py runs a batch append,
+# a read and a streaming query (Trigger.AvailableNow) against a local cluster from each. `make test` stays
+# on the pyspark of constraints.txt.
+SPARK_VERSIONS ?= 4.0.5 4.1.4
+SPARK_VENVS := .spark-venvs
+
+spark-venvs: $(STAMP)
+	@for v in $(SPARK_VERSIONS); do \
+		d=$(SPARK_VENVS)/pyspark-$$v; \
+		if [ ! -f $$d/.installed ]; then \
+			echo "building $$d (pyspark $$v)"; \
+			$(PY) -m venv $$d && $$d/bin/pip install --quiet --upgrade pip \
+			&& grep -v '^pyspark==' constraints.txt > $$d/constraints.txt \
+			&& $$d/bin/pip install --quiet -c $$d/constraints.txt -e . "pyspark==$$v" \
+				--config-settings editable_mode=compat \
+			&& $$d/bin/python -m bkledger.spark_connector.worker_path install \
+			&& touch $$d/.installed || exit 1; \
+		fi; \
+	done
+
+test-spark-versions: spark-venvs
+	BKLEDGER_SPARK_VENVS="$(foreach v,$(SPARK_VERSIONS),$(CURDIR)/$(SPARK_VENVS)/pyspark-$(v))" \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/spark/test_spark_versions.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -68,6 +68,7 @@ from bkledger.spark_connector.planning import (
     resolve_bounds,
 )
 from bkledger.spark_connector.pushdown import Pushed, absorb, empty
+from bkledger.spark_connector.spark_compat import FILTER_PUSHDOWN, Filter, arrow_schema
 from bkledger.spark_connector.time_seek import TimeProbe
 
 log = logging.getLogger("bkledger.spark")
@@ -539,10 +540,8 @@ class BkLedgerBatchReader(DataSourceReader):
         return list(plan(self.opts, self.pushed))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         # a plain InputPartition(None), planned by Spark for an empty list, reads nothing
-        yield from read_any(self.opts, partition, to_arrow_schema(self.schema, timezone="UTC"))
+        yield from read_any(self.opts, partition, arrow_schema(self.schema))
 
 
 class BkLedgerFilteringReader(BkLedgerBatchReader):
@@ -553,25 +552,29 @@ class BkLedgerFilteringReader(BkLedgerBatchReader):
         return rest
 
 
+_WORKER_MAINS = ("_main", "main")       # 4.2 (its `main` calls `_main`, found first), 4.1
+
+
 def pushdown_enabled() -> bool:
     """Whether Spark plans this read with `spark.sql.python.filterPushdown.enabled`. Spark 4.2 asks for
     the reader in one of two workers: `data_source_pushdown_filters` (switch on, filters to push: it calls
     pushFilters) or `plan_data_source_read`, which reads the switch before it asks for the reader and
     fails the query (DATA_SOURCE_PUSHDOWN_DISABLED) if the reader defines pushFilters while it is off.
     The switch is not passed on, so it is read from that caller's frame; if not found, False (Spark
-    then filters every row itself)."""
+    then filters every row itself). Spark 4.1's workers are alike, their function named `main`."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "_main" and "data_source_pushdown_filters" in frame.f_code.co_filename:
+        if frame.f_code.co_name in _WORKER_MAINS and "data_source_pushdown_filters" in frame.f_code.co_filename:
             return True
-        if frame.f_code.co_name == "_main" and "plan_data_source_read" in frame.f_code.co_filename:
+        if frame.f_code.co_name in _WORKER_MAINS and "plan_data_source_read" in frame.f_code.co_filename:
             return bool(frame.f_locals.get("enable_pushdown", False))
         frame = frame.f_back                    # type: ignore[assignment]
     return False
 
 
 def reader_for(opts: ReadOptions, schema: StructType) -> BkLedgerBatchReader:
-    """What `BkLedgerDataSource.reader` returns: with pushFilters where Spark's switch allows it."""
-    if pushdown_enabled():
+    """What `BkLedgerDataSource.reader` returns: with pushFilters where Spark's switch allows it (and where
+    Spark has filter pushdown at all: 4.1+)."""
+    if FILTER_PUSHDOWN and pushdown_enabled():
         return BkLedgerFilteringReader(opts, schema)
     return BkLedgerBatchReader(opts, schema)

@@ -25,7 +25,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pyspark.sql.datasource import (
+from bkledger.spark_connector.spark_compat import (  # PySpark's; stand-ins before 4.1 (no pushdown)
     EqualTo,
     Filter,
     GreaterThan,

@@ -36,7 +36,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from bkledger.client import BookKeeper
@@ -53,6 +53,7 @@ from bkledger.spark_connector.clients import planning_client
 from bkledger.spark_connector.log_commit import commit_to_logs
 from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions, _lowered, parse_write_options
 from bkledger.spark_connector.sink_floor import NONE, record_sink_floor, sink_floor
+from bkledger.spark_connector.spark_compat import StreamArrowWriterBase
 
 log = logging.getLogger("bkledger.spark.stream")
 
@@ -126,8 +127,9 @@ def delete_unlisted(bk: BookKeeper, by_log: Mapping[str, Sequence[int]]) -> list
     return gone
 
 
-class BkLedgerStreamWriter(DataSourceStreamArrowWriter):
-    """Tasks write ledgers with the batch writer; the driver commits each micro-batch exactly once."""
+class BkLedgerStreamWriter(StreamArrowWriterBase):
+    """Tasks write ledgers with the batch writer; the driver commits each micro-batch exactly once. Its base
+    is PySpark's DataSourceStreamArrowWriter (4.1+), on 4.0 DataSourceArrowWriter (`spark_compat`)."""
 
     def __init__(self, opts: WriteOptions, tasks: BkLedgerBatchWriter, options: Mapping[str, str]) -> None:
         self.opts = opts

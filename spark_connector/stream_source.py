@@ -44,13 +44,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from bkledger.spark_connector.batch_reader import check_schema, coalesced, read_any
@@ -67,6 +60,17 @@ from bkledger.spark_connector.options import (
     parse_read_options,
 )
 from bkledger.spark_connector.planning import LedgerPartition, LedgerView
+from bkledger.spark_connector.spark_compat import (  # PySpark's (4.2+); stand-ins before (LegacyStreamReader)
+    ADMISSION_CONTROL_SINCE,
+    STREAM_ADMISSION_CONTROL,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    arrow_schema,
+    needs_newer_spark,
+)
 from bkledger.spark_connector.stream_cursor import LogCursor
 from bkledger.spark_connector.stream_positions import (
     BEFORE_ANY,
@@ -322,9 +326,7 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs in a task: the partition's entries as Arrow batches, exactly as a batch read returns them."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        yield from read_any(self.opts.read, partition, to_arrow_schema(self.schema, timezone="UTC"))
+        yield from read_any(self.opts.read, partition, arrow_schema(self.schema))
 
     def _hold(self, names: Sequence[str]) -> None:
         """Create the stream's cursor on logs that do not have it yet (option cursor)."""
@@ -356,6 +358,39 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._bk = None
 
 
+class LegacyStreamReader(BkLedgerStreamReader):
+    """The reader on Spark before 4.2, whose stream readers have `latestOffset()` with neither the batch's start
+    nor a read limit, and no Trigger.AvailableNow of their own (Spark's wrapper asks for the latest offset once
+    and runs batches up to it). The start is the end this reader last gave Spark (the initial offset, the end
+    of a batch it planned or an offset it returned); after a restart before any of those, the log's earliest
+    position, from which the readable end is the same (it never passes an OPEN ledger, and a CLOSED ledger
+    never opens again). Read limits (maxEntriesPerTrigger, maxBytesPerTrigger) are refused: they need the
+    start Spark keeps in its checkpoint, which Spark before 4.2 does not pass."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        for name, value in zip(STREAM_READ, (self.opts.max_entries_per_trigger, self.opts.max_bytes_per_trigger),
+                               strict=True):
+            if value is not None:
+                raise BkLedgerOptionError(name, needs_newer_spark("a read limit per trigger", ADMISSION_CONTROL_SINCE)
+                                          + " (Spark before 4.2 gives a Python stream reader no read limit)")
+        self._last_end: dict[str, Any] = {}
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._last_end = super().initialOffset()
+        return self._last_end
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
+        self._last_end = super().latestOffset(self._last_end if start is None else start, ReadAllAvailable())
+        return self._last_end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._last_end = dict(end)
+        return super().partitions(start, end)
+
+
 def stream_reader(options: Mapping[str, str], schema: StructType) -> DataSourceStreamReader:
-    """What `BkLedgerDataSource.streamReader` returns."""
+    """What `BkLedgerDataSource.streamReader` returns (`LegacyStreamReader` on Spark before 4.2)."""
+    if not STREAM_ADMISSION_CONTROL:
+        return LegacyStreamReader(options, schema)
     return BkLedgerStreamReader(options, schema)
