@@ -46,8 +46,6 @@ from bkledger.client.errors import (
     MetadataVersionError,
     NoSuchLedgerError,
 )
-from bkledger.client.log import records
-from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import transactions as tc
 from bkledger.client.log.core.meta import LogMetadata, Position
@@ -62,6 +60,8 @@ from bkledger.client.meta.zksession import ZkOp
 if TYPE_CHECKING:
     from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.log import records  # imports numpy: loaded at a first append, not with the client
+    from bkledger.client.log.core import envelope as env
 
 log = logging.getLogger("bkledger.transaction")
 
@@ -130,6 +130,9 @@ class Transaction:
         for that log, visible to readers only once the transaction commits."""
         self._phase = tc.next_phase(self._phase, tc.Event.WRITE, self.transaction_id)
         part = self._parts.get(log_name) or self._new_part(log_name)
+        from bkledger.client.log import records
+        from bkledger.client.log.core import envelope as env
+
         entry, span = records.enveloped(env.V2, value, key, timestamp, headers, time.time_ns() // 1000)
         part.pending.append(part.handle.add_entry_async(entry))
         part.span = records.widened(part.span, span)
@@ -155,6 +158,8 @@ class Transaction:
         self._acks[(log_name, cursor)] = _Ack(merged, version if earlier is None else earlier.version)
 
     def _new_part(self, name: str) -> _LogPart:
+        from bkledger.client.log.core import envelope as env  # numpy: not at the client's import
+
         check_log_name(name, new=True)
         password = log_ledger_password(self._bk, name)
         custom = {**env.custom_metadata(env.V2), JOB_KEY: f"{JOB_PREFIX}{self.transaction_id}".encode(),
@@ -250,6 +255,8 @@ class Transaction:
                                        "applied; retry it")
 
     def _changes(self, closed: Mapping[str, lm.ClosedLedger]) -> list[LogChange]:
+        from bkledger.client.log.core import envelope as env  # numpy: not at the client's import
+
         store = self._bk.store
         changes = []
         for name in sorted(closed):

@@ -358,7 +358,7 @@ def test_numpy_is_imported_when_a_ledger_is_created_not_at_the_first_large_ack(s
 
     script = (
         "import sys\n"
-        "from client import BookKeeper\n"
+        "from bkledger.client import BookKeeper\n"
         "with BookKeeper(sys.argv[1]) as bk:\n"
         "    before = 'numpy' in sys.modules\n"
         "    lh = bk.create_ledger(3, 3, 2, password=b'pw')\n"
