@@ -44,21 +44,24 @@ def require_cluster(store: MetadataStore) -> None:
 
 
 def clusters_nearby(store: MetadataStore) -> list[str]:
-    """Roots of this ZooKeeper (top level and one below) that hold `available`: at most MAX_LOOKED_AT
+    """Roots of this ZooKeeper that hold `available`: first the wrong root's siblings (a mistyped last
+    component: `/app/ledgrs` for `/app/ledgers`), then the top level and one below. At most MAX_LOOKED_AT
     znodes are looked at, so a large ZooKeeper costs no more than a few round trips."""
+    parent = store.uri.root.rsplit("/", 1)[0]
+    queue: list[tuple[str, bool]] = [(f"{parent}/{name}", False) for name in _children(store, parent)]
+    queue += [(f"/{name}", True) for name in store.children("/") if name != "zookeeper"]   # True: look below
     found: list[str] = []
     looked = 0
-    queue = [f"/{name}" for name in store.children("/") if name != "zookeeper"]
-    for depth in (0, 1):
-        below: list[str] = []
-        for path in queue:
-            looked += 1
-            if looked > MAX_LOOKED_AT:
-                return found
-            children = store.children(path)
-            if AVAILABLE in children:
-                found.append(path)
-            elif depth == 0:
-                below += [f"{path}/{child}" for child in children[:MAX_LOOKED_AT]]
-        queue = below
-    return found
+    while looked < min(len(queue), MAX_LOOKED_AT):      # the queue grows as the top level is looked below
+        path, below = queue[looked]
+        looked += 1
+        children = _children(store, path)
+        if AVAILABLE in children:
+            found.append(path)
+        elif below:
+            queue += [(f"{path}/{child}", False) for child in children[:MAX_LOOKED_AT]]
+    return list(dict.fromkeys(found))
+
+
+def _children(store: MetadataStore, path: str) -> list[str]:
+    return store.children(path) if path and store.exists(path) else []

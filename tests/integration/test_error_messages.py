@@ -4,6 +4,8 @@ cluster (spark_connector.write_checks) and the length limit of new log names nex
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from bkledger.client.errors import InvalidLogNameError, NoClusterError, NotEnoughBookiesError
@@ -178,3 +180,17 @@ def test_a_log_read_at_a_wrong_root_says_so(metadata_uri: str, bk_factory) -> No
     with pytest.raises(LogNotFoundError) as got:
         bk.log_metadata("orders")
     assert "no bkledger cluster" not in str(got.value)
+
+
+def test_a_mistyped_root_finds_its_sibling_on_a_crowded_zookeeper(metadata_uri: str, bk_factory) -> None:
+    """The roots named in a NoClusterError are looked for beside the wrong root first: with more top-level
+    znodes than the bounded look reaches (a shared ZooKeeper), `/x/ledgrs` still names `/x/ledgers`."""
+    good = metadata_uri
+    wrong = good.replace("/ledgers", "/ledgrs")
+    with MetadataStore(good, session_timeout=5.0) as store:
+        store.init_cluster()
+        for n in range(60):
+            store.create(f"/crowd-{uuid.uuid4().hex[:8]}-{n}", b"", makepath=True)
+    with pytest.raises(NoClusterError) as got:
+        bk_factory(wrong).create_ledger(3, 2, 2)
+    assert good.split("/", 3)[3] in str(got.value).split("clusters found", 1)[-1]
