@@ -314,21 +314,25 @@ def test_retention_by_size_and_age(bk: BookKeeper, name: str):
 
 
 def test_append_ledgers_with_commit_marker(bk: BookKeeper, name: str):
-    """The Spark sink's commit: closed ledgers and the batch marker in one CAS; a replayed batch is not
-    appended twice; ids must increase."""
+    """The Spark sink's commit: closed ledgers and the batch marker in one CAS; a replayed batch (other
+    ledgers, the same marker) is not appended (False: its ledgers are the caller's to delete); the same
+    call again (a retry after a lost answer) is True and appends nothing twice (the log lists its ledgers,
+    which must never be deleted); ids must increase."""
     made = []
-    for batch in range(2):
+    for batch in range(3):
         lh = bk.create_ledger(3, 2, 2)
         for i in range(3):
             lh.add_entry(b"b%d-%d" % (batch, i))
         lh.close()
         made.append(lh.ledger_id)
+    replay = made.pop(1)                                  # a replayed batch 0's ledger
     assert append_ledgers(bk, name, [made[0]], commit_marker=("query", 0)) is True
-    assert append_ledgers(bk, name, [made[0]], commit_marker=("query", 0)) is False
+    assert append_ledgers(bk, name, [made[0]], commit_marker=("query", 0)) is True      # retried: once
+    assert append_ledgers(bk, name, [replay], commit_marker=("query", 0)) is False      # replayed: none
     assert bk.append_ledgers(name, [made[1]], commit_marker=("query", 1)) is True
     meta = bk.log_metadata(name)
     assert meta.ledger_ids == made and meta.committed_batches == {"query": 1} and meta.entries == 6
-    assert [r.payload for r in read_all(bk, name)] == [b"b0-0", b"b0-1", b"b0-2", b"b1-0", b"b1-1", b"b1-2"]
+    assert [r.payload for r in read_all(bk, name)] == [b"b0-0", b"b0-1", b"b0-2", b"b2-0", b"b2-1", b"b2-2"]
 
 
 def test_cli_list_describe_tail(cluster, bk: BookKeeper, name: str, capsys):
