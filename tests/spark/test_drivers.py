@@ -102,7 +102,7 @@ def test_spark_append_beside_a_live_log_writer(spark, cluster, bk: BookKeeper) -
     assert "fenceLiveWriter=true" in str(err.value)
     second = writer.append(b"-2")
     assert second.ledger_id == writer.ledger_id                      # not fenced, still the writer
-    tail = bk.open_ledger(second.ledger_id, recovery=False)          # a reader sees it once the idle writer's
+    tail = bk.open_ledger(second.ledger_id, None, recovery=False)          # a reader sees it once the idle writer's
     wait_for(lambda: tail.read_last_add_confirmed() >= second.entry_id, 10, "the explicit LAC")  # LAC says so
     assert read_values(spark, uri, log) == [-2, -1]                  # the refused job left nothing
     assert not [i for i in bk.list_ledgers() if i > writer.ledger_id
@@ -155,7 +155,7 @@ def test_commit_re_homes_ledgers_that_a_concurrent_commit_overtook(cluster, bk: 
     assert commit_ledgers(bk, log, b, password=b"", fence_live_writer=False)
     meta = bk.log_metadata(log)
     assert meta.ledger_ids[:2] == a and meta.ledger_ids[2] == b[1] and meta.ledger_ids[3] > b[1]
-    copy = bk.open_ledger(meta.ledger_ids[3], b"", recovery=False)
+    copy = bk.open_ledger(meta.ledger_ids[3], None, recovery=False)
     assert [e.payload for e in copy.read_entries(0, 2)] == [b"1-0", b"1-1", b"1-2"]
     assert copy.metadata.custom_metadata[JOB_KEY] == b"B"
     with pytest.raises(NoSuchLedgerError):                 # the overtaken original is gone

@@ -116,7 +116,7 @@ def test_a_spark_append_records_time_spans_that_reads_by_time_use(spark, cluster
     assert [v for _, _, _, v in before] == [b"0"]          # the row without a timestamp: older than any time
     opts = for_log(parse_read_options({"metadataServiceUri": uri, "log": name}), name)
     views = discover(bk, opts)
-    probe = TimeProbe(bk, views, b"")
+    probe = TimeProbe(bk, views, None)             # each ledger with its own password (the log's key)
     known = {v.ledger_id: v.time_span for v in views if v.time_span is not None}
     assert len(known) == 3
     found = first_at_or_after([(v.ledger_id, 0, v.last_entry_id + 1) for v in views], probe, (T0 + 55_500) * 1000,

@@ -51,7 +51,7 @@ def append(df, uri: str, **options: str) -> None:
 def values(bk: BookKeeper, log: str) -> list[int]:
     out = []
     for ledger_id in bk.log_metadata(log).ledger_ids:
-        rh = bk.open_ledger(ledger_id, b"", recovery=False)
+        rh = bk.open_ledger(ledger_id, None, recovery=False)   # the log's own key
         if rh.last_entry_id >= 0:
             out += [int(e.payload) for e in rh.read_entries(0, rh.last_entry_id)]
     return out

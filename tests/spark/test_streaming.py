@@ -48,7 +48,7 @@ def read_log_values(bk: BookKeeper, log: str) -> list[bytes]:
     """Every record's value, in log order (decoding the envelope where a ledger has one)."""
     out: list[bytes] = []
     for ledger_id in bk.log_metadata(log).ledger_ids:
-        rh = bk.open_ledger(ledger_id, b"", recovery=False)
+        rh = bk.open_ledger(ledger_id, None, recovery=False)   # the log's own key
         version = envelope.version_of(rh.metadata.custom_metadata)
         if rh.last_entry_id < 0:
             continue
