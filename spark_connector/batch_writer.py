@@ -176,7 +176,7 @@ class BkLedgerBatchWriter(DataSourceArrowWriter):
                   LOG_KEY: log_name.encode(), "bkledger.partition": str(partition_id).encode()}
         try:
             return bk.create_ledger(o.ensemble_size, o.write_quorum, o.ack_quorum, digest_type=src.digest_type
-                                    or "crc32c", password=log_ledger_password(bk, log_name, src.password, create=False),
+                                    or "crc32c", password=log_ledger_password(bk, log_name, src.password),
                                     custom_metadata=custom, compression=o.compression)   # the log's key
         except (NotEnoughBookiesError, InvalidQuorumError) as exc:
             raise in_spark_terms(exc) from exc

@@ -261,20 +261,14 @@ def _closed(bk: BookKeeper, name: str, ledger_id: int, envelopes: dict[int, int 
     return (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
 
 
-def log_ledger_password(bk: BookKeeper, name: str, given: bytes = b"", *, create: bool = True) -> bytes:
+def log_ledger_password(bk: BookKeeper, name: str, given: bytes = b"") -> bytes:
     """The password to create ledgers for log `name` with: the one given (not empty), else the log's own
     key (`client.log.core.meta.log_password`; a missing log is created, empty, so that its key exists before
     its first ledgers), else the empty password (a log made before logs had keys). What a Spark task or
-    any other job that writes ledgers for a log and appends them later (`append_ledgers`) must use.
-    `create=False` (a Spark job: nothing of a job that fails may be visible, not even an empty log): a
-    missing log is not created and its first job's ledgers get the empty password, as before logs had keys;
-    the commit creates the log with its key, and later jobs use it."""
+    any other job that writes ledgers for a log and appends them later (`append_ledgers`) must use."""
     if given:
         return given
-    got = load_log(bk.store, name, whole=False)
-    if got is None and not create:
-        return b""
-    got = got or create_log(bk.store, name, whole=False)
+    got = load_log(bk.store, name, whole=False) or create_log(bk.store, name, whole=False)
     return lm.ledger_password(got.meta, b"")
 
 
