@@ -44,6 +44,10 @@ class Aim:
         return f"{self.text}: " + ("no limit" if met is None else "met" if met else "NOT met")
 
 
+def _g(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def aim_rows(benchmark: str, figure: str, unit: str, runs: Sequence[tuple[float, float | None]],
              aim: Aim, why: str) -> list[Row]:
     """One row per run (value, limit of that same run) saying whether it met `aim`, then the spread."""
@@ -53,11 +57,11 @@ def aim_rows(benchmark: str, figure: str, unit: str, runs: Sequence[tuple[float,
     known = sorted(j for j in judged if j is not None)
     values = sorted(v for v, _ in runs)
     met = sum(1 for v, lim in runs if aim.met(v, lim))
-    spread = (f"{aim.on} min {known[0]:.3g} / median {statistics.median(known):.3g} / max {known[-1]:.3g}; "
+    spread = (f"{aim.on} min {_g(known[0])} / median {_g(statistics.median(known))} / max {_g(known[-1])}; "
               if known and aim.on == "ratio" else "")
     rows.append(Row(benchmark, f"{figure}: spread", statistics.median(values), unit, None,
-                    f"{spread}value min {values[0]:.3g} / median {statistics.median(values):.3g} / max "
-                    f"{values[-1]:.3g} {unit} over {len(runs)} runs; {aim.text} met in {met} of {len(runs)} runs"))
+                    f"{spread}value min {_g(values[0])} / median {_g(statistics.median(values))} / max "
+                    f"{_g(values[-1])} {unit} over {len(runs)} runs; {aim.text} met in {met} of {len(runs)} runs"))
     return rows
 
 
