@@ -38,6 +38,7 @@ from bkledger.client.errors import (
 )
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
+from bkledger.client.log.offloader import OffloadPolicyMixin
 from bkledger.client.log.transaction import TransactionsMixin
 from bkledger.client.meta.cluster_root import require_cluster
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
@@ -83,7 +84,7 @@ class ClientContext:
         return SpeculativePolicy.from_ms(self.config.speculativeReadTimeout, self.config.maxSpeculativeReadTimeout)
 
 
-class BookKeeper(LogsMixin, TransactionsMixin):
+class BookKeeper(LogsMixin, TransactionsMixin, OffloadPolicyMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
                  placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri

@@ -1,0 +1,159 @@
+"""A log's offload policy, applied: store it (`set_log_offload`), run it once for a log (`run_policy`:
+offload what the policy says is due, then delete the bookie copies whose deletion lag has passed), one run
+per log at a time across processes (`policy_lock`). The decisions are `client.log.core.offload_policy`'s;
+the loop over every log is the `bkledger offloader` daemon's (`bookie.offloader`).
+
+The lock is an EPHEMERAL child znode of the log (`offloader`), created without makepath (a deleted log is
+never created again by it): a second offloader finds it and skips the log this round; a killed one's
+lock goes with its ZooKeeper session. It only saves work: a run that lost its lock is still safe, since
+offload runs are idempotent and checked by CAS (`client.log.offload`) and deleting a ledger twice is a
+no-op.
+
+Deleting the bookie copies of a run (`delete_offloaded_copies`): delete the ledgers its `offloaded-<run>`
+znode names (a ledger gone already is skipped), then the znode. A crash in between leaves the znode: the
+next run deletes the same ledgers again and then the znode. Readers read those ledgers' entries from the
+table's files, so nothing readable is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from bkledger.client.log.core import offload as ol
+from bkledger.client.log.core import offload_policy as op
+from bkledger.client.log.core.names import check_log_name
+from bkledger.client.log.store import log_path, now_ms, require_log, update_log
+from bkledger.client.meta.errors import NoSuchNodeError, ZNodeExistsError
+
+if TYPE_CHECKING:
+    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.offload import OffloadResult
+
+log = logging.getLogger("bkledger.offloader")
+LOCK_ZNODE = "offloader"
+MAX_LEDGERS_PER_RUN = 256          # sealed ledgers one run offloads at most (bounded work per log and round)
+MAX_DELETIONS_PER_RUN = 64         # `offloaded-<run>` znodes one run deletes the copies of at most
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyRun:
+    """What one run of a log's policy did: the offload (None: nothing was due or the log has no policy)
+    and the bookie ledgers deleted (of `runs` offload runs); `busy`: another offloader held the log."""
+
+    name: str
+    offload: OffloadResult | None = None
+    deleted: tuple[int, ...] = ()
+    runs: int = 0
+    busy: bool = False
+
+
+def set_log_offload(bk: BookKeeper, name: str, pol: op.OffloadPolicy | None) -> op.OffloadPolicy | None:
+    """Store (or, with None, clear) the log's policy; the policy now stored."""
+    check_log_name(name, new=False)
+    update_log(bk.store, name, lambda m: op.with_policy(m, pol), whole=False)
+    return op.policy(require_log(bk.store, name)[0])
+
+
+@contextlib.contextmanager
+def policy_lock(bk: BookKeeper, name: str) -> Iterator[bool]:
+    """Hold the log's offloader lock while the block runs; yields False (nothing held) if another
+    process holds it or the log is gone."""
+    path = f"{log_path(bk.store, name)}/{LOCK_ZNODE}"
+    holder = json.dumps({"pid": os.getpid(), "since_ms": now_ms()}).encode()
+    try:
+        bk.store.create(path, holder, ephemeral=True, makepath=False)
+    except (ZNodeExistsError, NoSuchNodeError):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(NoSuchNodeError):
+            bk.store.delete(path)
+
+
+def run_policy(bk: BookKeeper, name: str, *, default_store_uri: str | None = None,
+               max_ledgers: int = MAX_LEDGERS_PER_RUN, max_deletions: int = MAX_DELETIONS_PER_RUN) -> PolicyRun:
+    """One run of the log's policy under its lock: offload the ledgers due (at most `max_ledgers`), then
+    delete the bookie copies due. `default_store_uri`: the table store when neither the policy nor the
+    log names one (else `offload_store.default_store_uri()`)."""
+    with policy_lock(bk, name) as held:
+        if not held:
+            return PolicyRun(name, busy=True)
+        meta = require_log(bk.store, name)[0]
+        pol = op.policy(meta)
+        done = None
+        due = 0 if pol is None else op.due_count(meta, pol, now_ms())
+        if pol is not None and due:
+            store = pol.store_uri or (None if ol.state(meta).uri else default_store_uri)
+            from bkledger.client.log.offload import offload_log
+
+            done = offload_log(bk, name, store, max_ledgers=min(due, max_ledgers))
+        deleted, runs = delete_offloaded_copies(bk, name, max_runs=max_deletions)
+        return PolicyRun(name, done, tuple(deleted), runs)
+
+
+def delete_offloaded_copies(bk: BookKeeper, name: str, *, max_runs: int = MAX_DELETIONS_PER_RUN,
+                            now: int | None = None) -> tuple[list[int], int]:
+    """Delete the bookie copies of the log's offload runs whose deletion lag has passed (the log's policy's,
+    else 4 h; "keep": never), oldest run first, at most `max_runs` runs; (ledger ids deleted, runs done)."""
+    path = log_path(bk.store, name)
+    meta = require_log(bk.store, name)[0]
+    found = []
+    for znode in bk.store.children(path):
+        if not znode.startswith(ol.UNLISTED_PREFIX):
+            continue
+        got = bk.store.get(f"{path}/{znode}")
+        if got is None:
+            continue
+        try:
+            found.append(op.decode_copies(znode, got[0]))
+        except ValueError as exc:
+            log.warning("log %r: %s; left alone", name, exc)
+    due = op.due_copies(found, op.deletion_lag(meta), now_ms() if now is None else now)[:max_runs]
+    deleted: list[int] = []
+    for copies in due:
+        deleted += bk.delete_ledgers(copies.ledgers)
+        with contextlib.suppress(NoSuchNodeError):
+            bk.store.delete(f"{path}/{copies.znode}")
+        log.info("log %r: deleted the bookie copies of %s: ledgers %s", name, copies.znode, list(copies.ledgers))
+    return deleted, len(due)
+
+
+class OffloadPolicyMixin:
+    """The offload policy operations of `BookKeeper`."""
+
+    def set_log_offload(self, name: str, *, after_bytes: int | None = None, after_seconds: float | None = None,
+                        store_uri: str | None = None,
+                        deletion_lag_seconds: float | str = op.DEFAULT_DELETION_LAG_S) -> op.OffloadPolicy:
+        """Store the log's offload policy (thresholds as Pulsar's: offload its sealed ledgers on bookies
+        once they hold more than `after_bytes`, or once closed more than `after_seconds` ago), the table
+        store (None: the log's, else the offloader's default) and how long the bookie copies stay after an
+        offload (seconds, 0: at once, "keep": never). The `bkledger offloader` daemon applies it."""
+        bk = self._bookkeeper()
+        got = set_log_offload(bk, name, op.make_policy(after_bytes, after_seconds, store_uri, deletion_lag_seconds))
+        assert got is not None
+        return got
+
+    def clear_log_offload(self, name: str) -> None:
+        """Remove the log's offload policy (what was offloaded stays; bookie copies then go after 4 h)."""
+        set_log_offload(self._bookkeeper(), name, None)
+
+    def log_offload_policy(self, name: str) -> op.OffloadPolicy | None:
+        """The log's offload policy, or None."""
+        bk = self._bookkeeper()
+        check_log_name(name, new=False)
+        return op.policy(require_log(bk.store, name)[0])
+
+    def _bookkeeper(self) -> BookKeeper:
+        from typing import cast
+
+        bk = cast("BookKeeper", self)
+        bk._check_open()
+        return bk
