@@ -44,6 +44,7 @@ from bkledger.client.errors import (
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import offload as ol
+from bkledger.client.log.core import offload_policy as op
 from bkledger.client.log.core import outcome
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
@@ -170,7 +171,7 @@ def describe_log(meta: LogMetadata) -> list[str]:
     ]
     if meta.committed_batches:
         lines.append(f"committed batches   {dict(sorted(meta.committed_batches.items()))}")
-    lines += ol.describe_tiers(meta)
+    lines += op.describe_policy(meta) + ol.describe_tiers(meta)
     lines.append(f"{'ledger_id':>12}{'first_pos':>12}{'entries':>10}{'bytes':>12}  state")
     for led in meta.ledgers:
         state = "closed" if led.sealed else "open"

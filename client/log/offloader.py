@@ -105,6 +105,19 @@ def delete_offloaded_copies(bk: BookKeeper, name: str, *, max_runs: int = MAX_DE
     else 4 h; "keep": never), oldest run first, at most `max_runs` runs; (ledger ids deleted, runs done)."""
     path = log_path(bk.store, name)
     meta = require_log(bk.store, name)[0]
+    due = op.due_copies(pending_copies(bk, name), op.deletion_lag(meta), now_ms() if now is None else now)
+    deleted: list[int] = []
+    for copies in due[:max_runs]:
+        deleted += bk.delete_ledgers(copies.ledgers)
+        with contextlib.suppress(NoSuchNodeError):
+            bk.store.delete(f"{path}/{copies.znode}")
+        log.info("log %r: deleted the bookie copies of %s: ledgers %s", name, copies.znode, list(copies.ledgers))
+    return deleted, len(due[:max_runs])
+
+
+def pending_copies(bk: BookKeeper, name: str) -> list[op.Copies]:
+    """The log's offload runs whose bookie copies are not deleted yet (their `offloaded-<run>` znodes)."""
+    path = log_path(bk.store, name)
     found = []
     for znode in bk.store.children(path):
         if not znode.startswith(ol.UNLISTED_PREFIX):
@@ -116,14 +129,24 @@ def delete_offloaded_copies(bk: BookKeeper, name: str, *, max_runs: int = MAX_DE
             found.append(op.decode_copies(znode, got[0]))
         except ValueError as exc:
             log.warning("log %r: %s; left alone", name, exc)
-    due = op.due_copies(found, op.deletion_lag(meta), now_ms() if now is None else now)[:max_runs]
-    deleted: list[int] = []
-    for copies in due:
-        deleted += bk.delete_ledgers(copies.ledgers)
-        with contextlib.suppress(NoSuchNodeError):
-            bk.store.delete(f"{path}/{copies.znode}")
-        log.info("log %r: deleted the bookie copies of %s: ledgers %s", name, copies.znode, list(copies.ledgers))
-    return deleted, len(due)
+    return found
+
+
+def describe_copies(found: list[op.Copies], lag_s: float | None) -> list[str]:
+    """The `bkledger log describe` line of bookie copies waiting for their deletion (none: no line)."""
+    if not found:
+        return []
+    ledgers = sum(len(c.ledgers) for c in found)
+    stamps = [c.swapped_ms for c in found if c.swapped_ms is not None]
+    when = "kept (deletion lag: keep)" if lag_s is None else \
+        f"the first due {fmt_ms(min(stamps) + int(lag_s * 1000))}" if stamps else "due now"
+    return [f"bookie copies       {ledgers} ledgers of {len(found)} offload runs wait for deletion; {when}"]
+
+
+def fmt_ms(ms: int) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class OffloadPolicyMixin:
