@@ -8,7 +8,8 @@ can (next to the store, say), and several may run (each log is run by one at a t
 Each round (every `--interval` seconds; `--once`: one round) takes at most `max_logs` logs, resuming
 where the previous round stopped, and for each runs `client.log.offloader.run_policy` under the log's
 lock: offload the sealed ledgers the policy says are due (at most `max_ledgers` a run), then delete the
-bookie copies whose deletion lag has passed (also for a log without a policy: 4 h after its offload). A
+bookie copies whose deletion lag has passed (also for a log without a policy: 4 h after its offload), then
+prunes the log's table (files truncation or retention dropped: removed, then vacuumed after the lag). A
 failure of one log is logged with its traceback and counted (`bkledger_offloader_failures_total`), the
 loop goes on with the next log and retries the failed one next round. Metrics on `--metrics-port`
 (127.0.0.1; off by default): rounds, runs, bytes and entries offloaded, ledgers deleted, failures, logs
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from bkledger.client import BookKeeper
 
 log = logging.getLogger("bkledger.offloader")
-COUNTERS = ("rounds", "runs", "offloaded_bytes", "offloaded_entries", "deleted_ledgers", "failures", "busy")
+COUNTERS = ("rounds", "runs", "offloaded_bytes", "offloaded_entries", "deleted_ledgers", "removed_files",
+            "vacuumed_files", "failures", "busy")
 
 
 class Offloader:
@@ -84,6 +86,7 @@ class Offloader:
             log.info("log %r: offload run %d: %d files, %d entries, %d bytes", name, offload.run, len(offload.files),
                      offload.entries, offload.bytes)
         self._count(runs=int(offload is not None), busy=int(got.busy), deleted_ledgers=len(got.deleted),
+                    removed_files=len(got.removed), vacuumed_files=len(got.vacuumed),
                     offloaded_bytes=offload.bytes if offload else 0,
                     offloaded_entries=offload.entries if offload else 0)
         return got
@@ -123,6 +126,8 @@ class OffloaderCollector:
         texts = {"rounds": "rounds over the logs", "runs": "policy runs that offloaded (or found nothing due)",
                  "offloaded_bytes": "ledger bytes offloaded", "offloaded_entries": "entries offloaded",
                  "deleted_ledgers": "bookie ledgers of offloaded history deleted after the lag",
+                 "removed_files": "files taken off the logs' tables (truncation, retention)",
+                 "vacuumed_files": "files deleted from the table stores after the lag",
                  "failures": "failed runs of a log's policy (logged with their traceback)",
                  "busy": "logs skipped because another offloader held them"}
         for key, value in self.daemon.snapshot().items():

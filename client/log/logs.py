@@ -51,6 +51,7 @@ from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.cursors import CursorsMixin
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.naming import creatable_log_name
+from bkledger.client.log.offloader import delete_table, prune_after_cut
 from bkledger.client.log.store import (
     LoadedLog,
     create_log,
@@ -471,6 +472,7 @@ class LogsMixin(CursorsMixin):
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r truncated before %s: deleted ledgers %s", name, before, dropped)
+            prune_after_cut(bk, name)
         return list(dropped)
 
     def set_log_retention(self, name: str, *, max_age_s: float | None = None,
@@ -500,6 +502,7 @@ class LogsMixin(CursorsMixin):
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r retention: deleted ledgers %s", name, dropped)
+            prune_after_cut(bk, name)
         return list(dropped)
 
     def start_log_retention(self, interval_s: float = 60.0,
@@ -583,3 +586,4 @@ class LogsMixin(CursorsMixin):
         delete_all(bk.store, name)
         if delete_ledgers_too:
             bk.delete_ledgers(sorted({*loaded.meta.listed_ids, *replaced}))
+            delete_table(bk, loaded.meta)

@@ -9,6 +9,10 @@ lock goes with its ZooKeeper session. It only saves work: a run that lost its lo
 offload runs are idempotent and checked by CAS (`client.log.offload`) and deleting a ledger twice is a
 no-op.
 
+Truncation and retention take the files of offloaded records they drop off the table (Delta remove
+actions, one commit: `prune_table`, idempotent: it removes what the table names and the log does not),
+and the files are deleted (vacuum) once the deletion lag has passed; `delete_log` deletes the table.
+
 Deleting the bookie copies of a run (`delete_offloaded_copies`): delete the ledgers its `offloaded-<run>`
 znode names (a ledger gone already is skipped), then the znode. A crash in between leaves the znode: the
 next run deletes the same ledgers again and then the znode. Readers read those ledgers' entries from the
@@ -25,6 +29,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core import offload_policy as op
 from bkledger.client.log.core.names import check_log_name
@@ -51,6 +56,8 @@ class PolicyRun:
     deleted: tuple[int, ...] = ()
     runs: int = 0
     busy: bool = False
+    removed: tuple[str, ...] = ()      # files taken off the table (the log no longer names them)
+    vacuumed: tuple[str, ...] = ()     # files deleted from the store (taken off longer than the lag ago)
 
 
 def set_log_offload(bk: BookKeeper, name: str, pol: op.OffloadPolicy | None) -> op.OffloadPolicy | None:
@@ -81,8 +88,8 @@ def policy_lock(bk: BookKeeper, name: str) -> Iterator[bool]:
 def run_policy(bk: BookKeeper, name: str, *, default_store_uri: str | None = None,
                max_ledgers: int = MAX_LEDGERS_PER_RUN, max_deletions: int = MAX_DELETIONS_PER_RUN) -> PolicyRun:
     """One run of the log's policy under its lock: offload the ledgers due (at most `max_ledgers`), then
-    delete the bookie copies due. `default_store_uri`: the table store when neither the policy nor the
-    log names one (else `offload_store.default_store_uri()`)."""
+    delete the bookie copies due, then prune the table (`prune_table`). `default_store_uri`: the table
+    store when neither the policy nor the log names one (else `offload_store.default_store_uri()`)."""
     with policy_lock(bk, name) as held:
         if not held:
             return PolicyRun(name, busy=True)
@@ -96,7 +103,8 @@ def run_policy(bk: BookKeeper, name: str, *, default_store_uri: str | None = Non
 
             done = offload_log(bk, name, store, max_ledgers=min(due, max_ledgers))
         deleted, runs = delete_offloaded_copies(bk, name, max_runs=max_deletions)
-        return PolicyRun(name, done, tuple(deleted), runs)
+        removed, vacuumed = prune_table(bk, name)
+        return PolicyRun(name, done, tuple(deleted), runs, removed=tuple(removed), vacuumed=tuple(vacuumed))
 
 
 def delete_offloaded_copies(bk: BookKeeper, name: str, *, max_runs: int = MAX_DELETIONS_PER_RUN,
@@ -147,6 +155,48 @@ def fmt_ms(ms: int) -> str:
     import datetime
 
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def prune_table(bk: BookKeeper, name: str) -> tuple[list[str], list[str]]:
+    """Take off the log's table the files the log no longer names (truncation and retention dropped their
+    records), then vacuum the files taken off longer than the deletion lag ago (the policy's; with none or
+    "keep", 4 h): a reader that planned a file before the cut still finds it until then. (files removed,
+    files deleted); nothing for a log never offloaded."""
+    from bkledger.client.log import offload_store as store_io
+
+    meta = require_log(bk.store, name)[0]
+    now = ol.state(meta)
+    if now.uri is None:
+        return [], []
+    table = store_io.table_store(now.uri, name)
+    removed = store_io.remove_stale(table, {f for f, *_ in ol.offloaded_files(meta)}, now.run)
+    if removed:
+        log.info("log %r: took %d files the log no longer holds off its table: %s", name, len(removed), removed)
+    lag = op.deletion_lag(meta)
+    return removed, store_io.vacuum(table, op.DEFAULT_DELETION_LAG_S if lag is None else lag)
+
+
+def prune_after_cut(bk: BookKeeper, name: str) -> None:
+    """`prune_table` after a truncation or a retention cut; a failure is logged, not raised (the cut is
+    done; the offloader's next run of the log prunes the table)."""
+    try:
+        prune_table(bk, name)
+    except Exception as exc:  # noqa: BLE001 - the cut succeeded; its table catches up later
+        log.warning("log %r: the offloaded files the cut dropped stay in its table until the offloader's next "
+                    "run: %s", name, exc)
+
+
+def delete_table(bk: BookKeeper, meta: lm.LogMetadata) -> None:
+    """Delete a deleted log's table (if it has one); a failure is logged (the folder is then the user's)."""
+    uri = ol.state(meta).uri
+    if uri is None:
+        return
+    from bkledger.client.log import offload_store as store_io
+
+    try:
+        store_io.delete_table(store_io.table_store(uri, meta.name))
+    except Exception as exc:  # noqa: BLE001 - the log is deleted; say what is left
+        log.warning("log %r is deleted but its table at %s could not be: %s", meta.name, uri, exc)
 
 
 class OffloadPolicyMixin:

@@ -149,3 +149,51 @@ def test_kill_9_of_the_daemon_mid_run_then_a_rerun_keeps_every_record_once(bk, c
     assert table_rows(bk, name) == before[:24]
     assert on_bookies(bk, ids) == [] and copies_znodes(bk, name) == []
     folder_matches_table(bk, name, store)
+
+
+def table_files(bk: BookKeeper, name: str) -> tuple[list[str], list[str]]:
+    """(files the log's Delta table names, Parquet files in its folder)."""
+    from deltalake import DeltaTable
+
+    from bkledger.client.log.offload_store import committed_files, table_store
+
+    uri = ol.state(bk.log_metadata(name)).uri
+    assert uri is not None
+    table = table_store(uri, name)
+    return sorted(committed_files(DeltaTable(table.uri))), sorted(p.name for p in Path(table.root).glob("*.parquet"))
+
+
+def test_truncation_and_retention_take_files_off_the_table_and_vacuum_deletes_them_after_the_lag(bk, tmp_path):
+    """A truncation into offloaded history takes the dropped records' files off the table (a remove action)
+    and leaves them on disk (lag 4 h: a reader that planned them still reads them from where the log's
+    records it loaded say); a cut whose prune
+    never ran (a crash after its CAS) is pruned by the offloader's next run, once; with lag 0 that run
+    also vacuums the files away. Retention does the same. delete_log deletes the table."""
+    from bkledger.client.log.core import meta as lm
+    from bkledger.client.log.offload_store import read_log_file
+    from bkledger.client.log.store import update_log
+
+    name, _ = new_log(bk, 60)
+    bk.offload_log(name, str(tmp_path / "store"), max_file_bytes=1)        # a file a ledger: 18 files
+    before = read_all(bk, name)
+    files = [f for f, *_ in ol.offloaded_files(bk.log_metadata(name))]    # in log order
+    assert table_files(bk, name) == (sorted(files), sorted(files)) and len(files) == 18
+    planned = bk.log_metadata(name)                                        # what a reader planned before the cut
+    assert bk.truncate_log(name, before[12][0])                            # drops 4 ledgers: 4 files
+    assert table_files(bk, name) == (sorted(files[4:]), sorted(files))
+    assert read_log_file(planned, files[0]).num_rows == 3                  # still readable where it was planned
+    assert read_all(bk, name) == before[12:]
+    update_log(bk.store, name, lambda m: lm.truncated_before(m, before[24][0])[0])    # a cut, no prune (crash)
+    assert table_files(bk, name)[0] == sorted(files[4:])
+    assert offloader.prune_table(bk, name) == (sorted(files[4:8]), [])     # found and taken off, once
+    assert offloader.prune_table(bk, name) == ([], [])
+    bk.set_log_offload(name, after_bytes=10**12, deletion_lag_seconds=0)
+    run = offloader.run_policy(bk, name)
+    assert len(run.vacuumed) == 8 and table_files(bk, name) == (sorted(files[8:]), sorted(files[8:]))
+    bk.set_log_retention(name, max_bytes=1)
+    bk.apply_log_retention(name)
+    assert table_files(bk, name)[0] == [] and read_all(bk, name) == before[-3:]
+    root = Path(str(ol.state(bk.log_metadata(name)).uri)) / ol.table_dir(name)
+    assert root.exists()
+    bk.delete_log(name)
+    assert not root.exists()
