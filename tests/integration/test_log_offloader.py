@@ -197,3 +197,31 @@ def test_truncation_and_retention_take_files_off_the_table_and_vacuum_deletes_th
     assert root.exists()
     bk.delete_log(name)
     assert not root.exists()
+
+
+def test_cli_offload_policy_shows_sets_keeps_what_is_not_given_and_clears(bk, cluster, capsys):
+    """`bkledger log offload-policy`: no options shows the policy; options set only what they name
+    (durations and sizes with units, keep); a bad value is one line and exit 1 or 2; --clear removes it."""
+    import json
+
+    from bkledger.bookie.cli import main as cli_main
+
+    name, _ = new_log(bk, 6)
+    uri = ["--uri", cluster.metadata_service_uri]
+
+    def policy_json(*args: str) -> object:
+        capsys.readouterr()
+        assert cli_main(["log", "offload-policy", name, "--json", *args, *uri]) == 0
+        return json.loads(capsys.readouterr().out)["policy"]
+
+    assert policy_json() is None
+    assert policy_json("--after-bytes", "512m", "--deletion-lag", "30m") == {
+        "after_bytes": 512 << 20, "after_seconds": None, "store_uri": None, "deletion_lag_seconds": 1800.0}
+    assert policy_json("--after-age", "2h", "--deletion-lag", "keep", "--store", "/x") == {
+        "after_bytes": 512 << 20, "after_seconds": 7200.0, "store_uri": "/x", "deletion_lag_seconds": "keep"}
+    got = bk.log_offload_policy(name)
+    assert got is not None and got.deletion_lag_s is None and got.after_seconds == 7200
+    assert cli_main(["log", "offload-policy", name, "--deletion-lag", "soon", *uri]) == 2
+    assert cli_main(["log", "offload-policy", name, "--after-bytes", "none", "--after-age", "none", *uri]) == 1
+    assert "needs after_bytes or after_seconds" in capsys.readouterr().err
+    assert policy_json("--clear") is None
