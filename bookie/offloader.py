@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from bkledger.bookie.thread_guard import ThreadFailures
 from bkledger.client.errors import BKError, LogNotFoundError
+from bkledger.client.log.core import offload_policy as op
 from bkledger.client.log.offloader import MAX_DELETIONS_PER_RUN, MAX_LEDGERS_PER_RUN, PolicyRun, run_policy
 
 if TYPE_CHECKING:
@@ -56,10 +57,8 @@ class Offloader:
         self._next = ""                  # the round after this one starts at the first log name >= this
 
     def _chosen(self) -> list[str]:
-        names = sorted(self.names if self.names is not None else self.bk.list_logs())
-        start = next((i for i, name in enumerate(names) if name >= self._next), 0)
-        chosen = (names[start:] + names[:start])[: self.max_logs]
-        self._next = names[(start + len(chosen)) % len(names)] if names else ""
+        names = self.names if self.names is not None else self.bk.list_logs()
+        chosen, self._next = op.next_round(names, self._next, self.max_logs)
         return chosen
 
     def run_once(self) -> list[PolicyRun]:

@@ -225,3 +225,35 @@ def test_cli_offload_policy_shows_sets_keeps_what_is_not_given_and_clears(bk, cl
     assert cli_main(["log", "offload-policy", name, "--after-bytes", "none", "--after-age", "none", *uri]) == 1
     assert "needs after_bytes or after_seconds" in capsys.readouterr().err
     assert policy_json("--clear") is None
+
+
+def test_the_daemon_runs_rounds_exports_its_counters_and_stops_on_sigterm(bk, cluster, tmp_path):
+    """`bkledger offloader` as a long-running process: it offloads a log whose policy is set after it
+    started (a later round), serves its counters on --metrics-port (127.0.0.1), and SIGTERM stops it
+    cleanly (exit 0)."""
+    import signal
+    import urllib.request
+
+    from tests.integration.test_log_offload_s3 import free_port
+
+    name, ids = new_log(bk)
+    port = free_port()
+    daemon = subprocess.Popen([sys.executable, "-m", "bkledger.bookie.cli", "offloader", "--uri",
+                               cluster.metadata_service_uri, "--store", str(tmp_path / "store"), "--interval", "0.5",
+                               "--logs", name, "--metrics-port", str(port)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        bk.set_log_offload(name, after_bytes=0, deletion_lag_seconds=0)
+        deadline = time.monotonic() + 60
+        while on_bookies(bk, ids) and time.monotonic() < deadline and daemon.poll() is None:
+            time.sleep(0.3)
+        assert on_bookies(bk, ids) == [] and ol.state(bk.log_metadata(name)).run == 1
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert "bkledger_offloader_rounds_total" in text
+        assert f"bkledger_offloader_deleted_ledgers_total {float(len(ids))}" in text
+        assert "bkledger_offloader_failures_total 0.0" in text
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, _ = daemon.communicate(timeout=60)
+    assert daemon.returncode == 0, out[-2000:]
+    assert "offloader stopping (SIGTERM" in out

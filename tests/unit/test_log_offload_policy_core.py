@@ -142,3 +142,15 @@ def test_lag_counts_sealed_history_on_bookies_offload_may_take_and_the_offloaded
     done = offload(meta, ol.plan(meta, ZERO, 1000, max_ledgers=2))
     after = op.lag(done)
     assert (after.bytes, after.oldest_closed_ms, after.offloaded_bytes) == (30, 103, 30)
+
+
+def test_offloader_rounds_take_a_bounded_number_of_logs_and_every_log_gets_its_turn():
+    names = ["d", "b", "a", "c", "e"]
+    got, nxt = op.next_round(names, "", 2)
+    assert (got, nxt) == (["a", "b"], "c")
+    got, nxt = op.next_round(names, nxt, 2)
+    assert (got, nxt) == (["c", "d"], "e")
+    got, nxt = op.next_round(names, nxt, 2)
+    assert (got, nxt) == (["e", "a"], "b")
+    assert op.next_round(["a", "b"], "bb", 5) == (["a", "b"], "a")      # "bb" deleted: wraps around
+    assert op.next_round([], "x", 3) == ([], "")

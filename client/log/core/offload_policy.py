@@ -203,3 +203,13 @@ def describe_policy(meta: LogMetadata) -> list[str]:
     return [f"offload policy      after_bytes={show(got.after_bytes)} after_seconds={show(got.after_seconds)} "
             f"deletion_lag={lag_text} store={got.store_uri or '-'}"]
 
+
+def next_round(names: Sequence[str], start_at: str, max_logs: int) -> tuple[list[str], str]:
+    """The logs an offloader round takes (at most `max_logs`, from the first name >= `start_at`, wrapping
+    around) and where the next round starts: every log gets its turn however many there are."""
+    ordered = sorted(names)
+    if not ordered:
+        return [], ""
+    first = next((i for i, name in enumerate(ordered) if name >= start_at), 0)
+    chosen = (ordered[first:] + ordered[:first])[:max_logs]
+    return chosen, ordered[(first + len(chosen)) % len(ordered)]
