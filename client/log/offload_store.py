@@ -252,12 +252,15 @@ def remove(store: TableStore, names: Sequence[str]) -> None:
     dt.create_write_transaction([RemoveAction(n, True, now) for n in names], "append", SCHEMA)
 
 
-def remove_stale(store: TableStore, keep: Collection[str], last_run: int) -> list[str]:
+def remove_stale(store: TableStore, log_name: str, keep: Collection[str], last_run: int) -> list[str]:
     """Take off the table, in ONE commit built on one snapshot, the files of runs up to `last_run` (runs the
     log swapped in) that the log no longer names (`keep`: the files it does): what truncation or retention
-    dropped. Idempotent: a rerun finds none left; files of a later run (committed, maybe not swapped in
-    yet) are never touched. The files stay on disk until `vacuum`."""
-    from deltalake import CommitProperties
+    dropped. Idempotent: a rerun finds none left; two at once: the commit carries an application
+    transaction (`bkledger-prune:<log>`, a counter), so the one landing second fails and removes
+    nothing. Files of a later run (committed, maybe not swapped in yet) are never touched. The files stay
+    on disk until `vacuum`."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import RemoveAction
 
     dt = _table(store)
@@ -265,11 +268,17 @@ def remove_stale(store: TableStore, keep: Collection[str], last_run: int) -> lis
         return []
     stale = [f for f in committed_files(dt) if (run := ol.run_of_file(f)) is not None and run <= last_run
              and f not in keep]
-    if stale:
-        now = int(time.time() * 1000)
-        props = CommitProperties(custom_metadata={"bkledger.offload.removed": str(len(stale))})
+    if not stale:
+        return []
+    app = f"bkledger-prune:{log_name}"
+    now = int(time.time() * 1000)
+    props = CommitProperties(app_transactions=[Transaction(app, (dt.transaction_version(app) or 0) + 1)],
+                             custom_metadata={"bkledger.offload.removed": str(len(stale))})
+    try:            # on the snapshot read: a prune of the same table landing meanwhile fails this one
         dt.create_write_transaction([RemoveAction(n, True, now) for n in stale], "append", SCHEMA,
                                     commit_properties=props)
+    except CommitFailedError:
+        return []                       # another prune took them off; the next run checks again
     return stale
 
 

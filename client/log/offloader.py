@@ -169,7 +169,7 @@ def prune_table(bk: BookKeeper, name: str) -> tuple[list[str], list[str]]:
     if now.uri is None:
         return [], []
     table = store_io.table_store(now.uri, name)
-    removed = store_io.remove_stale(table, {f for f, *_ in ol.offloaded_files(meta)}, now.run)
+    removed = store_io.remove_stale(table, name, {f for f, *_ in ol.offloaded_files(meta)}, now.run)
     if removed:
         log.info("log %r: took %d files the log no longer holds off its table: %s", name, len(removed), removed)
     lag = op.deletion_lag(meta)
