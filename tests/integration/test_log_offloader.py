@@ -257,3 +257,18 @@ def test_the_daemon_runs_rounds_exports_its_counters_and_stops_on_sigterm(bk, cl
         out, _ = daemon.communicate(timeout=60)
     assert daemon.returncode == 0, out[-2000:]
     assert "offloader stopping (SIGTERM" in out
+
+
+def test_a_reader_on_the_bookie_copies_goes_on_from_the_files_when_they_are_deleted_at_once(bk, tmp_path):
+    """Deletion lag 0: a reader that was reading the ledgers from the bookies when the offloader offloaded
+    them and deleted their copies goes on from the table's files: every record once, in order."""
+    name, ids = new_log(bk)
+    before = read_all(bk, name)
+    bk.set_log_offload(name, after_bytes=0, deletion_lag_seconds=0)
+    with bk.open_log_reader(name, "earliest") as reader:
+        first = [(reader.read_next(timeout=5.0)) for _ in range(4)]
+        run = offloader.run_policy(bk, name, default_store_uri=str(tmp_path / "store"))
+        assert sorted(run.deleted) == ids and on_bookies(bk, ids) == []
+        rest = list(reader.read(timeout=0.5))
+    got = [(r.position, r.payload) for r in first if r is not None] + [(r.position, r.payload) for r in rest]
+    assert got == before
