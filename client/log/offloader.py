@@ -147,14 +147,8 @@ def describe_copies(found: list[op.Copies], lag_s: float | None) -> list[str]:
     ledgers = sum(len(c.ledgers) for c in found)
     stamps = [c.swapped_ms for c in found if c.swapped_ms is not None]
     when = "kept (deletion lag: keep)" if lag_s is None else \
-        f"the first due {fmt_ms(min(stamps) + int(lag_s * 1000))}" if stamps else "due now"
+        f"the first due {op.utc(min(stamps) + int(lag_s * 1000))}" if stamps else "due now"
     return [f"bookie copies       {ledgers} ledgers of {len(found)} offload runs wait for deletion; {when}"]
-
-
-def fmt_ms(ms: int) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def prune_table(bk: BookKeeper, name: str) -> tuple[list[str], list[str]]:

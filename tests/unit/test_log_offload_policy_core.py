@@ -32,7 +32,11 @@ def test_policy_is_stored_with_the_log_and_read_back():
     assert op.deletion_lag(meta) == op.DEFAULT_DELETION_LAG_S == 4 * 3600
     assert op.policy(op.with_policy(meta, op.make_policy(1, None, None, 0))).deletion_lag_s == 0
     assert op.describe_policy(stored) == ["offload policy      after_bytes=100 after_seconds=60 deletion_lag=keep "
-                                          "store=/store"]
+                                          "store=/store", "offload lag         0 bytes of sealed ledgers on "
+                                          "bookies not offloaded yet"]
+    longer = op.with_policy(log_of((1, 1, 10), (2, 1, 10), (3, 1, 10)), pol)
+    assert op.describe_policy(longer)[1] == ("offload lag         10 bytes of sealed ledgers on bookies not "
+                                             "offloaded yet (the oldest closed 1970-01-01 00:00:00 UTC)")
 
 
 def test_policy_survives_the_log_head_round_trip():

@@ -20,6 +20,7 @@ reads those ledgers' entries from the table's files.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -191,7 +192,7 @@ def due_copies(found: Sequence[Copies], lag_s: float | None, now_ms: int) -> lis
 
 
 def describe_policy(meta: LogMetadata) -> list[str]:
-    """The policy line of `bkledger log describe` (none if the log has no policy)."""
+    """The policy and offload lag lines of `bkledger log describe` (none if the log has no policy)."""
     got = policy(meta)
     if got is None:
         return []
@@ -200,8 +201,15 @@ def describe_policy(meta: LogMetadata) -> list[str]:
         return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
     lag_text = KEEP if got.deletion_lag_s is None else f"{got.deletion_lag_s:g}s"
+    behind = lag(meta)
     return [f"offload policy      after_bytes={show(got.after_bytes)} after_seconds={show(got.after_seconds)} "
-            f"deletion_lag={lag_text} store={got.store_uri or '-'}"]
+            f"deletion_lag={lag_text} store={got.store_uri or '-'}",
+            f"offload lag         {behind.bytes} bytes of sealed ledgers on bookies not offloaded yet"
+            + ("" if behind.oldest_closed_ms is None else f" (the oldest closed {utc(behind.oldest_closed_ms)})")]
+
+
+def utc(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def next_round(names: Sequence[str], start_at: str, max_logs: int) -> tuple[list[str], str]:
