@@ -1,7 +1,7 @@
 """The `bkledger` command: `bookie` (one standalone bookie), `autorecovery` (the auditor and replication
 worker beside a bookie), `zookeeper` (a standalone ZooKeeper server for several hosts:
-`bookie.local.zookeeper_cmd`), `local` (a cluster on this machine), `log` (logs made of ledgers: `bookie.log_cli`)
-and `shell` (the admin shell, `bookie.shell`).
+`bookie.local.zookeeper_cmd`), `local` (a cluster on this machine), `log` (logs made of ledgers: `bookie.log_cli`),
+`offloader` (applies the logs' offload policies: `bookie.offloader`) and `shell` (the admin shell, `bookie.shell`).
 
 Mirrors BookKeeper's `bin/bookkeeper bookie` and the local-bookie tooling. Errors a user can fix
 print one line saying what to do and exit non-zero; they never print a traceback.
@@ -217,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     from bkledger.bookie.log_cli import add_log_parser
 
     add_log_parser(sub)
+    from bkledger.bookie.offloader import add_offloader_parser
+
+    add_offloader_parser(sub)
     return parser
 
 
@@ -232,7 +235,7 @@ def _version() -> str:
 # Daemons whose SIGTERM/SIGINT a watcher thread takes (to name the sender): the signals are blocked before
 # the parser is built, since building it imports the client, and an import may start a thread (gRPC's,
 # numpy's BLAS pool) that would otherwise take the signal (bookie.stop_signals).
-DAEMONS = frozenset({"bookie", "autorecovery"})
+DAEMONS = frozenset({"bookie", "autorecovery", "offloader"})
 
 
 def main(argv: list[str] | None = None) -> int:

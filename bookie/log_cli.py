@@ -65,7 +65,13 @@ def cmd_describe(bk: BookKeeper, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(shown(meta), indent=2, sort_keys=True))       # the log's own key hidden
     else:
-        print("\n".join(printable(line) for line in describe_log(meta)))
+        from bkledger.client.log import offloader
+        from bkledger.client.log.core import offload_policy as op
+
+        lines = describe_log(meta)
+        at = len(lines) - len(meta.ledgers) - 1                  # before the table of ledgers
+        lines[at:at] = offloader.describe_copies(offloader.pending_copies(bk, args.name), op.deletion_lag(meta))
+        print("\n".join(printable(line) for line in lines))
     return 0
 
 
@@ -199,6 +205,34 @@ def cmd_offload(bk: BookKeeper, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_offload_policy(bk: BookKeeper, args: argparse.Namespace) -> int:
+    """Show, set or (--clear) remove the log's offload policy, which `bkledger offloader` applies; options
+    not given keep their value."""
+    from bkledger.client.log.core import offload_policy as op
+
+    if args.clear:
+        bk.clear_log_offload(args.name)
+    elif any(x is not None for x in (args.after_bytes, args.after_age, args.store, args.deletion_lag)):
+        now = bk.log_offload_policy(args.name) or op.OffloadPolicy()
+        size = _limit(args.after_bytes, _SIZES, "--after-bytes")
+        age = _limit(args.after_age, _SECONDS, "--after-age")
+        lag: float | str | None = now.deletion_lag_s
+        if args.deletion_lag is not None:
+            got = op.KEEP if args.deletion_lag.lower() == op.KEEP else _limit(args.deletion_lag, _SECONDS,
+                                                                              "--deletion-lag")
+            if got is None:
+                raise UsageError(f"--deletion-lag: give seconds (or 30m, 4h) or {op.KEEP}")
+            lag = got if isinstance(got, str) else float(got)
+        bk.set_log_offload(args.name, after_bytes=now.after_bytes if size is False else None if size is None
+                           else int(size), after_seconds=now.after_seconds if age is False else age,
+                           store_uri=args.store or now.store_uri, deletion_lag_seconds=op.KEEP if lag is None else lag)
+    pol = bk.log_offload_policy(args.name)
+    shown = pol.as_dict() if pol is not None else None
+    rows = [(k, "none" if v is None else v) for k, v in (shown or {}).items()] or [("policy", "none")]
+    _emit(args, {"log": args.name, "policy": shown}, table(("offload policy of " + args.name, "value"), rows))
+    return 0
+
+
 def _offloaded_before(bk: BookKeeper, name: str) -> bool:
     from bkledger.client.log.core import offload as ol
 
@@ -241,7 +275,7 @@ def add_log_parser(sub: Any) -> None:
     common.add_argument("--json", action="store_true", help="JSON output for scripts (tail: one object a line)")
 
     log = sub.add_parser("log", help="logs made of ledgers: list, describe, create, delete, truncate, "
-                                     "retention, append, tail, cursors, compact, offload")
+                                     "retention, append, tail, cursors, compact, offload, offload-policy")
     verbs = log.add_subparsers(dest="action", required=True)
 
     def verb(name: str, func: Callable[[BookKeeper, argparse.Namespace], int], text: str,
@@ -279,6 +313,16 @@ def add_log_parser(sub: Any) -> None:
                                    "&scheme=http (default: the log's, else DIR/offload of a local cluster)")
     p.add_argument("--max-file-bytes", type=int, default=64 << 20, help="ledger bytes per Parquet file")
     p.add_argument("--password", default="", help="the log's ledger password")
+    p = verb("offload-policy", cmd_offload_policy, "show or set when `bkledger offloader` offloads the log and "
+             "deletes its bookie copies")
+    p.add_argument("--after-bytes", help="offload once the sealed ledgers on bookies hold more: bytes or 512m, "
+                                         "10g; none: no byte threshold")
+    p.add_argument("--after-age", help="offload ledgers closed longer ago: seconds or 30m, 12h, 7d; none: no age "
+                                       "threshold")
+    p.add_argument("--store", help="table store URI (default: the log's, else the offloader's)")
+    p.add_argument("--deletion-lag", help="delete the bookie copies this long after an offload: seconds or 30m, "
+                                          "4h; 0: at once; keep: never (default 4h)")
+    p.add_argument("--clear", action="store_true", help="remove the policy (offloaded history stays)")
     log.set_defaults(func=cmd_log)
 
 

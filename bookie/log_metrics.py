@@ -15,7 +15,8 @@ the rest wait for a later round with their previous figures (`bkledger_log_figur
 cannot be read this round (changing too fast, unreadable) keeps its previous figures and is named in the
 daemon's log.
 Bytes and entries count the sealed ledgers (a ledger's size is recorded when it is sealed); the open
-ledgers are counted apart.
+ledgers are counted apart. Logs with tiered history (an offload policy or offloaded files) also export
+their offload lag and offloaded bytes (`bkledger_log_offload_*`, `bkledger_log_offloaded_bytes`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from bkledger.client.errors import BKError
+from bkledger.client.log.core import offload as ol
+from bkledger.client.log.core import offload_policy as op
+from bkledger.client.log.core.offload_policy import OffloadLag
 from bkledger.client.log.core.stored import decode_head
 from bkledger.client.log.store import load_log
 
@@ -61,6 +65,9 @@ class LogFigures:
     created_ms: int
     last_commit_ms: int     # mtime of the log's head znode: its last change
     version: int            # the head's version these figures were read at
+    # tiered history (issue 42), for a log with an offload policy or offloaded history (else None): sealed
+    # history on bookies the offloader may take and has not (`core.offload_policy.lag`)
+    offload: OffloadLag | None = None
 
 
 class LogFiguresReader:
@@ -135,9 +142,10 @@ class LogFiguresReader:
         self.segment_reads += 1
         meta = loaded.meta
         sealed = [led for led in meta.ledgers if led.sealed]
+        tiered = op.policy(meta) is not None or ol.state(meta).uri is not None
         return LogFigures(name, len(meta.ledgers), len(meta.ledgers) - len(sealed),
                           sum(led.size or 0 for led in sealed), sum(led.entries or 0 for led in sealed),
-                          meta.created_ms, mtime_ms, version)
+                          meta.created_ms, mtime_ms, version, op.lag(meta) if tiered else None)
 
     def clear(self) -> None:
         with self._lock:
@@ -176,6 +184,7 @@ def log_metric_families(reader: LogFiguresReader, now: float | None = None) -> I
         families["commit"].add_metric(label, fig.last_commit_ms / 1000.0)
         families["age"].add_metric(label, max(0.0, now - fig.last_commit_ms / 1000.0))
     yield from families.values()
+    yield from _offload_families(figures, now)
     yield GaugeMetricFamily("bkledger_logs", "logs in the cluster", value=total)
     yield GaugeMetricFamily("bkledger_logs_omitted", "logs in the cluster with no figures exported "
                             "(beyond logMetricsMaxLogs, or not readable yet)",
@@ -184,3 +193,21 @@ def log_metric_families(reader: LogFiguresReader, now: float | None = None) -> I
                             value=refreshed)
     yield GaugeMetricFamily("bkledger_log_figures_deferred", "changed logs whose figures wait for a later "
                             "round (segment reads per round are bounded)", value=deferred)
+
+
+def _offload_families(figures: dict[str, LogFigures], now: float) -> Iterator[Metric]:
+    """Offload lag (bytes and age of the sealed history on bookies not yet offloaded) and offloaded bytes,
+    for the logs with an offload policy or offloaded history."""
+    lag_bytes = GaugeMetricFamily("bkledger_log_offload_lag_bytes", "bytes of the log's sealed ledgers on bookies "
+                                  "that offload may take and has not yet", labels=["log"])
+    lag_seconds = GaugeMetricFamily("bkledger_log_offload_lag_seconds", "seconds since the oldest of those ledgers "
+                                    "was closed (0: none), at scrape time", labels=["log"])
+    offloaded = GaugeMetricFamily("bkledger_log_offloaded_bytes", "bytes of the log's history offloaded to its "
+                                  "table (as the ledgers held them)", labels=["log"])
+    for name, fig in sorted(figures.items()):
+        if fig.offload is None:
+            continue
+        lag_bytes.add_metric([name], fig.offload.bytes)
+        lag_seconds.add_metric([name], fig.offload.seconds(int(now * 1000)))
+        offloaded.add_metric([name], fig.offload.offloaded_bytes)
+    yield from (lag_bytes, lag_seconds, offloaded)

@@ -38,6 +38,7 @@ from bkledger.client.errors import (
 )
 from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.logs import LogsMixin
+from bkledger.client.log.offloader import OffloadPolicyMixin
 from bkledger.client.log.transaction import TransactionsMixin
 from bkledger.client.meta.cluster_root import require_cluster
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
@@ -63,7 +64,7 @@ SQUAT_PROBE_TIMEOUT_S = 2.0   # bound of the ReadLac that asks each bookie of a 
 OPEN_BATCH = 1000          # ledger metadata znodes read in one pipelined batch by open_ledgers
 
 
-class BookKeeper(LogsMixin, TransactionsMixin):
+class BookKeeper(LogsMixin, TransactionsMixin, OffloadPolicyMixin):
     def __init__(self, metadata_service_uri: str, *, config: ClientConfig | None = None,
                  placement: PlacementPolicy | None = None, metrics_registry: Any = None, **options: Any):
         self.metadata_service_uri = metadata_service_uri

@@ -44,6 +44,7 @@ from bkledger.client.errors import (
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import offload as ol
+from bkledger.client.log.core import offload_policy as op
 from bkledger.client.log.core import outcome
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
@@ -51,6 +52,7 @@ from bkledger.client.log.cursors import CursorsMixin
 from bkledger.client.log.ledgers import JOB_KEY, LOG_KEY, RollPolicy, log_ledger_password, seal_tail
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.naming import creatable_log_name
+from bkledger.client.log.offloader import delete_table, prune_after_cut
 from bkledger.client.log.store import (
     LoadedLog,
     delete_log_znodes,
@@ -165,7 +167,7 @@ def describe_log(meta: LogMetadata) -> list[str]:
     ]
     if meta.committed_batches:
         lines.append(f"committed batches   {dict(sorted(meta.committed_batches.items()))}")
-    lines += ol.describe_tiers(meta)
+    lines += op.describe_policy(meta) + ol.describe_tiers(meta)
     lines.append(f"{'ledger_id':>12}{'first_pos':>12}{'entries':>10}{'bytes':>12}  state")
     for led in meta.ledgers:
         state = "closed" if led.sealed else "open"
@@ -424,6 +426,7 @@ class LogsMixin(CursorsMixin):
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r truncated before %s: deleted ledgers %s", name, before, dropped)
+            prune_after_cut(bk, name)
         return list(dropped)
 
     def set_log_retention(self, name: str, *, max_age_s: float | None = None,
@@ -453,6 +456,7 @@ class LogsMixin(CursorsMixin):
         bk.delete_ledgers(dropped)
         if dropped:
             log.info("log %r retention: deleted ledgers %s", name, dropped)
+            prune_after_cut(bk, name)
         return list(dropped)
 
     def start_log_retention(self, interval_s: float = 60.0,
@@ -536,3 +540,4 @@ class LogsMixin(CursorsMixin):
         delete_all(bk.store, name)
         if delete_ledgers_too:
             bk.delete_ledgers(sorted({*loaded.meta.listed_ids, *replaced}))
+            delete_table(bk, loaded.meta)

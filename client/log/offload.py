@@ -13,9 +13,10 @@ reads the files' footers and swaps them in without writing anything; after the s
 run and the next run starts. Records whose ledgers the log no longer holds as planned (truncated or
 rewritten between the commit and the swap) are not swapped in, and their files are removed from the
 table, so the table holds exactly the log's offloaded history. The bookie copies of offloaded ledgers
-are left where they are: the log still lists their ids (in the offloaded records), and the swap names
-the compacted ledgers it leaves unlisted in a child znode of the log (`offloaded-<run>`), so that
-`delete_log` and a later deletion after a lag find them.
+are left where they are: the swap names every bookie ledger its records hold (the logical ledgers they
+list and the compacted ledgers it leaves unlisted) and its time in a child znode of the log
+(`offloaded-<run>`, created in the same transaction), so that `delete_log` and the deletion after the
+lag (`client.log.offloader`, `core.offload_policy`) find them.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from bkledger.client.errors import (
 )
 from bkledger.client.log import offload_store as store_io
 from bkledger.client.log.compaction import _payloads_in_order
-from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import offload as ol
+from bkledger.client.log.core import offload_policy as op
 from bkledger.client.log.core.meta import LogLedger, LogMetadata
 from bkledger.client.log.store import LOG_UPDATE_ATTEMPTS, commit_changes, now_ms, prepare_change, require_loaded
 from bkledger.client.meta.zksession import ZkOp
@@ -75,15 +76,18 @@ class OffloadResult:
 
 def offload_log(bk: BookKeeper, name: str, store_uri: str | None = None, *,
                 storage_options: Mapping[str, str] | None = None, max_file_bytes: int = DEFAULT_FILE_BYTES,
-                password: bytes = b"") -> OffloadResult:
+                password: bytes = b"", max_ledgers: int | None = None) -> OffloadResult:
     """Offload the log's sealed ledgers (see the module docstring). `store_uri`: where its table goes the
     first time (default `offload_store.default_store_uri()`); later runs use the one the log records
     (another one: InvalidOptionError). A failure of the table store (unreachable, refused, a file that is
-    not one offload wrote, deltalake missing) is an OffloadError."""
+    not one offload wrote, deltalake missing) is an OffloadError. `max_ledgers`: offload at most the
+    log's oldest that many sealed ledgers on bookies this run (None: all it may take)."""
+    if max_ledgers is not None and max_ledgers < 1:
+        raise InvalidOptionError(f"max_ledgers must be >= 1 or None, got {max_ledgers}")
     if max_file_bytes < 1:
         raise InvalidOptionError(f"max_file_bytes must be >= 1, got {max_file_bytes}")
     try:
-        return _offload(bk, name, store_uri, storage_options, max_file_bytes, password)
+        return _offload(bk, name, store_uri, storage_options, max_file_bytes, password, max_ledgers)
     except ImportError as exc:
         raise OffloadError(f"offload needs the deltalake package ({exc}): pip install 'bkledger[delta]'") from exc
     except Exception as exc:
@@ -94,7 +98,7 @@ def offload_log(bk: BookKeeper, name: str, store_uri: str | None = None, *,
 
 
 def _offload(bk: BookKeeper, name: str, store_uri: str | None, storage_options: Mapping[str, str] | None,
-             max_file_bytes: int, password: bytes) -> OffloadResult:
+             max_file_bytes: int, password: bytes, max_ledgers: int | None = None) -> OffloadResult:
     meta = require_loaded(bk.store, name, whole=True).meta
     before = ol.state(meta)
     uri = _store_uri(name, before, store_uri)
@@ -103,7 +107,7 @@ def _offload(bk: BookKeeper, name: str, store_uri: str | None, storage_options: 
     done, dt = store_io.committed_run(table, app)
     if done is not None and done >= run:
         return _resume(bk, name, table, uri, run, dt)
-    groups = ol.plan(meta, _envelopes(bk, meta), max_file_bytes)
+    groups = ol.plan(meta, _envelopes(bk, meta), max_file_bytes, max_ledgers=max_ledgers)
     if not groups:
         return OffloadResult(before.run, table.uri, before.version, [])
     token = uuid.uuid4().hex[:8]
@@ -162,10 +166,10 @@ def _swap(bk: BookKeeper, name: str, table: store_io.TableStore, uri: str, run: 
                                f"{ol.state(loaded.meta).run}): another offloader ran; nothing to do")
         new, skipped = got
         change = prepare_change(bk.store, loaded, new)
-        gone = ol.unlisted(loaded.meta, new)
-        if gone:                        # named in the same transaction: bookie copies never lose their owner
-            path, data = f"{loaded.path}/{ol.unlisted_znode(run)}", cp.encode_pending(gone)
-            bk.store.check_size(path, data, f"log {name!r}: the ledgers offload run {run} left unlisted")
+        copies = op.copies_of_run([rec for rec in records if rec not in skipped], ol.unlisted(loaded.meta, new))
+        if copies:                      # named in the same transaction: bookie copies never lose their owner
+            path, data = f"{loaded.path}/{ol.unlisted_znode(run)}", op.encode_copies(copies, now_ms())
+            bk.store.check_size(path, data, f"log {name!r}: the bookie ledgers of offload run {run}")
             change = dataclasses.replace(change, ops=(*change.ops, ZkOp("create", path, data)))
         try:
             commit_changes(bk.store, [change])

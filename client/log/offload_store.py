@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -249,6 +250,56 @@ def remove(store: TableStore, names: Sequence[str]) -> None:
         return
     now = int(time.time() * 1000)
     dt.create_write_transaction([RemoveAction(n, True, now) for n in names], "append", SCHEMA)
+
+
+def remove_stale(store: TableStore, log_name: str, keep: Collection[str], last_run: int) -> list[str]:
+    """Take off the table, in ONE commit built on one snapshot, the files of runs up to `last_run` (runs the
+    log swapped in) that the log no longer names (`keep`: the files it does): what truncation or retention
+    dropped. Idempotent: a rerun finds none left; two at once: the commit carries an application
+    transaction (`bkledger-prune:<log>`, a counter), so the one landing second fails and removes
+    nothing. Files of a later run (committed, maybe not swapped in yet) are never touched. The files stay
+    on disk until `vacuum`."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import RemoveAction
+
+    dt = _table(store)
+    if dt is None:
+        return []
+    stale = [f for f in committed_files(dt) if (run := ol.run_of_file(f)) is not None and run <= last_run
+             and f not in keep]
+    if not stale:
+        return []
+    app = f"bkledger-prune:{log_name}"
+    now = int(time.time() * 1000)
+    props = CommitProperties(app_transactions=[Transaction(app, (dt.transaction_version(app) or 0) + 1)],
+                             custom_metadata={"bkledger.offload.removed": str(len(stale))})
+    try:            # on the snapshot read: a prune of the same table landing meanwhile fails this one
+        dt.create_write_transaction([RemoveAction(n, True, now) for n in stale], "append", SCHEMA,
+                                    commit_properties=props)
+    except CommitFailedError:
+        return []                       # another prune took them off; the next run checks again
+    return stale
+
+
+def vacuum(store: TableStore, retention_s: float) -> list[str]:
+    """Delete the files taken off the table at least `retention_s` seconds ago (rounded up to hours, as
+    Delta's vacuum counts them; only files with a remove action: never one a running offload wrote and
+    has not committed yet). Commits (two) only when there is something to delete; the paths deleted."""
+    dt = _table(store)
+    if dt is None:
+        return []
+    hours = math.ceil(retention_s / 3600)
+    if not dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False):
+        return []
+    return list(dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False))
+
+
+def delete_table(store: TableStore) -> None:
+    """Delete the log's whole table folder (its log is deleted: a log created again by that name starts a
+    new table, its offload runs numbered from 1 again)."""
+    with contextlib.suppress(FileNotFoundError):
+        store.fs.delete_dir(store.root)
 
 
 # ---- reading the log's history back ----------------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_compaction_and_offload_compose(bk, name, tmp_path):
     assert len(bk.log_metadata(name).ledgers) == 3
     done = bk.offload_log(name, str(tmp_path / "store"))
     got = bk.store.get(f"{log_path(bk.store, name)}/{ol.unlisted_znode(1)}")
-    assert got is not None and cp.decode_pending(got[0]) == [compacted]
+    assert got is not None and compacted in cp.decode_pending(got[0])
     assert done.entries == 30
     assert read_all(bk, name) == before
     assert read_all(bk, name, positions[7]) == before[7:]

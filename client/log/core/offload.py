@@ -120,11 +120,12 @@ def candidates(meta: LogMetadata, keep_tail: int = KEEP_TAIL) -> list[LogLedger]
 
 
 def plan(meta: LogMetadata, envelopes: Mapping[int, int | None], max_file_bytes: int,
-         keep_tail: int = KEEP_TAIL) -> list[Group]:
+         keep_tail: int = KEEP_TAIL, max_ledgers: int | None = None) -> list[Group]:
     """The files of one run, in log order: the candidates cut where the envelope changes, where one
     cannot be stored (its envelope unknown or not storable: the run stops there) and every
     `max_file_bytes` (a bigger ledger gets a file of its own) or `cp.MAX_REPLACED` logical ledgers.
-    `envelopes`: the envelope version of each candidate (by ledger id; the log's record if absent)."""
+    `envelopes`: the envelope version of each candidate (by ledger id; the log's record if absent);
+    `max_ledgers`: only the first that many candidates (None: all)."""
     groups: list[Group] = []
     current: list[LogLedger] = []
     kind = -1
@@ -134,7 +135,7 @@ def plan(meta: LogMetadata, envelopes: Mapping[int, int | None], max_file_bytes:
             groups.append(Group(tuple(current), kind))
         current.clear()
 
-    for led in candidates(meta, keep_tail):
+    for led in candidates(meta, keep_tail)[:max_ledgers]:
         version = envelopes.get(led.ledger_id, led.envelope)
         if version not in STORABLE_ENVELOPES:
             break
