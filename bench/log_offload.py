@@ -52,7 +52,7 @@ class Sizes:
     @staticmethod
     def of(mode: str) -> Sizes:
         if mode == "tiny":
-            return Sizes(3, 1 * MiB, 50)
+            return Sizes(1, 1 * MiB, 50)          # the smoke test: the code runs, once
         if mode == "quick":
             return Sizes(3, 8 * MiB, 500)
         return Sizes(3, 64 * MiB, 2_000)
