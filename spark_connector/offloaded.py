@@ -80,16 +80,22 @@ class OffloadedFiles:
         return rows
 
     def timestamp(self, log_name: str, view: LedgerView, entry_id: int) -> int | None:
-        """The record timestamp (us) of entry `entry_id` of an offloaded ledger (its file's timestamp
-        column is read once)."""
+        """The record timestamp (us) of entry `entry_id` of an offloaded ledger: the timestamp column of
+        the one row group holding it is read (once; a binary search probes few row groups)."""
         assert view.offloaded is not None
         table, name = view.offloaded
-        key = (table, log_name, name)
+        pf = self.file(log_name, table, name)
+        meta = pf.metadata
+        groups, skip = row_groups([meta.row_group(i).num_rows for i in range(meta.num_row_groups)],
+                                  view.base + entry_id, view.base + entry_id)
+        if not groups:
+            raise OffloadError(f"log {log_name!r}: offloaded file {name} has no row {view.base + entry_id}")
+        key = (table, log_name, f"{name}#{groups[0]}")
         if key not in self._stamps:
             if len(self._stamps) >= FILES_KEPT:
                 self._stamps.clear()
-            self._stamps[key] = self.file(log_name, table, name).read(columns=["timestamp"]).column(0)
-        value = self._stamps[key][view.base + entry_id]
+            self._stamps[key] = pf.read_row_group(groups[0], columns=["timestamp"]).column(0)
+        value = self._stamps[key][skip]
         return None if not value.is_valid else int(value.cast(pa.int64()).as_py())
 
 

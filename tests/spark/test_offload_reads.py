@@ -23,6 +23,7 @@ from bkledger.spark_connector.batch_reader import plan, read_any, read_schema
 from bkledger.spark_connector.history import file_uri
 from bkledger.spark_connector.offloaded import OffloadedFileGoneError
 from bkledger.spark_connector.options import parse_read_options
+from bkledger.spark_connector.pushdown import Pushed
 from bkledger.spark_connector.spark_compat import arrow_schema
 from tests.spark.test_streaming import Collector, fill, stream
 
@@ -91,6 +92,15 @@ def test_batch_reads_across_the_seam_and_every_engine_reads_the_history(spark, c
                      endingPositions=f'{{"{name}": {{"{end_lid}": {end_eid}}}}}')
     assert rows_of(narrowed) == records[12:55]
     assert rows_of(batch(spark, uri, name, startingTimestamp=str(T0_MS + 20_500))) == records[21:]
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")     # filters on ids and times pushed
+    try:
+        since = dt.datetime.fromtimestamp((T0_MS + 30_000) / 1000, dt.UTC)
+        pushed = whole.where((F.col("ledger_id") >= lid) & (F.col("timestamp") >= since))
+        assert rows_of(pushed) == [r for r in records if r[0] >= lid and (r[3] or 0) >= (T0_MS + 30_000) * 1000]
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
     fast = read_log(spark, name, metadataServiceUri=uri)
     assert fast.columns == whole.columns and fast.schema == whole.schema
@@ -152,7 +162,8 @@ def test_spark_delta_reader_reads_the_history(spark, history) -> None:
 def test_a_read_planned_before_an_offload_or_a_removal_reads_its_snapshot(cluster, bk, tmp_path: Path) -> None:
     """Partitions planned before an offload read the same records after it commits (the bookie copies stay
     until the deletion lag); partitions planned on the offloaded files read them after the bookie copies
-    are gone; a file removed after planning is OffloadedFileGoneError, never fewer rows."""
+    are gone; pushed time filters cut the files' rows (timestamps probed in their row groups); a file
+    removed after planning is OffloadedFileGoneError, never fewer rows."""
     uri, name = cluster.metadata_service_uri, f"snap-{uuid.uuid4().hex[:8]}"
     records = write(bk, name, 30, 5)
     opts = parse_read_options({"metadataServiceUri": uri, "log": name})
@@ -169,6 +180,9 @@ def test_a_read_planned_before_an_offload_or_a_removal_reads_its_snapshot(cluste
     assert any(p.offloaded for part in on_files for p in part.pieces)
     bk.delete_ledgers(offloaded_bookie_ledgers(bk.log_metadata(name)))
     assert read(on_files) == records
+    timed = plan(opts, Pushed(time_lo_us=(T0_MS + 7_500) * 1000, time_hi_us=(T0_MS + 12_500) * 1000))
+    assert [(p.ledger_id, p.first_entry_id, p.last_entry_id) for part in timed for p in part.pieces] == \
+        [(records[8][0], records[8][1], records[9][1]), (records[10][0], records[10][1], records[12][1])]
     meta = bk.log_metadata(name)
     first = next(led.offloaded[0] for led in meta.ledgers if led.offloaded is not None)
     Path(tmp_path / "store" / ol.table_dir(name) / first).unlink()

@@ -91,7 +91,10 @@ def test_a_piece_reads_its_rows_from_the_file_with_the_columns_of_a_bookie_read(
     assert got.column("timestamp")[0].as_py() == dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
     assert got.column("headers").null_count == 3
     view = LedgerView(9, (0,), 4, 1, True, None, 7, 4, offloaded=(uri, "f.parquet"))
-    assert OffloadedFiles().timestamp("orders", view, 2) == 1767225606 * 1_000_000
+    files = OffloadedFiles()
+    assert files.timestamp("orders", view, 2) == 1767225606 * 1_000_000          # row 6: row group 3, first
+    assert files.timestamp("orders", view, 3) == 1767225607 * 1_000_000          # row 7: row group 3, second
+    assert files.timestamp("orders", view, 0) == 1767225604 * 1_000_000
 
 
 def test_a_file_not_holding_what_the_log_says_is_refused(tmp_path):
