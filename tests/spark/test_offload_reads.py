@@ -25,6 +25,7 @@ from bkledger.spark_connector.offloaded import OffloadedFileGoneError
 from bkledger.spark_connector.options import parse_read_options
 from bkledger.spark_connector.pushdown import Pushed
 from bkledger.spark_connector.spark_compat import arrow_schema
+from tests.spark.test_stream_cursor import cursor_row
 from tests.spark.test_streaming import Collector, fill, stream
 
 pytestmark = pytest.mark.spark
@@ -210,20 +211,24 @@ def test_streaming_query_goes_on_across_an_offload_and_resumes_its_checkpoint(sp
     """A query reads a log 25 records per micro-batch; after its first batch the log is offloaded (bookie
     copies deleted): it reads every record exactly once, in order. Its checkpoint (offsets written before
     the offload) resumes after more writes and a second offload with exactly the new records; a fresh
-    query sees every record at the same positions."""
+    query sees every record at the same positions, one started at a position inside the history reads
+    from there; the query's cursor (option cursor) is acknowledged across the seam."""
     uri, name = cluster.metadata_service_uri, f"seam-stream-{uuid.uuid4().hex[:8]}"
     checkpoint, store = str(tmp_path / "ck"), str(tmp_path / "store")
     fill(bk, name, 0, 60, roll_entries=5)
 
-    def run(sink: Collector, where: str = checkpoint) -> Collector:
-        q = (stream(spark, uri, name, maxEntriesPerTrigger="25").writeStream.foreachBatch(sink)
+    def run(sink: Collector, where: str = checkpoint, **options: str) -> Collector:
+        q = (stream(spark, uri, name, maxEntriesPerTrigger="25", **options).writeStream.foreachBatch(sink)
              .option("checkpointLocation", where).trigger(availableNow=True).start())
         assert q.awaitTermination(180), "Trigger.AvailableNow did not end"
         return sink
 
-    first = run(OffloadingCollector(bk, name, store))
+    first = run(OffloadingCollector(bk, name, store), cursor="etl")
     assert [v for _, _, v in first.rows] == [b"%d" % i for i in range(60)]
-    assert len(first.batches) >= 3
+    assert len(first.batches) == 3
+    # batches 0 and 1 committed (the last batch of AvailableNow is not): the cursor, acknowledged to a
+    # position of the offloaded history, stands at record 50
+    assert cursor_row(bk, name, "etl").get("lag_entries") == 10
     fill(bk, name, 60, 20, roll_entries=5)
     bk.offload_log(name)
     bk.delete_ledgers(offloaded_bookie_ledgers(bk.log_metadata(name)))
@@ -231,3 +236,6 @@ def test_streaming_query_goes_on_across_an_offload_and_resumes_its_checkpoint(sp
     assert [v for _, _, v in second.rows] == [b"%d" % i for i in range(60, 80)]
     everything = run(Collector(), str(tmp_path / "fresh"))
     assert everything.rows == first.rows + second.rows
+    lid, eid, _ = everything.rows[33]
+    later = run(Collector(), str(tmp_path / "later"), startingPositions=f'{{"{name}": {{"{lid}": {eid}}}}}')
+    assert later.rows == everything.rows[33:]
