@@ -11,6 +11,9 @@ ahead while the last is converted and shipped, yielding one Arrow RecordBatch pe
 (`read_chunk_async`) and tiny pieces' rows are gathered into one batch (`TinyRows`).
 Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope, and
 `headers` (Kafka's array<struct<key, value>>) with option includeHeaders.
+A log's offloaded history (issue 42) is planned from the same read of its metadata, at the same positions,
+as pieces naming rows of the Parquet files that snapshot lists (`spark_connector.seam`); tasks read those
+row groups (`spark_connector.offloaded`), never the bookie copies.
 A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
 times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
 are packed together; `minPartitions` then splits the largest partitions (`spark_connector.narrowing`).
