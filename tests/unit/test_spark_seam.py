@@ -115,3 +115,16 @@ def test_a_file_gone_since_planning_is_data_loss_that_says_so(tmp_path):
     with pytest.raises(OffloadedFileGoneError, match="planned before it was removed"):
         list(read_offloaded(OffloadedFiles(), part, schema, True))
     assert list(read_offloaded(OffloadedFiles(), part, schema, False)) == []
+
+
+def test_read_log_names_the_files_as_spark_reads_them_and_reads_whole_logs_only(tmp_path):
+    from bkledger.spark_connector import read_log
+    from bkledger.spark_connector.history import file_uri
+    from bkledger.spark_connector.options import BkLedgerOptionError
+
+    assert file_uri(str(tmp_path), "orders", "run-1.parquet") == f"file://{tmp_path}/orders/run-1.parquet"
+    s3 = "s3://bucket/pre?endpoint_override=127.0.0.1:9&scheme=http&region=us-east-1"
+    assert file_uri(s3, "a/b", "f.parquet") == f"s3a://bucket/pre/{ol.table_dir('a/b')}/f.parquet"
+    for option in ("startingPositions", "endingTimestamp", "log", "ledgers"):
+        with pytest.raises(BkLedgerOptionError, match="read_log reads one whole log"):
+            read_log(None, "orders", metadataServiceUri="zk://127.0.0.1:1/ledgers", **{option: "1"})
