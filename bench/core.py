@@ -28,14 +28,14 @@ class Row:
 
     benchmark: str
     figure: str
-    value: float
+    value: float | None         # None: not measured (the why says so), printed as "-"
     unit: str
     limit: float | None = None
     why: str = ""
 
     @property
     def ratio(self) -> float | None:
-        if self.limit is None or self.limit <= 0:
+        if self.value is None or self.limit is None or self.limit <= 0:
             return None
         return self.value / self.limit
 

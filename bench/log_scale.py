@@ -77,7 +77,7 @@ def metadata_rows(ctx: Context, uri: str) -> list[Row]:
     from bkledger.client.meta.store import MetadataStore
     from bkledger.spark_connector.batch_reader import discover_schema, plan
     from bkledger.spark_connector.clients import drop_client
-    from bkledger.spark_connector.options import parse_read_options
+    from bkledger.spark_connector.read_options import parse_read_options
 
     sizes = SIZES.get(ctx.settings.mode, SIZES["quick"])
     repeats = COMMITS.get(ctx.settings.mode, 15)

@@ -31,6 +31,8 @@ from bench import (
     client_bulk,
     disk,
     ledger_read,
+    log_clients,
+    log_offload,
     log_scale,
     metrics_overhead,
     recovery_time,
@@ -59,6 +61,8 @@ BENCHMARKS: list[tuple[str, Benchmark]] = [
     ("metrics_overhead", metrics_overhead.run),
     ("slow_bookie", slow_bookie.run),
     ("log_scale", log_scale.run),
+    ("log_clients", log_clients.run),
+    ("log_offload", log_offload.run),
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

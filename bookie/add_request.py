@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
-from bkledger.client.protocol import wire
+from bkledger.wire import codec as wire
 
 ADD_REQUEST_BATCHES = 2
 LEDGER_ID, MASTER_KEY, RECOVERY_ADD, WRITE_FLAGS, HIGH_PRIORITY, ENTRY_IDS, SIZES, DATA = range(1, 9)

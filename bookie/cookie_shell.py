@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bkledger.bookie.core.cookie import Cookie, CookieError
-from bkledger.bookie.shell import ShellError, connect, emit
+from bkledger.bookie.shell_io import ShellError, connect, emit
 from bkledger.client import BookKeeper
 from bkledger.client.admin import Admin
 

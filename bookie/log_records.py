@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
-from bkledger.bookie.shell import printable
+from bkledger.bookie.shell_io import printable
 from bkledger.client.errors import BKError
 from bkledger.client.log.records import NO_TIMESTAMP, Timestamp
 

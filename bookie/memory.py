@@ -12,13 +12,13 @@ request, range-read and group buffers), keeps 16 MiB of free heap before trimmin
 4 MiB at a time. Measured cost: a bookie's RSS after 1 GiB of adds is about 155-170 MiB instead of
 about 100 MiB, and stays flat. Each setting is skipped when the operator chose it through glibc's
 environment variable (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_); a no-op without
-glibc's `mallopt` (`client.heap`, which the Spark connector's Python workers use too).
+glibc's `mallopt` (`wire.heap`, which the Spark connector's Python workers use too).
 """
 
 from __future__ import annotations
 
-from bkledger.client import heap
-from bkledger.client.heap import M_MMAP_THRESHOLD, M_TOP_PAD, M_TRIM_THRESHOLD
+from bkledger.wire import heap
+from bkledger.wire.heap import M_MMAP_THRESHOLD, M_TOP_PAD, M_TRIM_THRESHOLD
 
 BOOKIE_THRESHOLDS: heap.Thresholds = {
     M_MMAP_THRESHOLD: ("MALLOC_MMAP_THRESHOLD_", 16 << 20),

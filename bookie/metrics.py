@@ -9,31 +9,21 @@ Two kinds of source, to keep hot paths cheap:
 - request paths call `ServerStats` once per add batch / read request (a few counter and histogram updates
   per batch, never per entry); the journal thread reports each group and each fdatasync;
 - everything else (read-only state, queue depths, directory sizes, ledger count, GC activity) is read
-  from the bookie's own state when Prometheus scrapes (`BookieCollector`), costing nothing between scrapes.
+  from the bookie's own state when Prometheus scrapes (`bookie.collectors.BookieCollector`), costing nothing
+  between scrapes.
 With neither `prometheusStatsHttpPort` nor `httpServerEnabled` set, the bookie uses `NO_STATS` (no-ops).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from bkledger.bookie.add_trace import STAGES
-from bkledger.bookie.log_metrics import log_metric_families
-from bkledger.bookie.thread_guard import FAILURES, THREADS
 from bkledger.client.metrics import add_default_collectors
-
-if TYPE_CHECKING:
-    from bkledger.bookie.autorecovery.daemon import AutoRecovery
-    from bkledger.bookie.http_admin import AdminHttpServer
-    from bkledger.bookie.service import BookieServer
 
 log = logging.getLogger("bkledger.metrics")
 
@@ -167,135 +157,3 @@ def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
 
 def _counter(name: str, text: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, text, value=value)
-
-
-class BookieCollector(Collector):
-    """State read at scrape time: status, queues, directories, ledgers, garbage collection."""
-
-    def __init__(self, server: BookieServer) -> None:
-        self.server = server
-
-    def collect(self) -> Iterator[Metric]:
-        server = self.server
-        yield _gauge("bookie_SERVER_STATUS", "1: writable, 0: read-only, -1: not serving", server.status_code())
-        yield from self._journal()
-        yield from self._health()
-        yield from self._directories()
-        yield from self._gc()
-
-    def _journal(self) -> Iterator[Metric]:
-        journal = self.server.bookie.journal
-        if journal is None:
-            return
-        yield _gauge("bookie_journal_JOURNAL_QUEUE_SIZE", "records waiting for the journal thread",
-                     journal.queue_size)
-        yield _counter("bookie_journal_JOURNAL_ADD_ENTRY", "records queued to the journal", journal.stats.appends)
-        yield _counter("bookie_journal_JOURNAL_WRITE_BYTES", "bytes written to the journal",
-                       journal.stats.bytes_written)
-        yield _gauge("bookie_journal_JOURNAL_FAILED", "1 once a journal write or fdatasync failed", journal.failed)
-
-    def _health(self) -> Iterator[Metric]:
-        """Checkpoints and background-thread failures (bookie.thread_guard): a bookie never runs on silently."""
-        bookie = self.server.bookie
-        yield _gauge("bookie_LAST_CHECKPOINT_TIMESTAMP_SECONDS", "unix time of the last checkpoint that succeeded "
-                     "(0: none since start)", bookie.last_checkpoint_time)
-        yield _counter("bookie_CHECKPOINT_FAILURES", "checkpoints that failed (the journal is kept)",
-                       bookie.checkpoint_failures)
-        yield _gauge("bookie_LEDGER_STORAGE_FAILED", "1 once checkpointFailuresBeforeReadOnly checkpoints in a row "
-                     "failed (read-only until restarted)", bool(bookie.storage_failed))
-        failures = CounterMetricFamily("bookie_THREAD_FAILURES", "unexpected exceptions caught in a background "
-                                       "thread (logged with their traceback)", labels=["thread"])
-        counts = FAILURES.counts()
-        for thread in THREADS:
-            failures.add_metric([thread], counts.get(thread, 0))
-        yield failures
-
-    def _directories(self) -> Iterator[Metric]:
-        storage = self.server.bookie.storage
-        if storage is None:
-            return
-        logs = GaugeMetricFamily("bookie_ledger_dir_entry_log_bytes", "entry-log bytes on disk", labels=["dir"])
-        index = GaugeMetricFamily("bookie_ledger_dir_index_bytes", "index bytes on disk", labels=["dir"])
-        written = CounterMetricFamily("bookie_ledger_dir_written_bytes", "bytes appended to entry logs since the "
-                                      "bookie started (adds, replay and compaction)", labels=["dir"])
-        free = GaugeMetricFamily("bookie_ledger_dir_free_bytes", "free bytes on the directory's disk",
-                                 labels=["dir"])
-        writable = 0
-        threshold = self.server.config.diskUsageThreshold
-        for path, log_bytes, index_bytes, written_bytes in storage.directory_stats():
-            label = [str(path)]
-            logs.add_metric(label, log_bytes)
-            index.add_metric(label, index_bytes)
-            written.add_metric(label, written_bytes)
-            usage = shutil.disk_usage(path)
-            free.add_metric(label, usage.free)
-            writable += usage.total > 0 and usage.used / usage.total < threshold
-        yield from (logs, index, written, free)
-        yield _gauge("bookie_ledger_writable_dirs", "ledger directories below diskUsageThreshold", writable)
-        yield _gauge("bookie_gc_ACTIVE_LEDGER_TOTAL", "ledgers this bookie holds", len(storage.ledgers()))
-
-    def _gc(self) -> Iterator[Metric]:
-        gc = self.server.gc
-        if gc is None:
-            return
-        total = gc.total
-        yield _counter("bookie_gc_RUNS", "garbage-collection rounds", gc.rounds)
-        yield _counter("bookie_gc_DELETED_LEDGER_COUNT", "ledgers deleted locally (deleted or moved elsewhere)",
-                       len(total.ledgers_deleted))
-        yield _counter("bookie_gc_MINOR_COMPACTION", "minor compaction passes", gc.minor_compactions)
-        yield _counter("bookie_gc_MAJOR_COMPACTION", "major compaction passes", gc.major_compactions)
-        yield _counter("bookie_gc_COMPACTED_ENTRY_LOGS", "entry logs compacted", total.logs_compacted)
-        yield _counter("bookie_gc_COMPACTED_ENTRIES", "live entries moved by compaction", total.entries_moved)
-        yield _counter("bookie_gc_RECLAIMED_SPACE_BYTES", "bytes freed by removing entry logs", total.bytes_freed)
-
-
-class AutoRecoveryCollector(Collector):
-    """The autorecovery daemon's state, read at scrape time (the marks are counted in ZooKeeper)."""
-
-    def __init__(self, daemon: AutoRecovery) -> None:
-        self.daemon = daemon
-
-    def collect(self) -> Iterator[Metric]:
-        daemon = self.daemon
-        ur = daemon.admin.underreplication
-        try:
-            marked: float = len(ur.list_marked())
-            enabled: float = ur.is_enabled()
-        except Exception:  # noqa: BLE001 - ZooKeeper unreachable: say "unknown" rather than fail the scrape
-            marked = enabled = float("nan")
-        yield _gauge("auditor_NUM_UNDER_REPLICATED_LEDGERS", "ledgers marked under-replicated now", marked)
-        yield _gauge("autorecovery_ENABLED", "1 if autorecovery is enabled cluster-wide", enabled)
-        yield _gauge("auditor_IS_AUDITOR", "1 if this daemon is the elected auditor", daemon.is_auditor)
-        yield _gauge("auditor_LAST_AUDIT_TIMESTAMP_SECONDS", "unix time of this daemon's last audit of a lost "
-                     "bookie (0: never)", daemon.last_audit_time)
-        yield _counter("auditor_AUDITS", "audits of lost bookies run by this daemon", daemon.audits)
-        worker = daemon.worker
-        yield _counter("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
-                       "ledgers this daemon's worker re-replicated and unmarked", len(worker.replicated))
-        yield _counter("replication_worker_NUM_ENTRIES_WRITTEN", "entries copied to the local bookie",
-                       worker.stats.entries)
-        yield _counter("replication_worker_NUM_BYTES_WRITTEN", "bytes copied to the local bookie", worker.stats.bytes)
-        if daemon.is_auditor:            # the per-log figures: the elected auditor's only (bookie.log_metrics)
-            yield from log_metric_families(daemon.log_figures)
-
-
-def start_autorecovery_metrics(daemon: AutoRecovery) -> AdminHttpServer | None:
-    """Serve the daemon's metrics on prometheusStatsHttpPort (None when 0). A taken port is logged, not fatal:
-    the daemon's work matters more than its metrics."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    from bkledger.bookie.http_admin import AdminHttpServer, metrics_routes
-
-    cfg = daemon.config
-    if not cfg.prometheusStatsHttpPort:
-        return None
-    registry = new_registry()
-    registry.register(AutoRecoveryCollector(daemon))
-    try:
-        return AdminHttpServer(cfg.listenAddress, cfg.prometheusStatsHttpPort,
-                               metrics_routes(lambda: bytes(generate_latest(registry)), CONTENT_TYPE_LATEST),
-                               name="autorecovery-metrics-http").start()
-    except OSError as exc:
-        log.error("%s; no metrics from this daemon (if the bookie uses the port, give the daemon its own: "
-                  "--set prometheusStatsHttpPort=PORT)", exc)
-        return None

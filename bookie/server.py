@@ -29,9 +29,9 @@ from bkledger.bookie.core import decisions, request_checks
 from bkledger.bookie.core.request_checks import Malformed
 from bkledger.bookie.metrics import NO_STATS, NoServerStats
 from bkledger.bookie.storage import Batch, StorageError
-from bkledger.client.protocol import wire
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.proto import bookie_pb2_grpc as pb_grpc
+from bkledger.wire import codec as wire
 
 log = logging.getLogger("bkledger.server")
 
@@ -483,7 +483,7 @@ def grpc_options(config: BookieConfig) -> list[tuple[str, int]]:
 
 def range_batch_bytes(ledger_id: int, entry_ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
                       data: bytes | bytearray) -> bytes:
-    """A serialized ReadRangeBatch (EOK) of these entries, written by hand (`client.protocol.wire`) as
+    """A serialized ReadRangeBatch (EOK) of these entries, written by hand (`wire.codec`) as
     protobuf writes it, without a Python int per entry id and size or the copies of `data` into and out
     of a message (15-20% of a bookie's GIL time while serving a range read)."""
     head = b"".join((wire.varint_field(RANGE_LEDGER_ID, ledger_id), wire.packed_field(RANGE_ENTRY_IDS, entry_ids),

@@ -25,11 +25,12 @@ import grpc
 from bkledger.bookie import tuning
 from bkledger.bookie.address import resolve
 from bkledger.bookie.bookie import Bookie, dirs_have_data
+from bkledger.bookie.bookie_http import start_bookie_http
 from bkledger.bookie.config import BookieConfig, ConfigError
 from bkledger.bookie.core import decisions
 from bkledger.bookie.core.cookie import Cookie, CookieError, decide
 from bkledger.bookie.gc import GarbageCollector
-from bkledger.bookie.http_admin import AdminHttpServer, start_bookie_http
+from bkledger.bookie.http_admin import AdminHttpServer
 from bkledger.bookie.memory import pin_malloc_thresholds
 from bkledger.bookie.registration import Registrar, call_bounded
 from bkledger.bookie.server import BookieService, add_to_server, grpc_options

@@ -28,7 +28,7 @@ from bkledger.bookie.log_metrics import LogFigures, LogFiguresReader
 from bkledger.client.errors import BKError
 
 if TYPE_CHECKING:
-    from bkledger.bookie.service import BookieServer
+    from bkledger.bookie.serving import BookieServerView as BookieServer
 
 log = logging.getLogger("bkledger.status")
 

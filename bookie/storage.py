@@ -44,7 +44,7 @@ from bkledger.bookie.index import (
     write_meta,
     write_pages,
 )
-from bkledger.client.protocol.bulk import gather_entries
+from bkledger.wire.gather import gather_entries
 
 __all__ = ["DEFAULT_PAGE_LIMIT", "DEFAULT_PAGE_SIZE", "LedgerStorage", "StorageError"]
 

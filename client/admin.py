@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 import grpc
 
 from bkledger.client.bookie_client import BookieClient
-from bkledger.client.bookkeeper import BookKeeper, ClientContext
+from bkledger.client.bookkeeper import BookKeeper
+from bkledger.client.context import ClientContext
 from bkledger.client.errors import BKError, BookieUnavailableError, NoSuchLedgerError
 from bkledger.client.meta.underreplication import UnderReplicationManager
 from bkledger.client.progress import NO_PROGRESS, ProgressSink

@@ -32,16 +32,16 @@ import grpc
 
 from bkledger.client.add_trace import AddTrace, stamp_sent
 from bkledger.client.errors import BookieTlsError, BookieUnavailableError
-from bkledger.client.protocol import wire
 from bkledger.client.tls import TlsSettings, rejection
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.proto import bookie_pb2_grpc as pb_grpc
+from bkledger.wire import codec as wire
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from bkledger.client.protocol.range_batch import RangeBatchView
+    from bkledger.wire.range_batch import RangeBatchView
 
     IntArray = npt.NDArray[np.int64]
 
@@ -125,7 +125,7 @@ class _Queued:
         return pb.AddRequest.FromString(self.encode())
 
     def encode(self) -> bytes:
-        """The serialized AddRequest, every payload copied once, by the final join (`client.protocol.wire`):
+        """The serialized AddRequest, every payload copied once, by the final join (`wire.codec`):
         each AddBatch is its small fields serialized by protobuf followed by the data field."""
         parts: list[bytes | memoryview] = []
         for key, batch in self.batches.items():
@@ -396,7 +396,7 @@ class BookieClient:
         residues: tuple[int, int] = (0, 0),
     ) -> AsyncIterator[RangeBatchView]:
         """read_range for bulk readers: each batch's data a view of what arrived, its ids and sizes numpy
-        arrays (`client.protocol.range_batch`)."""
+        arrays (`wire.range_batch`)."""
         request = _range_request(ledger_id, first, last, max_batch_bytes, False, b"", residues)
         with self._read_failures():
             async for batch in self.range_views(request, timeout=timeout):
@@ -473,7 +473,7 @@ StatusCallback = Callable[[str, pb.AddAck], None]
 
 
 def _parse_range_batch(raw: bytes) -> RangeBatchView:
-    from bkledger.client.protocol.range_batch import parse_range_batch  # imports numpy: not at the client's import
+    from bkledger.wire.range_batch import parse_range_batch  # imports numpy: not at the client's import
 
     return parse_range_batch(raw)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import gc
 import importlib
 import logging
@@ -25,6 +24,7 @@ import grpc
 from bkledger.client.add_trace import SlowAddLog
 from bkledger.client.bookies import BookiePool
 from bkledger.client.config import ClientConfig
+from bkledger.client.context import ClientContext
 from bkledger.client.errors import (
     BadPasswordError,
     BKError,
@@ -42,13 +42,13 @@ from bkledger.client.log.transaction import TransactionsMixin
 from bkledger.client.meta.cluster_root import require_cluster
 from bkledger.client.meta.store import METADATA_BATCH, MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
-from bkledger.client.metrics import NO_METRICS, ClientMetrics, client_metrics
+from bkledger.client.metrics import client_metrics
 from bkledger.client.placement import PlacementPolicy, RandomPlacementPolicy
 from bkledger.client.protocol import transforms
 from bkledger.client.protocol.metadata import DigestType, LedgerMetadata, LedgerState
 from bkledger.client.protocol.recovery import DEFAULT_RULES, RecoveryRules
-from bkledger.client.protocol.speculative import BookieHealth, SpeculativePolicy
-from bkledger.client.ranges_reader import NoRanges, read_ranges
+from bkledger.client.protocol.speculative import BookieHealth
+from bkledger.client.ranges_reader import read_ranges
 from bkledger.client.reader import LedgerReader, ReadChunk
 from bkledger.client.recovery_driver import RecoveryRun
 from bkledger.client.runtime import EventLoopThread
@@ -61,26 +61,6 @@ COMPRESSIONS = ("", "none", "lz4")
 CREATE_ATTEMPTS = 5        # fresh ledger ids create_ledger tries when bookies already know the new id (squatted)
 SQUAT_PROBE_TIMEOUT_S = 2.0   # bound of the ReadLac that asks each bookie of a new ledger whether it knows its id
 OPEN_BATCH = 1000          # ledger metadata znodes read in one pipelined batch by open_ledgers
-
-
-@dataclasses.dataclass
-class ClientContext:
-    """What the drivers of one BookKeeper instance share."""
-
-    runtime: EventLoopThread
-    store: MetadataStore
-    pool: BookiePool
-    config: ClientConfig
-    placement: PlacementPolicy
-    writers: set[LedgerWriter] = dataclasses.field(default_factory=set)
-    metrics: ClientMetrics = NO_METRICS      # client.metrics: counters in the application's registry, if given
-    health: BookieHealth = dataclasses.field(default_factory=BookieHealth)   # failure history for read order
-    no_ranges: NoRanges = dataclasses.field(default_factory=NoRanges)   # bookies without ReadRanges (older)
-    slow_log: SlowAddLog = dataclasses.field(default_factory=lambda: SlowAddLog(0, 0.0, 1))   # client.add_trace
-
-    @property
-    def speculative(self) -> SpeculativePolicy:
-        return SpeculativePolicy.from_ms(self.config.speculativeReadTimeout, self.config.maxSpeculativeReadTimeout)
 
 
 class BookKeeper(LogsMixin, TransactionsMixin):
@@ -206,16 +186,12 @@ class BookKeeper(LogsMixin, TransactionsMixin):
         return next((b for b, k in zip(dict.fromkeys(ensemble), known, strict=True) if k), None)
 
     # ---- open -------------------------------------------------------------------------------
-    def open_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True,
-                    rules: RecoveryRules = DEFAULT_RULES) -> LedgerHandle:
+    def open_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True) -> LedgerHandle:
         """recovery=True fences the writer and closes the ledger (R14-R20); False never fences and
         never writes metadata (R12): the handle reads up to the LAC found now, and can refresh it.
         password=None opens it with the password its metadata holds (which this client can read: the log
         machinery opens a log's ledgers so, whatever key each was created with)."""
-        self._check_open()
-        password = checked_optional_password(password)
-        return self._ctx.runtime.run(self._open(ledger_id, password, recovery, rules),
-                                     self.config.fenceTimeout * 15 + 30)
+        return open_ledger_with_rules(self, ledger_id, DEFAULT_RULES, password, recovery)
 
     async def aopen_ledger(self, ledger_id: int, password: bytes | None = b"", recovery: bool = True) -> LedgerHandle:
         self._check_open()
@@ -379,6 +355,15 @@ class BookKeeper(LogsMixin, TransactionsMixin):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_ledger_with_rules(bk: BookKeeper, ledger_id: int, rules: RecoveryRules, password: bytes | None = b"",
+                           recovery: bool = True) -> LedgerHandle:
+    """`bk.open_ledger` recovering with other rules than DEFAULT_RULES: how the simulation's mutants and the
+    tests inject them. Internal: recovery rules are no part of the public API."""
+    bk._check_open()
+    password = checked_optional_password(password)
+    return bk._ctx.runtime.run(bk._open(ledger_id, password, recovery, rules), bk.config.fenceTimeout * 15 + 30)
 
 
 def own_password(md: LedgerMetadata, password: bytes | None) -> bytes:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from bkledger.client.bookkeeper import ClientContext
+    from bkledger.client.context import ClientContext
     from bkledger.client.protocol.bulk import Bulk
 
 

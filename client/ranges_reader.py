@@ -20,17 +20,17 @@ only saves calls; what a read returns, and when it fails, is the single read's.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import grpc
 
 from bkledger.client.bookie_client import BookieClient
+from bkledger.client.context import NoRanges
 from bkledger.client.errors import BKError, DigestMismatchError, ReadTimeoutError, typed_error
 from bkledger.client.protocol.metadata import DigestType
 from bkledger.client.protocol.reads import held_run, read_order
@@ -46,9 +46,8 @@ from bkledger.client.reader import (
 from bkledger.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
-    from bkledger.client.ledger_handle import LedgerHandle
-    from bkledger.client.protocol.range_batch import RangeBatchView
     from bkledger.client.reader import I64
+    from bkledger.wire.range_batch import RangeBatchView
 
 log = logging.getLogger("bkledger.client")
 
@@ -67,45 +66,6 @@ class RangeRead:
     alone: Callable[[], Awaitable[ReadChunk]]
     future: concurrent.futures.Future[ReadChunk]
     hi: int = -1                # the last entry asked of the chosen bookie
-
-
-class NoRanges:
-    """The bookies that answered UNIMPLEMENTED to ReadRanges (older bookies): read one ledger at a time."""
-
-    def __init__(self) -> None:
-        self.bookies: set[str] = set()
-
-
-Chunk = concurrent.futures.Future[ReadChunk]
-Read = tuple["LedgerHandle", int, int]                # (handle, first, last), as bk.read_chunks_async takes
-
-
-def chunks_ahead(read_chunks_async: Callable[[Sequence[Read]], list[Chunk]], groups: int,
-                 reads_of: Callable[[int], Sequence[Read | None]]) -> Generator[Chunk | None, None, None]:
-    """The futures of group 0's reads, then group 1's, ... in order (None where `reads_of(n)` gave None):
-    a group is asked for (`bk.read_chunks_async`, many small ledgers per bookie call) two groups ahead of
-    the one being handed over, and `reads_of(n)` is called only then, so it may depend on what the caller
-    has consumed. Futures never handed over are cancelled when the caller stops iterating."""
-    def start(number: int) -> list[Chunk | None]:
-        reads = reads_of(number)
-        futures = iter(read_chunks_async([r for r in reads if r is not None]))
-        return [None if r is None else next(futures) for r in reads]
-
-    flight = collections.deque(start(n) for n in range(min(2, groups)))
-    try:
-        for number in range(groups):
-            current = flight[0]
-            if number + 2 < groups:
-                flight.append(start(number + 2))
-            for position, got in enumerate(current):
-                current[position] = None          # handed over: the caller owns it now
-                yield got
-            flight.popleft()
-    finally:
-        for futures in flight:
-            for future in futures:
-                if future is not None:
-                    future.cancel()
 
 
 async def read_ranges(reads: Sequence[RangeRead], no_ranges: NoRanges, ask: Callable[[str], Awaitable[BookieClient]],

@@ -27,20 +27,20 @@ from bkledger.client.errors import BKError, BookieUnavailableError, DigestMismat
 from bkledger.client.protocol import quorum
 from bkledger.client.protocol.digest import HEADER_LENGTH, MAC_LENGTHS, DigestManager, unpack_entry
 from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata
-from bkledger.client.protocol.native import NATIVE
 from bkledger.client.protocol.reads import fragment_ranges, read_error, read_order
 from bkledger.client.protocol.speculative import SequenceRead, stall_deadline, stalled
 from bkledger.client.protocol.status import StatusCode
 from bkledger.client.protocol.write_set import write_set
 from bkledger.client.speculative_read import probe_connections, run_speculative
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire.native import NATIVE
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
     I64 = npt.NDArray[np.int64]
-    from bkledger.client.bookkeeper import ClientContext
+    from bkledger.client.context import ClientContext
 
 log = logging.getLogger("bkledger.client.reader")
 STRIPE_CHUNK = 4096         # entries of a striped piece until the entry size is known; then max_bytes of them

@@ -36,7 +36,7 @@ from bkledger.client.protocol.status import StatusCode
 from bkledger.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import ClientContext
+    from bkledger.client.context import ClientContext
 
 RANGE_ENTRIES = 16     # entries per recovery range read: 16 x 5 MiB (the largest entry) fit in fenceTimeout
 

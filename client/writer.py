@@ -53,7 +53,7 @@ from bkledger.client.protocol.write_set import write_set
 from bkledger.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import ClientContext
+    from bkledger.client.context import ClientContext
     from bkledger.client.protocol.bulk import Bulk, Offsets
 
     IntArray = Offsets
@@ -393,7 +393,8 @@ class LedgerWriter:
         write sets (R5) as one request: a mask per bookie and one native gather, no Python object per entry."""
         import numpy as np
 
-        from bkledger.client.protocol.bulk import gather_entries, striped_targets  # numpy: only once bulks are used
+        from bkledger.client.protocol.bulk import striped_targets  # numpy: only once bulks are used
+        from bkledger.wire.gather import gather_entries
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         ids = np.arange(batch.first, batch.last + 1, dtype=np.int64)
         sizes = np.diff(offsets)

@@ -26,7 +26,7 @@ from bkledger.client.log.core.envelope import I64, U8, Bools
 from bkledger.client.log.core.gather import array_parts, packed
 
 if TYPE_CHECKING:
-    from bkledger.client.reader import Spans
+    from bkledger.client.connector import Spans
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))     # Kafka's headers column

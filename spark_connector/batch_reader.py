@@ -51,10 +51,9 @@ from bkledger.client import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
+from bkledger.client.connector import Read, ReadChunk, chunks_ahead
 from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core import meta as lm
-from bkledger.client.ranges_reader import Read, chunks_ahead
-from bkledger.client.reader import ReadChunk
 from bkledger.spark_connector.arrow_io import chunk_to_batch, rows_to_batch
 from bkledger.spark_connector.clients import planning_client, shared_client
 from bkledger.spark_connector.coalesce import CoalescedPartition, coalesce

@@ -35,13 +35,19 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType, TimestampType
 
-from bkledger.client import BookKeeper, InvalidOptionError, InvalidQuorumError, LogNotFoundError, NotEnoughBookiesError
+from bkledger.client import (
+    BookKeeper,
+    InvalidOptionError,
+    InvalidQuorumError,
+    LedgerHandle,
+    LogNotFoundError,
+    NotEnoughBookiesError,
+)
+from bkledger.client.connector import JOB_KEY, LOG_KEY, log_ledger_password
 from bkledger.client.errors import InvalidLogNameError
-from bkledger.client.ledger_handle import LedgerHandle
 from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core.envelope import I64, U8
 from bkledger.client.log.core.names import check_log_name
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password
 from bkledger.spark_connector.arrow_io import byte_parts, header_parts, timestamp_parts, timestamp_range, widened
 from bkledger.spark_connector.clients import planning_client, shared_client
 from bkledger.spark_connector.log_commit import commit_to_logs

@@ -7,7 +7,7 @@ process opened, like a Kafka consumer pool on executors. The driver-side plannin
 pickled: readers and writers carry only options and call `shared_client` where they run. Security
 settings (TLS, ZooKeeper credentials) given as options travel with them and key the cache with the URI;
 settings in the file named by BKLEDGER_CLIENT_CONF apply underneath (client.config). The first client of a
-process also sets glibc's heap to keep freed large buffers for reuse (`client.heap`).
+process also sets glibc's heap to keep freed large buffers for reuse (`wire.heap`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from bkledger.client import BookKeeper, heap
+from bkledger.client import BookKeeper
 from bkledger.client.config import ClientConfig
+from bkledger.client.connector import MetadataStoreError
 from bkledger.client.errors import ClientClosedError
-from bkledger.client.meta.errors import MetadataStoreError
+from bkledger.wire import heap
 
 Settings = tuple[tuple[str, str], ...]
 _lock = threading.Lock()

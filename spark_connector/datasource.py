@@ -45,7 +45,7 @@ class BkLedgerDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from bkledger.spark_connector.batch_reader import reader_for
-        from bkledger.spark_connector.options import parse_read_options
+        from bkledger.spark_connector.read_options import parse_read_options
 
         return reader_for(parse_read_options(self.options), schema)
 

@@ -19,7 +19,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from bkledger.client.log import offload_store as store_io
+from bkledger.client.connector import table_store
 from bkledger.client.log.core import offload as ol
 from bkledger.spark_connector.clients import planning_client
 from bkledger.spark_connector.options import BkLedgerOptionError, parse_source
@@ -32,7 +32,7 @@ BOUNDED = ("startingpositions", "endingpositions", "startingtimestamp", "endingt
 def file_uri(table: str, log_name: str, name: str) -> str:
     """The URI Spark reads a file of the log's table by: file:// for a local store, s3a:// for s3://
     (Hadoop's S3 filesystem: hadoop-aws on the classpath), else the store's own scheme."""
-    root = store_io.table_store(table, log_name).uri
+    root = table_store(table, log_name).uri
     parsed = urllib.parse.urlsplit(root)
     if parsed.scheme in ("", "file"):
         return "file://" + urllib.parse.quote(f"{parsed.path if parsed.scheme else root}/{name}")

@@ -22,10 +22,10 @@ import logging
 from collections.abc import Mapping
 
 from bkledger.client import BookKeeper, append_ledgers_to_logs
+from bkledger.client.connector import copy_ledger
 from bkledger.client.errors import InvalidLogUpdateError, LogNotFoundError, LogUpdateConflictError
 from bkledger.client.log.core import outcome
 from bkledger.client.log.core.meta import LogMetadata, late_ledgers
-from bkledger.client.log.ledger_copy import COPY_IN_FLIGHT, COPY_TIMEOUT_S, copy_ledger  # noqa: F401 - its old home
 
 log = logging.getLogger("bkledger.spark")
 

@@ -3,12 +3,13 @@ Arrow batches of the read schema, and record timestamps for reads by time.
 
 A piece of an offloaded ledger (`planning.LedgerPartition.offloaded`: the table store URI and the file, as
 the snapshot of the log's metadata taken at planning named them) reads only the row groups holding its
-rows (`seam.row_groups`), checks that they are the entries the log says (`offload_store.check_rows`), and
-ships them with the columns a read of the bookies gives: `log`, `ledger_id`, `entry_id`, `value`, `key`
-and `timestamp` (null for ledgers written without the record envelope), `headers` null (offload stores
-only envelopes without headers). A file gone since planning (retention or truncation removed it after
-its deletion lag) is `OffloadedFileGoneError`, a DataLossError: the read was planned before the removal;
-failOnDataLoss=false skips it with a warning, as for a ledger gone from the bookies.
+rows (`seam.row_groups`), checks that they are the entries the log says (`offload_store.check_rows`, via
+`client.connector`), and ships them with the columns a read of the bookies gives: `log`, `ledger_id`,
+`entry_id`, `value`, `key` and `timestamp` (null for ledgers written without the record envelope),
+`headers` null (offload stores only envelopes without headers). A file gone since planning (retention or
+truncation removed it after its deletion lag) is `OffloadedFileGoneError`, a DataLossError: the read was
+planned before the removal; failOnDataLoss=false skips it with a warning, as for a ledger gone from the
+bookies.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bkledger.client import DataLossError
+from bkledger.client.connector import check_rows, table_store
 from bkledger.client.errors import OffloadError
-from bkledger.client.log import offload_store as store_io
 from bkledger.spark_connector.arrow_io import HEADERS, TIMESTAMP, repeated_string
 from bkledger.spark_connector.planning import LedgerPartition, LedgerView
 from bkledger.spark_connector.seam import row_groups
@@ -48,7 +49,7 @@ class OffloadedFiles:
         found = self._open.get(key)
         if found is not None:
             return found
-        store = store_io.table_store(table, log_name)
+        store = table_store(table, log_name)
         try:
             opened = pq.ParquetFile(store.fs.open_input_file(store.path(name)))
         except FileNotFoundError as exc:
@@ -76,7 +77,7 @@ class OffloadedFiles:
             rows = pf.read_row_groups(groups, columns=_COLUMNS).slice(skip, part.entries)
         except (OSError, pa.ArrowException) as exc:
             raise OffloadError(f"log {part.log!r}: offloaded file {name} cannot be read: {exc}") from exc
-        store_io.check_rows(part.log, name, rows, part.ledger_id, part.first_entry_id, part.entries)
+        check_rows(part.log, name, rows, part.ledger_id, part.first_entry_id, part.entries)
         return rows
 
     def timestamp(self, log_name: str, view: LedgerView, entry_id: int) -> int | None:

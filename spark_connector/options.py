@@ -34,9 +34,10 @@ from bkledger.client import InvalidOptionError
 from bkledger.client.config import SECURITY_KEYS
 from bkledger.client.errors import InvalidLogNameError
 from bkledger.client.log.core.names import check_log_name
+from bkledger.spark_connector.kafka_names import kafka_hint
 
 if TYPE_CHECKING:
-    from bkledger.spark_connector.kafka_options import LogChoice, TimeBound
+    from bkledger.spark_connector.kafka_names import LogChoice, TimeBound
 
 PositionSpec = Literal["earliest", "latest"] | dict[int, int]
 EARLIEST = -2
@@ -133,8 +134,6 @@ def check_known(options: Mapping[str, str], known: Iterable[str], where: str) ->
 def unknown_option_hint(key: str, canon: Mapping[str, str], where: str) -> str:
     """What to say of an unknown (lower-cased) option key: the bkledger name of a Kafka option, the
     direction an option of another direction belongs to, or the closest known names (difflib)."""
-    from bkledger.spark_connector.kafka_options import kafka_hint
-
     kafka = kafka_hint(key, canon)
     if kafka:
         return kafka
@@ -345,29 +344,6 @@ def _position_map(parsed: object, name: str, log: str | None, default: str) -> d
 
 
 # ---- the two directions ----------------------------------------------------------------------
-def parse_read_options(options: Mapping[str, str], extra_known: Iterable[str] = ()) -> ReadOptions:
-    """Options of a batch (or, with `extra_known`, streaming) read; BkLedgerOptionError on any problem."""
-    check_known(options, (*COMMON, *READ, *WRITE, *extra_known), "reads")
-    opts = _lowered(options)
-    source = parse_source(options)
-    headers = parse_bool(opts, "includeHeaders", False)
-    from bkledger.spark_connector.kafka_options import check_raw_ledger_reads, parse_log_reads
-
-    if source.ledgers is None:
-        return dataclasses.replace(parse_log_reads(opts, source), include_headers=headers)
-    check_raw_ledger_reads(opts)
-    return ReadOptions(
-        include_headers=headers,
-        source=source,
-        starting=parse_positions(opts, "startingPositions", source.log, "earliest"),
-        ending=parse_positions(opts, "endingPositions", source.log, "latest"),
-        fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
-        max_entries_per_partition=parse_int(opts, "maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION),
-        target_partition_bytes=parse_int(opts, "targetPartitionBytes", DEFAULT_TARGET_PARTITION_BYTES),
-        min_partitions=parse_int(opts, "minPartitions", 0) or None,
-    )
-
-
 def parse_write_options(options: Mapping[str, str], extra_known: Iterable[str] = ()) -> WriteOptions:
     """Options of an append (batch or streaming); BkLedgerOptionError on any problem."""
     check_known(options, (*COMMON, *READ, *WRITE, *WRITE_COMMIT, *extra_known), "writes")

@@ -22,7 +22,7 @@ import dataclasses
 import json
 
 from bkledger.client import BookKeeper
-from bkledger.client.meta.errors import ZNodeExistsError
+from bkledger.client.connector import ZNodeExistsError
 
 NONE = -1
 

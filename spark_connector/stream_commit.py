@@ -9,9 +9,9 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from bkledger.client.connector import ack_cursor, create_cursor
 from bkledger.client.errors import BKError, CursorLostError, CursorNotFoundError
 from bkledger.client.log.core.meta import Position
-from bkledger.client.log.cursors import ack_cursor, create_cursor
 from bkledger.spark_connector.stream_positions import Pos
 
 if TYPE_CHECKING:

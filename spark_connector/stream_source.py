@@ -57,9 +57,9 @@ from bkledger.spark_connector.options import (
     _position_map,
     option_json,
     parse_int,
-    parse_read_options,
 )
 from bkledger.spark_connector.planning import LedgerPartition, LedgerView
+from bkledger.spark_connector.read_options import parse_read_options
 from bkledger.spark_connector.spark_compat import (  # PySpark's (4.2+); stand-ins before (LegacyStreamReader)
     ADMISSION_CONTROL_SINCE,
     STREAM_ADMISSION_CONTROL,
@@ -333,8 +333,8 @@ class BkLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cursor = self.opts.cursor
         if cursor is None:
             return
+        from bkledger.client.connector import create_cursor
         from bkledger.client.errors import LogNotFoundError
-        from bkledger.client.log.cursors import create_cursor
 
         for name in names:
             if name not in self._held:

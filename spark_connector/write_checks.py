@@ -13,9 +13,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from bkledger.client.connector import creatable_log_name, no_cluster_error
 from bkledger.client.errors import BKError, InvalidLogNameError, InvalidQuorumError, NoClusterError
-from bkledger.client.log.naming import creatable_log_name
-from bkledger.client.meta.cluster_root import no_cluster_error
 from bkledger.spark_connector.options import BkLedgerOptionError, WriteOptions
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +117,65 @@ def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
     assert len(runs) == 2 and all(r["floor_ms"]["p50"] > 0 and r["gc_pauses_ms"] is not None for r in runs), runs
     attributions = [r["attribution"] for r in report["add_latency_runs"] if "attribution" in r]
     assert len(attributions) == 2 and all(a["adds"] >= 1 for a in attributions), attributions
+
+
+def _tiny_run(tmp_path: Path, only: str, timeout: float) -> dict[str, Any]:
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "BKLEDGER_BENCH_TINY": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", only, "--json", str(out), "--dir", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(out.read_text())
+    assert report["errors"] == {}
+    assert not list(tmp_path.glob("bkledger-bench-*")), "the data dir was not removed"
+    return report
+
+
+def _aimed(figures: dict[str, dict[str, Any]], figure: str, runs: int = 3) -> None:
+    """Every run of an aimed figure says whether it met its aim; the spread counts the runs that did."""
+    for k in range(1, runs + 1):
+        why = figures[f"{figure}: run {k}"]["why"]
+        assert why.endswith((": met", ": NOT met")), why
+    spread = figures[f"{figure}: spread"]["why"]
+    assert "met in " in spread and f"of {runs} runs" in spread, spread
+
+
+def test_tiny_log_clients(tmp_path: Path) -> None:
+    """Issue 44 item 6: 8 producer processes vs one LogWriter (ratio to the writer of the same run) and their
+    commit latency, a 1 MiB transaction across two logs vs the same appends, a cursor ack's latency."""
+    report = _tiny_run(tmp_path, "log_clients", 300)
+    figures = {r["figure"]: r for r in report["rows"]}
+    producers = "8 producers (processes) into one log, 1 KiB records"
+    _aimed(figures, f"{producers}: aggregate payload")
+    _aimed(figures, "transaction of 1 MiB across two logs (1 KiB records)")
+    for k in (1, 2, 3):
+        for figure in (f"{producers}: aggregate payload: run {k}",
+                       f"transaction of 1 MiB across two logs (1 KiB records): run {k}"):
+            assert figures[figure]["value"] > 0 and figures[figure]["limit"] > 0, figures[figure]
+        for figure in (f"{producers}: commit latency at half that throughput: run {k} p99",
+                       f"cursor acknowledgement (reader.ack(position)): run {k} p99"):
+            assert figures[figure]["value"] > 0 and "p50 " in figures[figure]["why"], figures[figure]
+    for name in ("p50", "p99"):
+        assert figures[f"cursor acknowledgement (reader.ack(position)): {name} spread"]["why"].startswith("min ")
+
+
+def test_tiny_log_offload(tmp_path: Path) -> None:
+    """Issue 42 item 7, the rows today's code supports: offload vs the client's write rate, Spark's Parquet
+    scan of the table vs pyarrow's plain file, the table's disk bytes per payload byte, the freshness of a
+    format("bkledger") read; the read across the seam is printed as not measured, not as a number."""
+    report = _tiny_run(tmp_path, "log_offload", 420)
+    figures = {r["figure"]: r for r in report["rows"]}
+    label = "1 MiB log of 1 KiB records"
+    for figure in (f"offload ({label})", f"Spark Parquet scan of the offloaded table folder ({label})"):
+        _aimed(figures, figure)
+        assert all(figures[f"{figure}: run {k}"]["ratio"] > 0 for k in (1, 2, 3))
+    disk = f"disk bytes per payload byte, the table's own ({label})"
+    _aimed(figures, disk)
+    assert all(1.0 <= figures[f"{disk}: run {k}"]["value"] < 4.0 for k in (1, 2, 3))   # a table, not 3 copies
+    fresh = 'freshness: format("bkledger") last row vs the LAC at planning'
+    _aimed(figures, fresh)
+    assert all(figures[f"{fresh}: run {k}"]["value"] >= 0 for k in (1, 2, 3))
+    seam = figures['format("bkledger") over offloaded history vs over bookies (same rows)']
+    assert seam["value"] is None and seam["ratio"] is None and seam["why"].startswith("not measured")

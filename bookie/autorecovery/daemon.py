@@ -26,14 +26,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from bkledger.bookie.address import resolve
 from bkledger.bookie.autorecovery.auditor import Auditor
 from bkledger.bookie.autorecovery.worker import ReplicationWorker
 from bkledger.bookie.config import BookieConfig, ConfigError
-from bkledger.bookie.log_metrics import LogFiguresReader
-from bkledger.bookie.metrics import start_autorecovery_metrics
+from bkledger.bookie.http_admin import AdminHttpServer, metrics_routes
+from bkledger.bookie.log_metrics import LogFiguresReader, log_metric_families
+from bkledger.bookie.metrics import _counter, _gauge, new_registry
 from bkledger.bookie.stop_signals import block_stop_signals, install_fallback_handlers, watch_stop_signals
 from bkledger.client import BookKeeper
 from bkledger.client.admin import Admin
@@ -180,3 +184,53 @@ def run_autorecovery(config: BookieConfig) -> int:
     if http is not None:
         http.stop()
     return 0
+
+
+class AutoRecoveryCollector(Collector):
+    """The autorecovery daemon's state, read at scrape time (the marks are counted in ZooKeeper)."""
+
+    def __init__(self, daemon: AutoRecovery) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        daemon = self.daemon
+        ur = daemon.admin.underreplication
+        try:
+            marked: float = len(ur.list_marked())
+            enabled: float = ur.is_enabled()
+        except Exception:  # noqa: BLE001 - ZooKeeper unreachable: say "unknown" rather than fail the scrape
+            marked = enabled = float("nan")
+        yield _gauge("auditor_NUM_UNDER_REPLICATED_LEDGERS", "ledgers marked under-replicated now", marked)
+        yield _gauge("autorecovery_ENABLED", "1 if autorecovery is enabled cluster-wide", enabled)
+        yield _gauge("auditor_IS_AUDITOR", "1 if this daemon is the elected auditor", daemon.is_auditor)
+        yield _gauge("auditor_LAST_AUDIT_TIMESTAMP_SECONDS", "unix time of this daemon's last audit of a lost "
+                     "bookie (0: never)", daemon.last_audit_time)
+        yield _counter("auditor_AUDITS", "audits of lost bookies run by this daemon", daemon.audits)
+        worker = daemon.worker
+        yield _counter("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
+                       "ledgers this daemon's worker re-replicated and unmarked", len(worker.replicated))
+        yield _counter("replication_worker_NUM_ENTRIES_WRITTEN", "entries copied to the local bookie",
+                       worker.stats.entries)
+        yield _counter("replication_worker_NUM_BYTES_WRITTEN", "bytes copied to the local bookie", worker.stats.bytes)
+        if daemon.is_auditor:            # the per-log figures: the elected auditor's only (bookie.log_metrics)
+            yield from log_metric_families(daemon.log_figures)
+
+
+def start_autorecovery_metrics(daemon: AutoRecovery) -> AdminHttpServer | None:
+    """Serve the daemon's metrics on prometheusStatsHttpPort (None when 0). A taken port is logged, not fatal:
+    the daemon's work matters more than its metrics."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    cfg = daemon.config
+    if not cfg.prometheusStatsHttpPort:
+        return None
+    registry = new_registry()
+    registry.register(AutoRecoveryCollector(daemon))
+    try:
+        return AdminHttpServer(cfg.listenAddress, cfg.prometheusStatsHttpPort,
+                               metrics_routes(lambda: bytes(generate_latest(registry)), CONTENT_TYPE_LATEST),
+                               name="autorecovery-metrics-http").start()
+    except OSError as exc:
+        log.error("%s; no metrics from this daemon (if the bookie uses the port, give the daemon its own: "
+                  "--set prometheusStatsHttpPort=PORT)", exc)
+        return None

@@ -11,7 +11,6 @@ The driver executes what these return; nothing here touches a socket, a file or 
 from __future__ import annotations
 
 import dataclasses
-import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,9 +19,8 @@ import numpy.typing as npt
 from bkledger.bookie.core.index_pages import PageGeometry
 from bkledger.bookie.core.records import be64_at
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire.entry import HEADER, HEADER_SIZE
 
-HEADER = struct.Struct(">qqqq")          # ledgerId | entryId | lastAddConfirmed | length
-HEADER_SIZE = HEADER.size                # 32 bytes; the digest and payload follow
 MASTER_KEY_SIZE = 20
 
 Status = int

@@ -50,11 +50,11 @@ from bkledger.client.log.store import (
 from bkledger.client.meta.zksession import ZkOp
 from bkledger.client.progress import NO_PROGRESS, ProgressSink
 from bkledger.client.protocol.metadata import LedgerMetadata
-from bkledger.client.ranges_reader import Read, chunks_ahead
+from bkledger.client.read_ahead import Read, chunks_ahead
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
     from bkledger.client.reader import ReadChunk
 
 log = logging.getLogger("bkledger.logs")

@@ -52,7 +52,7 @@ from bkledger.client.meta.errors import MetadataFormatError, NoSuchNodeError, ZN
 from bkledger.client.meta.zksession import ZkOp
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
     from bkledger.client.meta.store import MetadataStore
 
 log = logging.getLogger("bkledger.logs")

@@ -15,7 +15,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
 
 COPY_IN_FLIGHT = 2_000
 COPY_TIMEOUT_S = 120.0

@@ -26,8 +26,8 @@ from bkledger.client.meta import log_leases
 from bkledger.client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.log.core.meta import LogMetadata
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
 
 log = logging.getLogger("bkledger.logs")
 

@@ -48,13 +48,12 @@ from bkledger.client.log.core import outcome
 from bkledger.client.log.core.meta import LogLedger, LogMetadata, Position, RetentionPolicy
 from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.cursors import CursorsMixin
+from bkledger.client.log.ledgers import JOB_KEY, LOG_KEY, RollPolicy, log_ledger_password, seal_tail
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.naming import creatable_log_name
 from bkledger.client.log.store import (
     LoadedLog,
-    create_log,
     delete_log_znodes,
-    load_log,
     now_ms,
     read_log,
     require_loaded,
@@ -69,8 +68,8 @@ from bkledger.client.progress import NO_PROGRESS, ProgressSink
 from bkledger.client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.log.compaction import CompactionResult, CompactionTask
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
     from bkledger.client.log.offload import OffloadResult
     from bkledger.client.log.producer import LogProducer
     from bkledger.client.log.reader import LogReader, StartSpec
@@ -101,10 +100,6 @@ _EVERYTHING_DUE_MS = 2**62
 
 
 # ---- ledgers a job wrote for a log and never committed --------------------------------------------
-JOB_KEY = "bkledger.job"    # custom metadata of a ledger: the job (a Spark write, a sink's run) that wrote it
-LOG_KEY = "bkledger.log"    # custom metadata of a ledger: the log it was written for
-
-
 @dataclasses.dataclass(frozen=True)
 class UncommittedLedger:
     ledger_id: int
@@ -261,31 +256,6 @@ def _closed(bk: BookKeeper, name: str, ledger_id: int, envelopes: dict[int, int 
     return (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
 
 
-def log_ledger_password(bk: BookKeeper, name: str, given: bytes = b"") -> bytes:
-    """The password to create ledgers for log `name` with: the one given (not empty), else the log's own
-    key (`client.log.core.meta.log_password`; a missing log is created, empty, so that its key exists before
-    its first ledgers), else the empty password (a log made before logs had keys). What a Spark task or
-    any other job that writes ledgers for a log and appends them later (`append_ledgers`) must use."""
-    if given:
-        return given
-    got = load_log(bk.store, name, whole=False) or create_log(bk.store, name, whole=False)
-    return lm.ledger_password(got.meta, b"")
-
-
-def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:
-    """Fence and recover (open with recovery) every ledger not recorded as sealed: the last two (R28 step 2;
-    those recorded as sealed are CLOSED already) and any older one a crashed writer left unrecorded. Their
-    entry counts and sizes go into the returned metadata. No password given: each ledger is recovered with
-    the one its metadata holds (the log's own key for the ledgers its writers made)."""
-    out = meta
-    for led in meta.ledgers:
-        if led.sealed:          # recorded only once CLOSED, and CLOSED is terminal: fencing is a no-op
-            continue
-        rh = bk.open_ledger(led.ledger_id, password or None, recovery=True)
-        out = lm.with_ledger_sealed(out, led.ledger_id, rh.last_entry_id, rh.metadata.length, now_ms())
-    return out
-
-
 # ---- retention --------------------------------------------------------------------------------
 class RetentionTask:
     """A daemon thread applying every log's retention settings each `interval_s` seconds."""
@@ -337,22 +307,6 @@ class RetentionTask:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@dataclasses.dataclass(frozen=True)
-class RollPolicy:
-    """When a log writer rolls to a new ledger (R29). Defaults follow Pulsar's broker.conf:
-    managedLedgerMaxEntriesPerLedger=50000, managedLedgerMaxLedgerRolloverTimeMinutes=240, and
-    DistributedLog's maxLogSegmentBytes=256 MB. None disables a limit."""
-
-    entries: int | None = 50_000
-    bytes: int | None = 256 * 1024 * 1024
-    age_s: float | None = 4 * 3600.0
-
-    def __post_init__(self) -> None:
-        for what, value in (("roll_entries", self.entries), ("roll_bytes", self.bytes), ("roll_age_s", self.age_s)):
-            if value is not None and value <= 0:
-                raise InvalidOptionError(f"{what} must be > 0 (or None to disable), got {value}")
 
 
 def _bk(mixin: LogsMixin) -> BookKeeper:

@@ -13,7 +13,7 @@ from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.store import log_path
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
 
 
 def creatable_log_name(bk: BookKeeper, name: str) -> str:

@@ -46,7 +46,7 @@ from bkledger.client.log.store import LOG_UPDATE_ATTEMPTS, commit_changes, now_m
 from bkledger.client.meta.zksession import ZkOp
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
 
 log = logging.getLogger("bkledger.logs")
 DEFAULT_FILE_BYTES = 64 * 1024 * 1024
@@ -224,7 +224,7 @@ def split_payloads(payloads: Sequence[bytes], envelope: int, ids: Sequence[int],
     back byte for byte from its columns (`join_payloads`)."""
     if envelope == 0:
         return [None] * len(payloads), [None] * len(payloads), list(payloads)
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     keys: list[bytes | None] = []
     stamps: list[int | None] = []
@@ -248,7 +248,7 @@ def join_payloads(rows: pa.Table, envelope: int) -> list[bytes]:
     values = rows.column("value").to_pylist()
     if envelope == 0:
         return values
-    from bkledger.spark_connector import envelope as env
+    from bkledger.client.log.core import envelope as env
 
     keys = rows.column("key").to_pylist()
     stamps = rows.column("timestamp").cast(pa.int64()).to_pylist()

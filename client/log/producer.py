@@ -51,13 +51,13 @@ from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import producers as pr
 from bkledger.client.log.core.meta import LogMetadata, Position
 from bkledger.client.log.ledger_copy import copy_ledger
+from bkledger.client.log.ledgers import JOB_KEY, LOG_KEY, log_ledger_password, seal_tail
 from bkledger.client.log.liveness import check_live_writer
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password, seal_tail
 from bkledger.client.log.store import load_log, now_ms, update_logs
 from bkledger.client.meta.errors import MetadataStoreError
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
 
 log = logging.getLogger("bkledger.producer")
 

@@ -34,9 +34,9 @@ from bkledger.client.log.store import log_path, require_log
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
     from bkledger.client.log.core.envelope import Record
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
     from bkledger.client.meta.zksession import Watch
 
 log = logging.getLogger("bkledger.logs")

@@ -51,17 +51,18 @@ from bkledger.client.log.core import transactions as tc
 from bkledger.client.log.core.meta import LogMetadata, Position
 from bkledger.client.log.core.names import check_log_name
 from bkledger.client.log.cursors import cursor_path, lost_error, read_cursor
+from bkledger.client.log.ledger_copy import copy_ledger
+from bkledger.client.log.ledgers import JOB_KEY, LOG_KEY, log_ledger_password, seal_tail
 from bkledger.client.log.liveness import check_live_writer
-from bkledger.client.log.logs import JOB_KEY, LOG_KEY, log_ledger_password, seal_tail
 from bkledger.client.log.store import LogChange, commit_changes, load_log, now_ms, prepare_change, unborn_log
 from bkledger.client.meta.errors import NoSuchNodeError, ZNodeExistsError
 from bkledger.client.meta.zksession import ZkOp
 
 if TYPE_CHECKING:
-    from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
     from bkledger.client.log import records  # imports numpy: loaded at a first append, not with the client
     from bkledger.client.log.core import envelope as env
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
 
 log = logging.getLogger("bkledger.transaction")
 
@@ -230,8 +231,6 @@ class Transaction:
 
     # ---- the commit -------------------------------------------------------------------------------
     def _commit(self, closed: dict[str, lm.ClosedLedger]) -> None:
-        from bkledger.spark_connector.log_commit import copy_ledger
-
         for attempt in range(tc.COMMIT_ATTEMPTS):
             try:
                 changes = self._changes(closed)

@@ -38,8 +38,8 @@ from bkledger.client.errors import (
 )
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogMetadata, Position
+from bkledger.client.log.ledgers import seal_tail
 from bkledger.client.log.liveness import WriterLeases
-from bkledger.client.log.logs import seal_tail
 from bkledger.client.log.store import (
     LoadedLog,
     commit_changes,
@@ -57,10 +57,10 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from bkledger.client.bookkeeper import BookKeeper
     from bkledger.client.ledger_handle import LedgerHandle
     from bkledger.client.log.core.envelope import HeadersIn
-    from bkledger.client.log.logs import RollPolicy
+    from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
+    from bkledger.client.log.ledgers import RollPolicy
     from bkledger.client.log.records import Timestamp
 
 log = logging.getLogger("bkledger.logs")

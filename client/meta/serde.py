@@ -14,8 +14,8 @@ from google.protobuf.message import DecodeError
 
 from bkledger.client.meta.errors import MetadataFormatError
 from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata, LedgerState
-from bkledger.client.protocol.wire import varint as encode_varint
 from bkledger.proto import formats_pb2 as fpb
+from bkledger.wire.codec import varint as encode_varint
 
 HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
 FORMAT_VERSION = 3

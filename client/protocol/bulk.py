@@ -20,7 +20,7 @@ import numpy.typing as npt
 from bkledger.client.errors import EntryTooLargeError, InvalidBulkError
 from bkledger.client.protocol.digest import HEADER, HEADER_LENGTH, Buffer, DigestManager
 from bkledger.client.protocol.metadata import DigestType
-from bkledger.client.protocol.native import NATIVE
+from bkledger.wire.native import NATIVE
 
 Offsets = npt.NDArray[np.int64]
 
@@ -120,7 +120,7 @@ def package_bulk(digest: DigestManager, ledger_id: int, first_entry_id: int, lac
                  data: bytes | memoryview, offsets: Offsets) -> tuple[bytes, Offsets]:
     """Package entries data[offsets[i]:offsets[i+1]] as ids first_entry_id + i, back to back, exactly as
     package_batch would: (one blob, n + 1 offsets of the packaged entries within the blob). CRC32C, the
-    default digest, is packaged by one native call where the module was built (client.protocol.native)."""
+    default digest, is packaged by one native call where the module was built (wire.native)."""
     overhead = HEADER_LENGTH + digest.mac_length
     packaged = (offsets - offsets[0]) + overhead * np.arange(len(offsets), dtype=np.int64)
     if digest.digest_type is DigestType.CRC32C and NATIVE is not None:
@@ -141,28 +141,6 @@ def package_bulk(digest: DigestManager, ledger_id: int, first_entry_id: int, lac
         entry_id += 1
         start = end
     return b"".join(parts), packaged
-
-
-def gather_entries(data: Buffer, offsets: Offsets, keep: npt.NDArray[np.bool_]) -> bytes:
-    """The entries `keep` selects of the back-to-back entries `data[offsets[i]:offsets[i + 1]]`, back to
-    back: one native pass (a copy per run of kept entries) where client.protocol._native was built, else
-    Arrow's filter kernel over a binary array laid on `data` and `offsets`. A striped write set keeps runs
-    of Qw of every E entries, so a slice per run would be a Python object per one or two entries."""
-    if bool(keep.all()):
-        whole = int(offsets[0]) == 0 and int(offsets[-1]) == len(data)
-        return data if whole and isinstance(data, bytes) else bytes(memoryview(data)[int(offsets[0]):int(offsets[-1])])
-    if not bool(keep.any()):
-        return b""
-    bounds = np.ascontiguousarray(offsets, dtype=np.int64)
-    if NATIVE is not None:
-        return NATIVE.gather(data, bounds, np.ascontiguousarray(keep, dtype=np.bool_))
-    import pyarrow as pa  # only where entries are cut out (striped bulks, read residues)
-
-    entries = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(bounds) - 1,
-                                               [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-    kept = entries.filter(pa.array(keep, type=pa.bool_()))
-    kept_bounds = np.frombuffer(kept.buffers()[1], dtype=np.int64, count=len(kept) + 1)
-    return memoryview(kept.buffers()[2])[int(kept_bounds[0]):int(kept_bounds[-1])].tobytes()
 
 
 def striped_targets(first_entry_id: int, offsets: Offsets, ensemble_size: int, write_quorum: int

@@ -19,7 +19,7 @@ bodies (WriteLac) are `ledgerId:int64 | lac:int64 | digest over those 16 bytes`.
 
 Entry by entry, verification of CRC32C copies the payload slice once (google-crc32c only accepts
 `bytes`); bulks are packaged and range batches verified by one call of the batched C module instead
-(`client.protocol.native`, where it was built). Payloads returned to callers are zero-copy memoryview
+(`wire.native`, where it was built). Payloads returned to callers are zero-copy memoryview
 slices of the received buffer.
 """
 
@@ -36,11 +36,11 @@ import google_crc32c
 
 from bkledger.client.errors import DigestMismatchError
 from bkledger.client.protocol.metadata import DigestType
+from bkledger.wire.entry import HEADER, HEADER_SIZE
 
 Buffer = bytes | bytearray | memoryview
 
-HEADER = struct.Struct(">qqqq")
-HEADER_LENGTH = HEADER.size  # 32, BookKeeper's METADATA_LENGTH
+HEADER_LENGTH = HEADER_SIZE  # 32, BookKeeper's METADATA_LENGTH
 LAC_HEADER = struct.Struct(">qq")
 _IDS = struct.Struct(">qq")  # ledgerId, entryId at the start of a packaged entry
 LAC_HEADER_LENGTH = LAC_HEADER.size  # 16

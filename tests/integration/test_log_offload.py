@@ -179,7 +179,7 @@ def test_spark_planning_refuses_an_offloaded_log_clearly(bk, name, tmp_path):
     """format("bkledger") does not read offloaded history yet: its planning raises OffloadedLogError
     naming the table (not a read of bookie copies that may be gone)."""
     from bkledger.spark_connector.batch_reader import discover
-    from bkledger.spark_connector.options import parse_read_options
+    from bkledger.spark_connector.read_options import parse_read_options
 
     write(bk, name, 12, 3, enveloped=False)
     opts = parse_read_options({"log": name, "metadataserviceuri": "zk://unused/ledgers"})

@@ -308,7 +308,7 @@ def test_schema_discovery_reads_each_ledgers_metadata_once_per_process(cluster, 
     from bkledger.client.log.logs import append_ledgers
     from bkledger.spark_connector import envelope as env
     from bkledger.spark_connector.batch_reader import discover_schema
-    from bkledger.spark_connector.options import parse_read_options
+    from bkledger.spark_connector.read_options import parse_read_options
 
     uri, log = cluster.metadata_service_uri, fresh("schema")
     monkeypatch.setattr(lm, "recorded_envelope", lambda custom: None)      # as an older writer did
@@ -336,7 +336,7 @@ def test_schema_discovery_of_a_log_that_records_envelopes_reads_no_ledgers_metad
     from bkledger.spark_connector import batch_reader
     from bkledger.spark_connector import envelope as env
     from bkledger.spark_connector.batch_reader import discover_schema
-    from bkledger.spark_connector.options import parse_read_options
+    from bkledger.spark_connector.read_options import parse_read_options
 
     uri, log = cluster.metadata_service_uri, fresh("recorded")
     with monkeypatch.context() as older:
@@ -367,7 +367,7 @@ def test_schema_discovery_from_the_logs_records_still_checks_the_password(cluste
     from bkledger.client.errors import BadPasswordError
     from bkledger.client.log import logs
     from bkledger.spark_connector.batch_reader import discover_schema
-    from bkledger.spark_connector.options import parse_read_options
+    from bkledger.spark_connector.read_options import parse_read_options
 
     uri, log = cluster.metadata_service_uri, fresh("recorded-pw")
     assert logs.append_ledgers(bk, log, [one_entry_ledger(bk, {}) for _ in range(3)])

@@ -16,7 +16,7 @@ from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.batch_reader import discover, read_schema
 from bkledger.spark_connector.kafka_options import for_log
 from bkledger.spark_connector.narrowing import first_at_or_after
-from bkledger.spark_connector.options import parse_read_options
+from bkledger.spark_connector.read_options import parse_read_options
 from bkledger.spark_connector.time_seek import TimeProbe
 
 pytestmark = pytest.mark.spark

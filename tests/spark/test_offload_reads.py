@@ -22,8 +22,8 @@ from bkledger.spark_connector import read_log
 from bkledger.spark_connector.batch_reader import plan, read_any, read_schema
 from bkledger.spark_connector.history import file_uri
 from bkledger.spark_connector.offloaded import OffloadedFileGoneError
-from bkledger.spark_connector.options import parse_read_options
 from bkledger.spark_connector.pushdown import Pushed
+from bkledger.spark_connector.read_options import parse_read_options
 from bkledger.spark_connector.spark_compat import arrow_schema
 from tests.spark.test_stream_cursor import cursor_row
 from tests.spark.test_streaming import Collector, fill, stream

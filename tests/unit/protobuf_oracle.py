@@ -1,4 +1,4 @@
-"""Hand-written protobuf parsers (`bookie.add_request`, `client.protocol.range_batch`) held to protobuf's own."""
+"""Hand-written protobuf parsers (`bookie.add_request`, `wire.range_batch`) held to protobuf's own."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bkledger.bookie.add_request import parse_add_request
-from bkledger.client.protocol import wire
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire import codec as wire
 from tests.unit.protobuf_oracle import assert_read_as_protobuf_reads
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

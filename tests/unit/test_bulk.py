@@ -88,8 +88,9 @@ def test_package_bulk_is_package_batch_byte_for_byte(payloads: list[bytes], dige
 def test_r5_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
     """R5 for a bulk chunk with E > Qw: the per-bookie masks are exactly SendAdds.targets, and each bookie's
     request holds its entries' bytes back to back."""
-    from bkledger.client.protocol.bulk import gather_entries, striped_targets
+    from bkledger.client.protocol.bulk import striped_targets
     from bkledger.client.protocol.pending_adds import SendAdds
+    from bkledger.wire.gather import gather_entries
 
     first, count = 7, 20
     sizes = [(i * 5) % 11 for i in range(count)]
@@ -110,12 +111,12 @@ def test_r5_striped_targets_send_each_entry_to_its_write_set(e, qw) -> None:
 def test_gather_entries_of_a_slice_of_a_larger_buffer(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Offsets need not start at 0 nor end at the buffer's end, and the buffer may be a memoryview; the
     native gather and Arrow's (used where the module was not built) give the same bytes."""
-    from bkledger.client.protocol import bulk
-    from bkledger.client.protocol.bulk import gather_entries
+    from bkledger.wire import gather as bulk
+    from bkledger.wire.gather import gather_entries
     if not native:
         monkeypatch.setattr(bulk, "NATIVE", None)
     elif bulk.NATIVE is None:
-        pytest.skip("client.protocol._native was not built")
+        pytest.skip("wire._native was not built")
 
     data = bytes(range(40))
     offsets = np.array([5, 8, 8, 15, 20], dtype=np.int64)         # entries [5:8], [8:8], [8:15], [15:20]

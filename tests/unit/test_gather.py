@@ -47,7 +47,7 @@ def test_each_range_comes_out_whole_and_in_order(case) -> None:
 def test_the_native_pass_and_the_numpy_views_pack_the_same(case) -> None:
     """With and without the native module (`pack_ranges`, else binary views cast by Arrow): the same
     array and the same (data, offsets)."""
-    assert gather.NATIVE is not None, "client.protocol._native was not built"
+    assert gather.NATIVE is not None, "wire._native was not built"
     buffers, picks = case
     which, starts, ends = (np.array([p[i] for p in picks], dtype=np.int64) for i in range(3))
     native = gather.packed(buffers, which, starts, ends)

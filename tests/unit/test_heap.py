@@ -1,4 +1,4 @@
-"""client.heap: with glibc's thresholds raised, a freed large buffer is reused, not unmapped and faulted
+"""wire.heap: with glibc's thresholds raised, a freed large buffer is reused, not unmapped and faulted
 in again (measured in fresh processes: minor page faults over buffers of a few MiB in a thread)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = """
 import resource, sys, threading
-from bkledger.client import heap
+from bkledger.wire import heap
 if sys.argv[1] == "tuned":
     names = heap.keep_large_buffers()
     assert names == heap.keep_large_buffers() == ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]

@@ -21,9 +21,10 @@ from pyspark.sql.datasource import (
 from bkledger.spark_connector.coalesce import CoalescedPartition
 from bkledger.spark_connector.kafka_options import LogChoice, for_log
 from bkledger.spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids
-from bkledger.spark_connector.options import BkLedgerOptionError, parse_read_options
+from bkledger.spark_connector.options import BkLedgerOptionError
 from bkledger.spark_connector.planning import LedgerPartition
 from bkledger.spark_connector.pushdown import absorb, empty
+from bkledger.spark_connector.read_options import parse_read_options
 from bkledger.spark_connector.stream_positions import Pos, share
 from bkledger.spark_connector.stream_source import parse_stream_options
 

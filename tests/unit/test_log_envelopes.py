@@ -13,7 +13,7 @@ from bkledger.client.log.core import stored as st
 from bkledger.client.log.core.meta import LogLedger, LogMetadata
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.batch_reader import ENVELOPE_AT_READ, recorded_view
-from bkledger.spark_connector.options import parse_read_options
+from bkledger.spark_connector.read_options import parse_read_options
 
 
 def log_of(envelopes: dict[int, int | None]) -> LogMetadata:

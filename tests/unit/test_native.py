@@ -1,4 +1,4 @@
-"""R7: the native module's packaging and checksums (client/protocol/_native.c) give byte for byte what the
+"""R7: the native module's packaging and checksums (wire/_native.c) give byte for byte what the
 one-entry-at-a-time path gives, with either of its CRC32C implementations; its calls refuse bad input.
 (Its gather is held to Arrow's in tests/unit/test_bulk.py, its pack_ranges to numpy's in test_gather.py.)"""
 
@@ -17,15 +17,15 @@ from bkledger.client.protocol import bulk
 from bkledger.client.protocol.bulk import package_bulk
 from bkledger.client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
 from bkledger.client.protocol.metadata import DigestType
-from bkledger.client.protocol.native import NATIVE
 from bkledger.client.reader import crc32c_verified, verify_entries
+from bkledger.wire.native import NATIVE
 
 CRC = DigestManager(DigestType.CRC32C, b"pw")
 
 
 @pytest.fixture(params=["sse4.2", "table"])
 def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
-    assert NATIVE is not None, "client.protocol._native was not built: `pip install -e .` needs a C compiler"
+    assert NATIVE is not None, "wire._native was not built: `pip install -e .` needs a C compiler"
     before = NATIVE.implementation()
     try:
         NATIVE.use_implementation(request.param)

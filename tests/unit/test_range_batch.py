@@ -1,4 +1,4 @@
-"""A range read's batches, read by hand: `client.protocol.range_batch` gives what protobuf's own parser
+"""A range read's batches, read by hand: `wire.range_batch` gives what protobuf's own parser
 gives for any ReadRangeBatch, whichever way its repeated integers are written, and refuses what protobuf
 refuses."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from bkledger.client.protocol import wire
-from bkledger.client.protocol.range_batch import parse_range_batch
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire import codec as wire
+from bkledger.wire.range_batch import parse_range_batch
 from tests.unit.protobuf_oracle import assert_read_as_protobuf_reads
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

@@ -17,12 +17,14 @@ from bkledger.bookie import ranges_read
 from bkledger.bookie.ranges_read import Failed, Packed, Range
 from bkledger.bookie.storage import LedgerStorage
 from bkledger.client.bookie_client import BookieClient
+from bkledger.client.context import NoRanges
 from bkledger.client.protocol.metadata import Fragment, LedgerMetadata
 from bkledger.client.protocol.reads import held_run
 from bkledger.client.protocol.speculative import BookieHealth, SpeculativePolicy
 from bkledger.client.protocol.transforms import new_ledger_metadata
 from bkledger.client.protocol.write_set import write_set
-from bkledger.client.ranges_reader import NoRanges, RangeRead, chunks_ahead, read_ranges
+from bkledger.client.ranges_reader import RangeRead, read_ranges
+from bkledger.client.read_ahead import chunks_ahead
 from bkledger.client.reader import ReadChunk
 from bkledger.proto import bookie_pb2 as pb
 

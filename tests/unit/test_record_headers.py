@@ -223,7 +223,8 @@ def test_include_headers_option_and_schema() -> None:
     """includeHeaders (Kafka's name, default false) adds the headers column to the read schema, for log
     and raw-ledger reads alike; a bad value fails naming the option."""
     from bkledger.spark_connector.batch_reader import check_schema, read_schema
-    from bkledger.spark_connector.options import BkLedgerOptionError, parse_read_options
+    from bkledger.spark_connector.options import BkLedgerOptionError
+    from bkledger.spark_connector.read_options import parse_read_options
 
     base = {"metadataServiceUri": "zk://127.0.0.1:2181/ledgers"}
     assert parse_read_options({**base, "log": "t"}).include_headers is False

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from bkledger.bookie.core import request_checks as rc
 from bkledger.bookie.request_guard import parse_add_stream
 from bkledger.client.bookie_client import MAX_REQUEST_BYTES, _pieces
-from bkledger.client.protocol import wire
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire import codec as wire
 
 
 def varint(value: int) -> bytes:

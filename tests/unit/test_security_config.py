@@ -9,7 +9,7 @@ from bkledger.client.config import ClientConfig
 from bkledger.client.errors import InvalidOptionError
 from bkledger.client.meta.zkauth import is_discovery, zk_auth
 from bkledger.client.tls import TLS_FACTORY_CLASS, TlsSettings, rejection, settings_of, validate
-from bkledger.spark_connector.options import parse_read_options
+from bkledger.spark_connector.read_options import parse_read_options
 
 
 def test_booleans_parse_as_words():

@@ -8,13 +8,9 @@ import json
 
 import pytest
 
-from bkledger.spark_connector.kafka_options import KAFKA_NAMES
-from bkledger.spark_connector.options import (
-    MAX_JSON_DEPTH,
-    BkLedgerOptionError,
-    parse_read_options,
-    parse_write_options,
-)
+from bkledger.spark_connector.kafka_names import KAFKA_NAMES
+from bkledger.spark_connector.options import MAX_JSON_DEPTH, BkLedgerOptionError, parse_write_options
+from bkledger.spark_connector.read_options import parse_read_options
 from bkledger.spark_connector.stream_positions import parse_starting
 from bkledger.spark_connector.stream_source import parse_stream_options
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bkledger.client import DataLossError
-from bkledger.spark_connector.options import BkLedgerOptionError, parse_read_options, parse_write_options
+from bkledger.spark_connector.options import BkLedgerOptionError, parse_write_options
 from bkledger.spark_connector.planning import LedgerView, fragment_ranges, plan_partitions, resolve_bounds, split_range
+from bkledger.spark_connector.read_options import parse_read_options
 
 URI = "zk://127.0.0.1:2181/ledgers"
 

@@ -1,4 +1,4 @@
-"""Protobuf written by hand (`client.protocol.wire`, `bookie.server.range_batch_bytes`, `ranges_batch_bytes`,
+"""Protobuf written by hand (`wire.codec`, `bookie.server.range_batch_bytes`, `ranges_batch_bytes`,
 `add_ack_bytes`) parses as the generated classes' own serialization does."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from bkledger.bookie.ranges_read import Packed
 from bkledger.bookie.server import add_ack_bytes, add_response_bytes, range_batch_bytes, ranges_batch_bytes
-from bkledger.client.protocol import wire
-from bkledger.client.protocol.native import NATIVE
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire import codec as wire
+from bkledger.wire.native import NATIVE
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1))
@@ -47,7 +47,7 @@ def test_packed_varints_are_protobufs_own(values: list[int]) -> None:
 def test_native_and_numpy_packed_varints_agree(values: list[int]) -> None:
     """The native packing (used where built) and numpy's (the fallback) write the same bytes."""
     if NATIVE is None:
-        pytest.skip("client.protocol._native was not built")
+        pytest.skip("wire._native was not built")
     v = np.array(values, dtype=np.uint64)
     assert bytes(NATIVE.pack_varints(v)) == wire.numpy_packed_varints(v) == b"".join(wire.varint(x) for x in values)
 
@@ -96,7 +96,7 @@ def test_a_cut_off_or_overlong_varint_is_refused(body: bytes) -> None:
 def test_native_and_numpy_unpacked_varints_agree(values: list[int]) -> None:
     """The native unpacking (used where built) and numpy's (the fallback) read the same values."""
     if NATIVE is None:
-        pytest.skip("client.protocol._native was not built")
+        pytest.skip("wire._native was not built")
     body = b"".join(wire.varint(x) for x in values)
     native = np.frombuffer(NATIVE.unpack_varints(body), dtype=np.uint64)
     assert native.tolist() == wire.numpy_unpack_varints(body).tolist() == values

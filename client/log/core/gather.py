@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from bkledger.client.protocol.native import NATIVE
+from bkledger.wire.native import NATIVE
 
 VIEW_INLINE = 12                     # a binary view holds a value of up to 12 bytes in the view itself
 VIEW_SIZE = 16

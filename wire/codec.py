@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from bkledger.client.protocol.native import NATIVE
+from bkledger.wire.native import NATIVE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,7 +51,7 @@ def varint_field(field_number: int, value: int) -> bytes:
 
 def packed_varints(values: npt.NDArray[np.int64]) -> bytes:
     """The varints of a packed repeated integer field, with no Python object per value: a negative int64
-    takes ten bytes, as protobuf writes it. One native call where client.protocol._native was built."""
+    takes ten bytes, as protobuf writes it. One native call where wire._native was built."""
     import numpy as np  # not at import: the client imports this module, and numpy starts threads
 
     v = np.ascontiguousarray(values).astype(np.uint64, copy=False)
@@ -141,7 +141,7 @@ def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview
 def unpack_varints(body: bytes | memoryview) -> npt.NDArray[np.uint64]:
     """The values of a packed repeated integer field (no Python object per value); the inverse of
     `packed_varints`. ValueError when the last varint is cut off or one is too long. One native call
-    where client.protocol._native was built: numpy's decoding cost 11-13 us a call even for a few
+    where wire._native was built: numpy's decoding cost 11-13 us a call even for a few
     values, twice per batch a bookie receives, and most of the time of a Spark append's large ones."""
     import numpy as np
 

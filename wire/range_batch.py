@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
-from bkledger.client.protocol import wire
+from bkledger.wire import codec as wire
 
 STATUS, LEDGER_ID, ENTRY_IDS, SIZES, DATA, LEDGER_IDS = range(1, 7)      # ReadRangeBatch's field numbers
 REPEATED = (ENTRY_IDS, SIZES, LEDGER_IDS)

@@ -12,7 +12,7 @@ from types import ModuleType
 
 def _load() -> ModuleType | None:
     try:
-        from bkledger.client.protocol import _native  # type: ignore[attr-defined]
+        from bkledger.wire import _native  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _native
