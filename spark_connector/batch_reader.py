@@ -11,6 +11,9 @@ ahead while the last is converted and shipped, yielding one Arrow RecordBatch pe
 (`read_chunk_async`) and tiny pieces' rows are gathered into one batch (`TinyRows`).
 Schema: `log, ledger_id, entry_id, value`, plus `key, timestamp` when any ledger carries the envelope, and
 `headers` (Kafka's array<struct<key, value>>) with option includeHeaders.
+A log's offloaded history (issue 42) is planned from the same read of its metadata, at the same positions,
+as pieces naming rows of the Parquet files that snapshot lists (`spark_connector.seam`); tasks read those
+row groups (`spark_connector.offloaded`), never the bookie copies.
 A read may cover several logs (`spark_connector.kafka_options`): each is planned on its own (positions,
 times resolved by `spark_connector.time_seek`, filters of `spark_connector.pushdown`) and their pieces
 are packed together; `minPartitions` then splits the largest partitions (`spark_connector.narrowing`).
@@ -51,12 +54,12 @@ from bkledger.client import (
 from bkledger.client.connector import Read, ReadChunk, chunks_ahead
 from bkledger.client.log.core import envelope as env
 from bkledger.client.log.core import meta as lm
-from bkledger.client.log.core.offload import refuse_offloaded
 from bkledger.spark_connector.arrow_io import chunk_to_batch, rows_to_batch
 from bkledger.spark_connector.clients import planning_client, shared_client
 from bkledger.spark_connector.coalesce import CoalescedPartition, coalesce
 from bkledger.spark_connector.kafka_options import TimeBound, check_named_logs, for_log
 from bkledger.spark_connector.narrowing import at_least, first_at_or_after, narrow, narrow_ids, spans_of
+from bkledger.spark_connector.offloaded import OffloadedFiles, read_offloaded
 from bkledger.spark_connector.options import BkLedgerOptionError, ReadOptions, SourceOptions
 from bkledger.spark_connector.planning import (
     Bounds,
@@ -67,6 +70,7 @@ from bkledger.spark_connector.planning import (
     resolve_bounds,
 )
 from bkledger.spark_connector.pushdown import Pushed, absorb, empty
+from bkledger.spark_connector.seam import offloaded_views
 from bkledger.spark_connector.spark_compat import FILTER_PUSHDOWN, Filter, arrow_schema
 from bkledger.spark_connector.time_seek import TimeProbe
 
@@ -154,10 +158,10 @@ def discover(bk: BookKeeper, opts: ReadOptions, meta: lm.LogMetadata | None = No
     if source.log is not None:
         if meta is None:
             meta = bk.log_metadata(source.log)
-        refuse_offloaded(meta, 'format("bkledger")')
         located = lm.logical_ledgers(meta)                                  # positions' ledger ids
         ids = [led.ledger_id for led in located]
         recorded = {led.ledger_id: v for led in located if (v := recorded_view(led, opts)) is not None}
+        recorded.update(offloaded_views(meta))        # read from the files this snapshot names
         spans = lm.time_spans(meta)
     else:
         ids = sorted(source.ledgers or ())
@@ -315,7 +319,7 @@ def log_bounds(bk: BookKeeper, opts: ReadOptions, views: Sequence[LedgerView], p
     hi_us = _bound(min, end_ms, pushed.time_hi_us)
     if not bounds or (lo_us is None and hi_us is None):
         return bounds
-    probe = TimeProbe(bk, views, opts.source.password or None)
+    probe = TimeProbe(bk, views, opts.source.password or None, name)
     known = {v.ledger_id: v.time_span for v in views if v.time_span is not None}
     if lo_us is not None:
         at = first_at_or_after(spans_of(bounds), probe, lo_us, known)
@@ -393,27 +397,43 @@ def read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) ->
 
 def _read_any(opts: ReadOptions, partition: InputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, LedgerPartition):
-        yield from read_partition(opts, partition, schema)
+        yield from read_piece(opts, partition, schema)
     if not isinstance(partition, CoalescedPartition):
         return
     if len(partition.pieces) == 1:
-        yield from read_partition(opts, partition.pieces[0], schema)
+        yield from read_piece(opts, partition.pieces[0], schema)
         return
     bk = shared_client(opts.source.metadata_service_uri, opts.source.client_settings)
     yield from merged(_read_pieces(opts, bk, partition.pieces, schema), MERGE_ROWS, MERGE_BYTES)
 
 
+def read_piece(opts: ReadOptions, part: LedgerPartition, schema: pa.Schema,
+               files: OffloadedFiles | None = None) -> Iterator[pa.RecordBatch]:
+    """One piece: rows of an offloaded file (`spark_connector.offloaded`) or entries on bookies."""
+    if part.offloaded is not None:
+        yield from read_offloaded(files or OffloadedFiles(), part, schema, opts.fail_on_data_loss)
+    else:
+        yield from read_partition(opts, part, schema)
+
+
 def _read_pieces(opts: ReadOptions, bk: BookKeeper, pieces: Sequence[LedgerPartition],
                  schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The pieces' rows in order. A piece whose first chunk held all of it (a tiny ledger) is gathered
-    with its neighbours into one batch (`TinyRows`); the others stream through read_partition."""
+    with its neighbours into one batch (`TinyRows`); the others stream through read_partition. Pieces of
+    offloaded history read their files' row groups (no ledger opened for them)."""
     tiny = TinyRows(schema)
+    files = OffloadedFiles()
     for start in range(0, len(pieces), OPEN_WINDOW):
         window = pieces[start:start + OPEN_WINDOW]
-        handles: Mapping[int, LedgerHandle] = bk.open_ledgers([p.physical or p.ledger_id for p in window],
-                                                              opts.source.password or None, recovery=False)
+        handles: Mapping[int, LedgerHandle] = bk.open_ledgers(
+            [p.physical or p.ledger_id for p in window if p.offloaded is None], opts.source.password or None,
+            recovery=False) if any(p.offloaded is None for p in window) else {}
         # a ledger missing from `handles` is opened again by read_partition, which reports it as data loss
         for piece, first_chunk in zip(window, read_ahead(bk, window, handles), strict=True):
+            if piece.offloaded is not None:
+                yield from tiny.drain()
+                yield from read_offloaded(files, piece, schema, opts.fail_on_data_loss)
+                continue
             rh = handles.get(piece.physical or piece.ledger_id)
             chunk = whole_piece(piece, first_chunk)
             if rh is not None and chunk is not None:
@@ -490,7 +510,7 @@ def read_ahead(bk: BookKeeper, pieces: Sequence[LedgerPartition], handles: Mappi
         out: list[Read | None] = []
         for piece in groups[number]:
             ledger = piece.physical or piece.ledger_id
-            rh = handles.get(ledger)
+            rh = None if piece.offloaded is not None else handles.get(ledger)
             if rh is None or not rh.is_closed or ledger in busy:
                 out.append(None)
                 continue

@@ -34,6 +34,9 @@ class LedgerView:
     # the record time span the log records for it: (min us, max us, own: False if it is the span of the
     # compacted ledger now holding it); None: not recorded
     time_span: tuple[int, int, bool] | None = None
+    # offloaded: (the log's table store URI, Parquet file below the table root) as the snapshot of the
+    # log's metadata taken at planning names them; its entries are that file's rows from `base` on
+    offloaded: tuple[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +50,7 @@ class LedgerPartition(InputPartition):
     envelope: int = 0
     physical: int | None = None        # compacted: entries first..last are base+first..base+last of it
     base: int = 0
+    offloaded: tuple[str, str] | None = None    # (table store URI, file): rows base+first..base+last of it
 
     @property
     def entries(self) -> int:
@@ -152,11 +156,11 @@ def plan_partitions(log: str | None, ledgers: Sequence[LedgerView], bounds: Mapp
         if len(view.fragment_starts) <= 1 and end - first <= cap:     # the common small ledger
             if end > first:
                 out.append(LedgerPartition(log, view.ledger_id, first, end - 1, view.envelope, view.physical,
-                                           view.base))
+                                           view.base, view.offloaded))
             continue
         for lo, hi in fragment_ranges(view, first, end):
-            out += [LedgerPartition(log, view.ledger_id, a, b, view.envelope, view.physical, view.base)
-                    for a, b in split_range(lo, hi, cap)]
+            out += [LedgerPartition(log, view.ledger_id, a, b, view.envelope, view.physical, view.base,
+                                    view.offloaded) for a, b in split_range(lo, hi, cap)]
     return out
 
 

@@ -2,7 +2,9 @@
 batch may start, and the pieces of a range. The source (`spark_connector.stream_source`) keeps one per log.
 
 CLOSED ledgers are immutable, so their views are cached; OPEN ones are looked at again each time (opened
-without recovery, R12). A start position whose ledger is gone from the log is data loss.
+without recovery, R12). A ledger offloaded since it was cached is seen again as its file (`seam`), at the
+same positions, so offsets in checkpoints written before an offload resolve after it. A start position
+whose ledger is gone from the log is data loss.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from collections.abc import Callable, Sequence
 
 from bkledger.client import BookKeeper, DataLossError, LogNotFoundError
 from bkledger.client.log.core.meta import logical_ledgers, time_spans
-from bkledger.client.log.core.offload import refuse_offloaded
 from bkledger.spark_connector.batch_reader import ledger_view, recorded_view
 from bkledger.spark_connector.narrowing import first_at_or_after
 from bkledger.spark_connector.options import ReadOptions
 from bkledger.spark_connector.planning import LedgerPartition, LedgerView, plan_partitions
+from bkledger.spark_connector.seam import offloaded_views
 from bkledger.spark_connector.stream_positions import BEFORE_ANY, Pos, Segment, ranges, readable_end
 from bkledger.spark_connector.time_seek import TimeProbe
 
@@ -45,13 +47,15 @@ class LogCursor:
             meta = self._bk().log_metadata(self.name, from_ledger=from_ledger)
         except LogNotFoundError:
             return []
-        refuse_offloaded(meta, 'format("bkledger")')
         located = logical_ledgers(meta)            # positions' ledger ids (compaction keeps them)
         self._spans.update(time_spans(meta))
+        offloaded = offloaded_views(meta)          # offloaded history: read from the files this listing names
         for led in located:                        # small CLOSED ledgers: the log's records are enough
             cached = self._closed_views.get(led.ledger_id)
-            moved = cached is not None and led.compacted and cached.physical != led.physical
-            if (cached is None or moved) and (view := recorded_view(led, self.opts)):
+            fresh = offloaded.get(led.ledger_id)
+            moved = cached is not None and (cached.offloaded != fresh.offloaded if fresh is not None
+                                            else led.compacted and cached.physical != led.physical)
+            if (cached is None or moved) and (view := fresh or recorded_view(led, self.opts)):
                 self._closed_views[led.ledger_id] = view
                 self._closed_sizes[led.ledger_id] = view.size or 0
         return [led.ledger_id for led in located]
@@ -126,7 +130,8 @@ class LogCursor:
             segments = self.segments(ids[0], ids)
             end = readable_end(segments, Pos(ids[0], 0))
             spans = [(lid, lo, hi) for lid, (lo, hi) in sorted(ranges(segments, Pos(ids[0], 0), end).items())]
-            probe = TimeProbe(self._bk(), [self.view(lid) for lid, _, _ in spans], self.opts.source.password or None)
+            probe = TimeProbe(self._bk(), [self.view(lid) for lid, _, _ in spans], self.opts.source.password or None,
+                              self.name)
             found = first_at_or_after(spans, probe, time_ms * 1000, self._spans)
             return Pos(*found) if found is not None else end
         if starting == "earliest":
