@@ -9,7 +9,7 @@ the logs and cursors hold after healing, it lists every anomaly:
 - `phantom`: a record nobody invoked;
 - `order`: records of one producer incarnation not in its sequence order in A;
 - `torn`: a transaction (of unknown outcome, or any) whose records are in B and not C, or partly in either;
-- `cursor-ahead`: a cursor's stored position beyond what its consumer recorded as processed;
+- `cursor-ahead`: a cursor past a record of A that its consumers never recorded as processed;
 - `dirty-read`: a record a consumer processed that is not in the log after healing;
 - `consumed`: a service's cursor and its outputs disagree: the records of A before its cursor are not
   exactly those it transformed into B and C (appends and ack are one transaction).
@@ -157,22 +157,26 @@ def check_transactions(ops: Mapping[str, Op], b: Sequence[Stored], c: Sequence[S
 
 
 def check_cursors(events: Iterable[Mapping[str, Any]], observed: Observed) -> list[Anomaly]:
-    """cursor-ahead and dirty-read: what each consumer recorded as processed (before it acknowledged)."""
-    processed: dict[str, Pos] = {}
-    in_a = {rid for rid, _ in a_ids(observed.a)}
+    """cursor-ahead and dirty-read: what each consumer recorded as processed (before it acknowledged).
+    A cursor at P acknowledges the records before P: each of them must be one its consumers processed
+    (a new cursor stands at the first record it will read, acknowledging nothing)."""
+    processed: dict[str, set[RecordId]] = defaultdict(set)
+    found = a_ids(observed.a)
+    in_a = {rid for rid, _ in found}
     out = []
     for event in events:
         if event.get("f") != "process" or event.get("type") != "ok":
             continue
-        cursor, pos = str(event["cursor"]), _pos(event["pos"])
-        if pos is not None and (cursor not in processed or pos > processed[cursor]):
-            processed[cursor] = pos
-        out += [Anomaly("dirty-read", f"{event['worker']} (cursor {cursor}) processed {_rid(raw)}, which A "
-                                      "does not hold") for raw in event.get("ids", []) if _rid(raw) not in in_a]
+        cursor, ids = str(event["cursor"]), [_rid(raw) for raw in event.get("ids", [])]
+        processed[cursor].update(ids)
+        out += [Anomaly("dirty-read", f"{event['worker']} (cursor {cursor}) processed {rid}, which A does not "
+                                      "hold") for rid in ids if rid not in in_a]
     for cursor, pos in sorted(observed.cursors.items()):
-        if pos is not None and (cursor not in processed or pos > processed[cursor]):
-            out.append(Anomaly("cursor-ahead", f"cursor {cursor} is at {pos}; its consumers processed up to "
-                                               f"{processed.get(cursor)}"))
+        ahead = [(p, rid) for rid, p in found if pos is not None and p < pos and rid not in processed[cursor]]
+        if ahead:
+            out.append(Anomaly("cursor-ahead", f"cursor {cursor} is at {pos}, past {len(ahead)} records its "
+                                               f"consumers never processed (the first {ahead[0][1]} at "
+                                               f"{ahead[0][0]})"))
     return out
 
 

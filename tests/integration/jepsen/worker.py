@@ -17,6 +17,7 @@ SIGTERM stops a worker cleanly (a producer flushes first); kill -9 and SIGSTOP a
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
@@ -37,7 +38,7 @@ from bkledger.client.meta.errors import MetadataStoreError
 from tests.integration.jepsen.history import History
 
 CLIENT = {"addEntryTimeoutSec": 3.0, "readTimeout": 3.0, "fenceTimeout": 3.0, "zkTimeout": 6.0}
-QUORUM = {"ensemble_size": 2, "write_quorum": 2, "ack_quorum": 2}   # one bookie of 3 may be down
+ENSEMBLE = 2                    # ensemble 2, write and ack quorum 2: one bookie of 3 may be down
 IN_FLIGHT = 40
 SEND_PAUSE_S = 0.02
 SERVICE_BATCH = 20
@@ -60,7 +61,7 @@ def _outcome(exc: BaseException) -> str:
 def run_producer(bk: BookKeeper, hist: History, log_a: str) -> None:
     writer = f"{hist.worker}.{hist.incarnation}"
     producer = bk.open_log_producer(log_a, hist.worker, max_records=20, linger_ms=5, delivery_timeout_s=30.0,
-                                    **QUORUM)
+                                    ensemble_size=ENSEMBLE, write_quorum=ENSEMBLE, ack_quorum=ENSEMBLE)
     slots = threading.Semaphore(IN_FLIGHT)
 
     def settled(op: str, fut: Future[Position]) -> None:
@@ -78,7 +79,7 @@ def run_producer(bk: BookKeeper, hist: History, log_a: str) -> None:
         op = f"{writer}.{seq}"
         hist.write("invoke", "send", op=op, id=[writer, seq])
         value = json.dumps({"w": writer, "s": seq}).encode()
-        producer.send(value, key=writer.encode()).add_done_callback(lambda f, op=op: settled(op, f))
+        producer.send(value, key=writer.encode()).add_done_callback(functools.partial(settled, op))
         seq += 1
         time.sleep(SEND_PAUSE_S)
     producer.close(timeout=30.0)
@@ -133,7 +134,7 @@ def _transaction(bk: BookKeeper, hist: History, txid: str, cursor: str, ids: lis
     """Run one transaction; True if it committed."""
     log_a, log_b, log_c = logs
     try:
-        with bk.transaction(txid, **QUORUM) as tx:
+        with bk.transaction(txid, ensemble_size=ENSEMBLE, write_quorum=ENSEMBLE, ack_quorum=ENSEMBLE) as tx:
             for rid in ids:
                 for name, out in ((log_b, "B"), (log_c, "C")):
                     tx.append(name, json.dumps({"tx": txid, "svc": cursor, "src": rid, "out": out}).encode())
