@@ -1,8 +1,9 @@
 """The nemesis of the Jepsen-style test: seeded (`random.Random(seed)`), it kills (-9) and pauses
 (SIGSTOP, later SIGCONT) worker processes and bookies at random moments, one fault at a time, and heals
 each: a killed worker is started again (next incarnation), a killed bookie restarted and awaited, a
-paused process continued. At most one bookie is faulty at once, so with 3 bookies the workers' ledgers
-(ensemble 2, ack quorum 2) can always be placed: progress stays possible. Every action is logged in
+paused process continued (some pauses outlast the workers' ZooKeeper session). At most one bookie is
+faulty at once, so with 3 bookies the workers' ledgers (ensemble 2, ack quorum 2) can always be placed:
+progress stays possible. No fault outlasts the run by more than a moment. Every action is logged in
 `actions` (printed when the check fails) so a run can be read next to the histories."""
 
 from __future__ import annotations
@@ -84,8 +85,14 @@ class Nemesis:
             time.sleep(self.rng.uniform(0.3, 1.5))
             fault, heal = self.pick()
             fault()
-            time.sleep(self.rng.uniform(0.3, 2.5))
+            time.sleep(max(0.3, min(self.hold(), deadline - time.monotonic())))
             heal()
+
+    def hold(self) -> float:
+        """How long a fault lasts: mostly short; one in four longer than the workers' ZooKeeper session
+        (6 s: a paused worker's session expires) and than the add timeout (3 s: a paused bookie is
+        replaced in its ensembles)."""
+        return self.rng.uniform(6.5, 9.0) if self.rng.random() < 0.25 else self.rng.uniform(0.3, 2.5)
 
     def pick(self) -> tuple[Callable[[], None], Callable[[], None]]:
         kind = self.rng.choice(["kill-worker", "kill-worker", "pause-worker", "kill-bookie", "pause-bookie"])
