@@ -1,5 +1,7 @@
 """The nemesis of the Jepsen-style test: seeded (`random.Random(seed)`), it kills (-9) and pauses
-(SIGSTOP, later SIGCONT) worker processes and bookies at random moments, one fault at a time, and heals
+(SIGSTOP, later SIGCONT) worker processes and bookies at random moments, and loses ZooKeeper's answer
+to a worker's next multi-operation (its commit: applied, but the worker sees a connection loss; each
+worker reaches ZooKeeper through its own `DropProxy`), one fault at a time, and heals
 each: a killed worker is started again (next incarnation), a killed bookie restarted and awaited, a
 paused process continued (some pauses outlast the workers' ZooKeeper session). At most one bookie is
 faulty at once, so with 3 bookies the workers' ledgers (ensemble 2, ack quorum 2) can always be placed:
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bkledger.bookie.local.cluster import LocalCluster
+from tests.integration.zk_drop_proxy import DropProxy
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -32,6 +35,7 @@ class Worker:
     args: list[str]
     history: Path
     uri: str
+    proxy: DropProxy | None = None             # the worker's way to ZooKeeper (`uri` names its port)
     incarnation: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -43,6 +47,18 @@ class Worker:
              self.name, str(self.incarnation), *self.args],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         out.close()
+
+    def output(self) -> str:
+        path = self.history.with_suffix(".out")
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until this incarnation printed READY (its client is up); AssertionError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while self.output().count("READY") < self.incarnation:
+            assert self.proc is not None and self.proc.poll() is None, f"{self.name} exited:\n{self.output()}"
+            assert time.monotonic() < deadline, f"{self.name} not ready within {timeout} s:\n{self.output()}"
+            time.sleep(0.1)
 
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -76,7 +92,7 @@ class Nemesis:
     start: float = dataclasses.field(default_factory=time.monotonic)
 
     def note(self, what: str) -> None:
-        self.actions.append(f"{time.monotonic() - self.start:7.2f}s {what}")
+        self.actions.append(f"{time.monotonic() - self.start:7.2f}s (at {time.time():.2f}) {what}")
 
     def run(self, seconds: float) -> None:
         """Faults one after another until `seconds` have passed; each fault healed before the next."""
@@ -95,7 +111,11 @@ class Nemesis:
         return self.rng.uniform(6.5, 9.0) if self.rng.random() < 0.25 else self.rng.uniform(0.3, 2.5)
 
     def pick(self) -> tuple[Callable[[], None], Callable[[], None]]:
-        kind = self.rng.choice(["kill-worker", "kill-worker", "pause-worker", "kill-bookie", "pause-bookie"])
+        kind = self.rng.choice(["kill-worker", "kill-worker", "pause-worker", "lose-answer", "kill-bookie",
+                                "pause-bookie"])
+        if kind == "lose-answer":
+            worker = self.rng.choice([w for w in self.workers if w.proxy is not None] or self.workers)
+            return lambda: self._lose_answer(worker), lambda: self._answer_again(worker)
         if kind.endswith("worker"):
             worker = self.rng.choice(self.workers)
             if kind == "kill-worker":
@@ -119,6 +139,18 @@ class Nemesis:
     def _signal_worker(self, worker: Worker, sig: int) -> None:
         self.note(f"{signal.Signals(sig).name} {worker.name}.{worker.incarnation}")
         worker.signal(sig)
+
+    def _lose_answer(self, worker: Worker) -> None:
+        if worker.proxy is not None:
+            self.note(f"lose the answer to the next multi of {worker.name}.{worker.incarnation}")
+            worker.proxy.dropped.clear()
+            worker.proxy.arm(lambda: None)
+
+    def _answer_again(self, worker: Worker) -> None:
+        if worker.proxy is not None:
+            worker.proxy.armed = None
+            lost = worker.proxy.dropped.is_set()
+            self.note(f"answers to {worker.name} pass again ({'one was lost' if lost else 'none was lost'})")
 
     def _kill_bookie(self, index: int) -> None:
         self.note(f"kill -9 bookie {index}")

@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -39,8 +40,8 @@ from tests.integration.jepsen.history import History
 
 CLIENT = {"addEntryTimeoutSec": 3.0, "readTimeout": 3.0, "fenceTimeout": 3.0, "zkTimeout": 6.0}
 ENSEMBLE = 2                    # ensemble 2, write and ack quorum 2: one bookie of 3 may be down
-IN_FLIGHT = 40
-SEND_PAUSE_S = 0.02
+IN_FLIGHT = 100
+SEND_PAUSE_S = 0.03
 SERVICE_BATCH = 20
 stopping = threading.Event()
 
@@ -53,6 +54,13 @@ def _pos(position: Position | None) -> list[int] | None:
     return None if position is None else [position.ledger_id, position.entry_id]
 
 
+def _complain(what: str, exc: BaseException) -> None:
+    """One stderr line per error a worker retries: `what: ErrorType: message | where` (the client's
+    innermost frames, to tell a known retry from a new failure)."""
+    frames = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(exc.__traceback__)]
+    print(f"{what}: {type(exc).__name__}: {exc} | {' < '.join(reversed(frames[-4:]))}", file=sys.stderr, flush=True)
+
+
 def _outcome(exc: BaseException) -> str:
     """fail if the producer's error says nothing was appended; info if ZooKeeper's answer was unknown."""
     return "info" if isinstance(exc, (MetadataStoreError, ClientClosedError)) else "fail"
@@ -60,7 +68,7 @@ def _outcome(exc: BaseException) -> str:
 
 def run_producer(bk: BookKeeper, hist: History, log_a: str) -> None:
     writer = f"{hist.worker}.{hist.incarnation}"
-    producer = bk.open_log_producer(log_a, hist.worker, max_records=20, linger_ms=5, delivery_timeout_s=30.0,
+    producer = bk.open_log_producer(log_a, hist.worker, max_records=50, linger_ms=20, delivery_timeout_s=30.0,
                                     ensemble_size=ENSEMBLE, write_quorum=ENSEMBLE, ack_quorum=ENSEMBLE)
     slots = threading.Semaphore(IN_FLIGHT)
 
@@ -91,7 +99,7 @@ def _retrying(what: str, call: Callable[[], LogReader]) -> LogReader:
         try:
             return call()
         except Exception as exc:    # noqa: BLE001 - logged, tried again: the nemesis causes these
-            print(f"{what}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            _complain(what, exc)
             if stopping.wait(0.3):
                 raise SystemExit(0) from None
 
@@ -112,7 +120,7 @@ def run_service(bk: BookKeeper, hist: History, log_a: str, log_b: str, log_c: st
         try:
             batch = reader.read_batch(SERVICE_BATCH, timeout=0.5)
         except Exception as exc:    # noqa: BLE001 - a read failed under the nemesis: start again at the cursor
-            print(f"read: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            _complain("read", exc)
             reader.close()
             reader = _retrying("open", lambda: bk.open_log_reader(log_a, cursor=cursor))
             continue
@@ -167,7 +175,7 @@ def run_reader(bk: BookKeeper, hist: History, log_a: str) -> None:
             reader.ack(pos)
             hist.write("ok", "ack", op=op)
         except Exception as exc:    # noqa: BLE001 - the ack's outcome is unknown; start again at the cursor
-            print(f"reader: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            _complain("reader", exc)
             reader.close()
             reader = _retrying("open", lambda: bk.open_log_reader(log_a, cursor=cursor))
     reader.close()
