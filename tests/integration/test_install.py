@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(90
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "pyspark_bkledger.py")
-PACKAGES = ("bkledger", "client", "bookie", "proto", "spark_connector")
+PACKAGES = ("bkledger", "client", "bookie", "proto", "spark_connector", "wire")   # the folders the wheel maps
 
 JOB_CLIENT = "WHO = 'the job'\n"          # a job's own module named like ours used to be
 JOB_PROTO = "WHO = 'the job'\n"
