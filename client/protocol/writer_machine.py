@@ -34,7 +34,6 @@ from bkledger.client.protocol.pending_adds import (
     SendAdd,
     SendAdds,
 )
-from bkledger.client.protocol.status import StatusCode
 from bkledger.client.protocol.transforms import (
     ConflictDecision,
     closed,
@@ -56,8 +55,9 @@ class WriterRules:
     ack_quorum: bool = True              # R6: an add completes on Qa acks of its write set (False: on one)
     ensemble_change_cas: bool = True     # R9: an ensemble change applies to the stored metadata (False: the
     #                                      writer's own view overwrites it, as a setData without a version)
-    close_checks_lac: bool = True        # R10: a ledger closed by someone else is success only at this LAC
-    fenced_fails_adds: bool = True       # R21: EFENCED fails the adds (False: replace the bookie and go on)
+    silent_replacement_cas: bool = True  # R9: replacing a silent bookie (add timeout) CASes too (False: the
+    #                                      change it starts overwrites the stored metadata, as above)
+    in_order: bool = True                # R6: an add completes only once every add below it did
 
 
 DEFAULT_WRITER_RULES = WriterRules()
@@ -100,7 +100,7 @@ class WriterMachine:
         self.ensemble_size = md.ensemble_size
         self.write_quorum = md.write_quorum
         quorum = md.ack_quorum if rules.ack_quorum else 1
-        self.pending = PendingAdds(md.last_fragment.ensemble, md.write_quorum, quorum)
+        self.pending = PendingAdds(md.last_fragment.ensemble, md.write_quorum, quorum, in_order=rules.in_order)
         self.unanswered = UnansweredAdds()     # per bookie: send times of its unanswered add requests
         self.bad_bookies: set[str] = set()     # failed or silent: never picked as a replacement
         self.add_timeout = add_timeout
@@ -110,6 +110,7 @@ class WriterMachine:
         self._last_progress = now              # an add completed, adds began to be pending, or a timeout ran
         self._settled_at = now                 # an add completed, or adds began to be pending
         self._last_retry = now
+        self._silent_change = False            # the running ensemble change replaces a silent bookie
 
     # ---- views ----------------------------------------------------------------------------------
     @property
@@ -155,9 +156,6 @@ class WriterMachine:
     def on_errors(self, bookie_id: str, entry_ids: Sequence[int], status: int, now: float) -> list[WriterEffect]:
         """bookie_id failed these entries with `status` (R9; EFENCED / EUA fail the adds, R21)."""
         self.unanswered.on_answered(bookie_id, len(entry_ids))
-        if status == StatusCode.EFENCED and not self.rules.fenced_fails_adds:
-            index = self.pending.index_of(bookie_id)
-            return [] if index is None else self._replace(index, bookie_id, "answered EFENCED")
         effects: list[WriterEffect] = []
         for entry_id in entry_ids:
             effects += self.pending.on_error_from(entry_id, bookie_id, status)
@@ -231,7 +229,10 @@ class WriterMachine:
 
     def _replace(self, index: int, bookie_id: str, reason: str) -> list[WriterEffect]:
         self.bad_bookies.add(bookie_id)
-        return [SuspectBookie(bookie_id, index, reason), *self.pending.on_bookie_failed(index)]
+        effects: list[WriterEffect] = [SuspectBookie(bookie_id, index, reason)]
+        changes = self.pending.on_bookie_failed(index)
+        self._silent_change = self._silent_change or bool(changes)
+        return effects + list(changes)
 
     # ---- ensemble change (R9) ------------------------------------------------------------------------
     def ensemble_change(self, stored: LedgerMetadata, known: LedgerMetadata, first_entry_id: int,
@@ -240,7 +241,7 @@ class WriterMachine:
         None when `stored` already holds this change (a lost answer). A closed or recovering ledger raises
         its typed error (R9: never change the ensemble of a ledger being recovered)."""
         mine = with_ensemble_change(known, first_entry_id, replacements)
-        if not self.rules.ensemble_change_cas:
+        if not self.rules.ensemble_change_cas or (self._silent_change and not self.rules.silent_replacement_cas):
             return mine                             # the bug: whatever is stored is overwritten
         decision = decide_ensemble_change_conflict(stored, mine.last_fragment)
         if decision is ConflictDecision.SUCCESS:
@@ -254,11 +255,14 @@ class WriterMachine:
         for bookie_id in set(self.pending.ensemble) - set(new_ensemble):
             self.unanswered.forget(bookie_id)
         self._last_progress = now
-        return list(self.pending.on_ensemble_changed(new_ensemble, first_entry_id))
+        effects = self.pending.on_ensemble_changed(new_ensemble, first_entry_id)
+        self._silent_change = self._silent_change and self.pending.changing_ensemble
+        return list(effects)
 
     def on_no_replacement(self, error: BKError, now: float) -> list[WriterEffect]:
         """No bookie is free to replace the failed ones: go on with the ack quorum left, or fail (R9)."""
         self._last_retry = now
+        self._silent_change = False
         if not self.pending.changing_ensemble:
             return self.fail(error)
         return list(self.pending.on_ensemble_change_failed(error))
@@ -277,8 +281,6 @@ class WriterMachine:
         lac = self.pending.last_add_confirmed
         if stored.state is LedgerState.OPEN:
             return closed(stored, lac, length)
-        if stored.state is LedgerState.CLOSED and not self.rules.close_checks_lac:
-            return None                             # the bug: someone else's close taken for this one
         decision = decide_writer_close_conflict(stored, lac)
         if decision is ConflictDecision.SUCCESS:
             return None
