@@ -344,7 +344,7 @@ def test_issue46_an_effect_the_driver_does_not_know_fails_the_adds_instead_of_be
         writer, _ = _writer(3, 3, 2, window=100)
         future = _submit(writer, b"x")
         await asyncio.sleep(0)
-        writer.machine.on_acks = lambda *args: [object()]  # type: ignore[method-assign,assignment]
+        writer.machine.on_acks = lambda *args: [object()]  # type: ignore[method-assign]
         _ack(writer, "b0", 0)
         assert future is not None and isinstance(future.exception(0), ClientInternalError)
 
