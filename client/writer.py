@@ -2,14 +2,16 @@
 
 Mirrors BookKeeper's LedgerHandle write path. Adds come from any thread into a queue; the client loop
 drains it once per wake-up (no wake-up while every bookie is saturated: the first freed request slot
-drains what queued meanwhile), gives each add the next entry id through the pure PendingAdds machine,
-packages the whole drain as one blob (R7) and sends each bookie one batch. Acks go back into
-PendingAdds, whose actions complete futures in entry order (R6), ask for an ensemble change (R9) or
+drains what queued meanwhile), gives each add the next entry id through the pure WriterMachine
+(client/protocol/writer_machine.py: every protocol decision below is its, this module runs its effects),
+packages the whole drain as one blob (R7) and sends each bookie one batch. Acks go back into the
+machine, whose effects complete futures in entry order (R6), ask for an ensemble change (R9) or
 fail the adds (R21: EFENCED fails them, never changes the ensemble). As BookKeeper's per-request add
 timeout: a bookie of the ensemble that leaves an add request unanswered for addEntryTimeoutSec is treated
 as failed and replaced, even while the other bookies keep the adds completing (Qa < Qw); when no bookie is
 free to replace it and every write set keeps Qa bookies, the adds go on without it (under-replicated, a
-warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10.
+warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10. The effects are a
+closed union run by one `match` (`_execute`) that fails on an unknown effect.
 """
 
 from __future__ import annotations
