@@ -11,9 +11,10 @@ is logged: ledger, LAC found, entries recovered, last entry.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import grpc
 
@@ -26,6 +27,7 @@ from bkledger.client.protocol.recovery import (
     DEFAULT_RULES,
     CloseLedger,
     LedgerRecovery,
+    RecoveryAction,
     RecoveryFailed,
     RecoveryRules,
     SendFenceRead,
@@ -43,6 +45,59 @@ RANGE_ENTRIES = 16     # entries per recovery range read: 16 x 5 MiB (the larges
 log = logging.getLogger("bkledger.client.recovery")
 
 
+@dataclasses.dataclass(frozen=True)
+class FenceAnswer:
+    """A fencing LAC read answered (or timed out: TIMEOUT) by the bookie at `index` of the last fragment."""
+
+    index: int
+    status: int
+    lac: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadAnswer:
+    """A recovery read of entry_id answered by the bookie at `index` of its write set (body on EOK)."""
+
+    entry_id: int
+    index: int
+    status: int
+    body: bytes | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteAnswer:
+    """A write-back of entry_id answered by bookie_id."""
+
+    entry_id: int
+    bookie_id: str
+    status: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BookieLost:
+    """A bookie of a write-back did not answer within addEntryTimeoutSec (its connection failed)."""
+
+    bookie_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleChosen:
+    """Replacements for the failed write-back bookies were picked: the local last fragment's ensemble."""
+
+    ensemble: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplacementFailed:
+    """No replacement could be picked for a failed write-back bookie."""
+
+    error: BKError
+
+
+#: What the driver's tasks report to the recovery loop (a closed union: `_dispatch` fails on anything else).
+RecoveryEvent = FenceAnswer | ReadAnswer | WriteAnswer | BookieLost | EnsembleChosen | ReplacementFailed
+
+
 class _WriteBackAcks:
     """Ack handler for write-backs: routes bookie answers into the recovery's event queue.
 
@@ -50,20 +105,20 @@ class _WriteBackAcks:
     BookKeeper notices a failed add by its timeout: if the other bookies of the write sets
     acknowledge meanwhile, recovery closes without replacing (or waiting for) the unreachable one."""
 
-    def __init__(self, events: asyncio.Queue[tuple[str, tuple[object, ...]]], delay: float):
+    def __init__(self, events: asyncio.Queue[RecoveryEvent], delay: float):
         self.events = events
         self.delay = delay
         self.reported: set[str] = set()
 
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
         for entry_id in ack.entry_ids:
-            self.events.put_nowait(("write", (entry_id, bookie_id, ack.status)))
+            self.events.put_nowait(WriteAnswer(entry_id, bookie_id, ack.status))
 
     def on_bookie_failed(self, bookie_id: str) -> None:
         if bookie_id in self.reported:
             return
         self.reported.add(bookie_id)
-        asyncio.get_running_loop().call_later(self.delay, self.events.put_nowait, ("bookie_failed", (bookie_id,)))
+        asyncio.get_running_loop().call_later(self.delay, self.events.put_nowait, BookieLost(bookie_id))
 
 
 class RecoveryRun:
@@ -74,7 +129,7 @@ class RecoveryRun:
         self.digest = make_digest(md.digest_type, password)
         self.master_key = master_key(password)
         self.rules = rules
-        self.events: asyncio.Queue[tuple[str, tuple[object, ...]]] = asyncio.Queue()
+        self.events: asyncio.Queue[RecoveryEvent] = asyncio.Queue()
         self.acks = _WriteBackAcks(self.events, ctx.config.addEntryTimeoutSec)
         self.tasks: set[asyncio.Task[None]] = set()
         self.recovered = 0
@@ -105,15 +160,14 @@ class RecoveryRun:
         stall = self.ctx.config.fenceTimeout * 4 + self.ctx.config.addEntryTimeoutSec
         while True:
             try:
-                kind, args = await asyncio.wait_for(self.events.get(), stall)
+                event = await asyncio.wait_for(self.events.get(), stall)
             except TimeoutError:
                 raise LedgerRecoveryError(
                     f"ledger {self.ledger_id}: recovery heard nothing from bookies for {stall:.0f}s; "
                     "the ledger stays in recovery: retry once bookies answer") from None
-            actions = list(self._dispatch(machine, kind, args))
+            actions = self._dispatch(machine, event)
             while not self.events.empty():      # a range read answers many entries at once: take them all
-                kind, args = self.events.get_nowait()
-                actions += self._dispatch(machine, kind, args)
+                actions += self._dispatch(machine, self.events.get_nowait())
             for action in actions:
                 if isinstance(action, CloseLedger):
                     return action
@@ -122,52 +176,54 @@ class RecoveryRun:
                     raise action.error
             await self._execute_async(machine, actions)
 
-    def _dispatch(self, machine: LedgerRecovery, kind: str, args: tuple[object, ...]) -> Sequence[object]:
-        if kind == "fence":
-            index, status, lac = args
-            actions: list[object] = list(machine.on_fence_response(index, status, lac))  # type: ignore[arg-type]
-            if machine.start_entry_id >= -1 and any(isinstance(a, SendRecoveryRead) for a in actions):
-                log.info("ledger %d: fenced %s, LAC found %d, reading from entry %d", self.ledger_id,
-                         sorted(machine.fenced_indices), machine.start_entry_id, machine.start_entry_id)
-            return actions
-        if kind == "read":
-            entry_id, index, status, body = args
-            return list(machine.on_read_response(entry_id, index, status, body))  # type: ignore[arg-type]
-        if kind == "write":
-            entry_id, bookie_id, status = args
-            if status == pb.EOK:
-                return list(machine.on_write_ack(entry_id, bookie_id))  # type: ignore[arg-type]
-            return list(machine.on_write_error(entry_id, bookie_id, status))  # type: ignore[arg-type]
-        if kind == "bookie_failed":
-            self.bad_bookies.add(args[0])  # type: ignore[arg-type]
-            return list(machine.on_bookie_failed(args[0]))  # type: ignore[arg-type]
-        if kind == "ensemble":
-            return list(machine.on_ensemble_changed(args[0]))  # type: ignore[arg-type]
-        if kind == "failed":
-            error = args[0]
-            assert isinstance(error, BKError)
-            return [RecoveryFailed(LedgerRecoveryError(
-                f"ledger {self.ledger_id}: recovery could not replace a failed bookie ({error}); "
-                "the ledger stays in recovery: bring bookies back and open it with recovery again"))]
-        raise AssertionError(kind)
+    def _dispatch(self, machine: LedgerRecovery, event: RecoveryEvent) -> list[RecoveryAction]:
+        match event:
+            case FenceAnswer(index, status, lac):
+                actions = machine.on_fence_response(index, status, lac)
+                if machine.start_entry_id >= -1 and any(isinstance(a, SendRecoveryRead) for a in actions):
+                    log.info("ledger %d: fenced %s, LAC found %d, reading from entry %d", self.ledger_id,
+                             sorted(machine.fenced_indices), machine.start_entry_id, machine.start_entry_id)
+                return actions
+            case ReadAnswer(entry_id, index, status, body):
+                return machine.on_read_response(entry_id, index, status, body)
+            case WriteAnswer(entry_id, bookie_id, status):
+                if status == pb.EOK:
+                    return machine.on_write_ack(entry_id, bookie_id)
+                return machine.on_write_error(entry_id, bookie_id, status)
+            case BookieLost(bookie_id):
+                self.bad_bookies.add(bookie_id)
+                return machine.on_bookie_failed(bookie_id)
+            case EnsembleChosen(ensemble):
+                return machine.on_ensemble_changed(ensemble)
+            case ReplacementFailed(error):
+                return [RecoveryFailed(LedgerRecoveryError(
+                    f"ledger {self.ledger_id}: recovery could not replace a failed bookie ({error}); "
+                    "the ledger stays in recovery: bring bookies back and open it with recovery again"))]
+            case _:
+                assert_never(event)
 
-    def _execute(self, actions: Sequence[object]) -> None:
+    def _execute(self, actions: Sequence[RecoveryAction]) -> None:
         reads: dict[tuple[str, bool], dict[int, int]] = {}
         for action in actions:
-            if isinstance(action, SendFenceRead):
-                self._spawn(self._fence(action))
-            elif isinstance(action, SendRecoveryRead):
-                reads.setdefault((action.bookie_id, action.fence), {})[action.entry_id] = action.index
-            elif isinstance(action, WriteBack):
-                self.recovered += 1
-                self._spawn(self._write_back(action))
+            match action:
+                case SendFenceRead():
+                    self._spawn(self._fence(action))
+                case SendRecoveryRead():
+                    reads.setdefault((action.bookie_id, action.fence), {})[action.entry_id] = action.index
+                case WriteBack():
+                    self.recovered += 1
+                    self._spawn(self._write_back(action))
+                case NeedEnsembleChange() | CloseLedger() | RecoveryFailed():
+                    pass                # run by _execute_async / _drive
+                case _:
+                    assert_never(action)
         for (bookie_id, fence), wanted in reads.items():   # range reads per bookie, not one RPC per entry
             ids = sorted(wanted)
             for start in range(0, len(ids), RANGE_ENTRIES):   # each within fenceTimeout even for big entries
                 chunk = ids[start:start + RANGE_ENTRIES]
                 self._spawn(self._read_range(bookie_id, fence, {e: wanted[e] for e in chunk}))
 
-    async def _execute_async(self, machine: LedgerRecovery, actions: Sequence[object]) -> None:
+    async def _execute_async(self, machine: LedgerRecovery, actions: Sequence[RecoveryAction]) -> None:
         self._execute(actions)
         for action in actions:
             if isinstance(action, NeedEnsembleChange):
@@ -195,10 +251,9 @@ class RecoveryRun:
                                  high_priority=True)
         response = await self._call_read(action.bookie_id, request)
         if response is None:
-            self.events.put_nowait(("fence", (action.index, StatusCode.TIMEOUT, -1)))
+            self.events.put_nowait(FenceAnswer(action.index, StatusCode.TIMEOUT, -1))
             return
-        lac = response.max_lac
-        self.events.put_nowait(("fence", (action.index, response.status, lac)))
+        self.events.put_nowait(FenceAnswer(action.index, response.status, response.max_lac))
 
     async def _read_range(self, bookie_id: str, fence: bool, wanted: dict[int, int]) -> None:
         """Recovery reads of the entries `wanted` (entry id -> index in its write set) from one bookie.
@@ -221,7 +276,7 @@ class RecoveryRun:
                     index = rest.pop(entry_id, None)
                     if index is not None:
                         body = batch.data[offset:offset + size]
-                        self.events.put_nowait(("read", (entry_id, index, pb.EOK, body)))
+                        self.events.put_nowait(ReadAnswer(entry_id, index, pb.EOK, body))
                     offset += size
         except grpc.aio.AioRpcError as exc:
             log.info("ledger %d: recovery read to %s failed: %s %s", self.ledger_id, bookie_id, exc.code().name,
@@ -231,7 +286,7 @@ class RecoveryRun:
             log.info("ledger %d: recovery read to %s failed: %s", self.ledger_id, bookie_id, exc)
             status = StatusCode.TIMEOUT
         for entry_id, index in rest.items():
-            self.events.put_nowait(("read", (entry_id, index, status, None)))
+            self.events.put_nowait(ReadAnswer(entry_id, index, status, None))
 
     async def _write_back(self, action: WriteBack) -> None:
         for bookie_id in action.bookie_ids:
@@ -254,10 +309,10 @@ class RecoveryRun:
                 ensemble[index] = chosen
                 exclude.add(chosen)
         except BKError as exc:
-            self.events.put_nowait(("failed", (exc,)))
+            self.events.put_nowait(ReplacementFailed(exc))
             return
         log.info("ledger %d: recovery replaces bookies %s", self.ledger_id, list(action.failed_indices))
-        self.events.put_nowait(("ensemble", (tuple(ensemble),)))
+        self.events.put_nowait(EnsembleChosen(tuple(ensemble)))
 
     async def _close(self, close: CloseLedger) -> tuple[LedgerMetadata, int]:
         def closing(current: LedgerMetadata) -> LedgerMetadata | None:

@@ -2,14 +2,16 @@
 
 Mirrors BookKeeper's LedgerHandle write path. Adds come from any thread into a queue; the client loop
 drains it once per wake-up (no wake-up while every bookie is saturated: the first freed request slot
-drains what queued meanwhile), gives each add the next entry id through the pure PendingAdds machine,
-packages the whole drain as one blob (R7) and sends each bookie one batch. Acks go back into
-PendingAdds, whose actions complete futures in entry order (R6), ask for an ensemble change (R9) or
+drains what queued meanwhile), gives each add the next entry id through the pure WriterMachine
+(client/protocol/writer_machine.py: every protocol decision below is its, this module runs its effects),
+packages the whole drain as one blob (R7) and sends each bookie one batch. Acks go back into the
+machine, whose effects complete futures in entry order (R6), ask for an ensemble change (R9) or
 fail the adds (R21: EFENCED fails them, never changes the ensemble). As BookKeeper's per-request add
 timeout: a bookie of the ensemble that leaves an add request unanswered for addEntryTimeoutSec is treated
 as failed and replaced, even while the other bookies keep the adds completing (Qa < Qw); when no bookie is
 free to replace it and every write set keeps Qa bookies, the adds go on without it (under-replicated, a
-warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10.
+warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10. The effects are a
+closed union run by one `match` (`_execute`) that fails on an unknown effect.
 """
 
 from __future__ import annotations
@@ -24,11 +26,10 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 from bkledger.client.add_trace import AddTrace, SlowAddLog
 from bkledger.client.errors import (
-    AddEntryQuorumTimeoutError,
     BKError,
     ClientForkedError,
     ClientInternalError,
@@ -36,20 +37,25 @@ from bkledger.client.errors import (
     LedgerFencedError,
     NotEnoughBookiesError,
 )
-from bkledger.client.protocol import transforms
-from bkledger.client.protocol.add_timeouts import UnansweredAdds, add_settle_bound, adds_stalled, timed_out_indices
 from bkledger.client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
-from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
+from bkledger.client.protocol.metadata import LedgerMetadata
 from bkledger.client.protocol.pending_adds import (
     CompleteAdds,
     FailAdds,
     NeedEnsembleChange,
-    PendingAdds,
     Resend,
     SendAdd,
     SendAdds,
 )
-from bkledger.client.protocol.write_set import write_set
+from bkledger.client.protocol.writer_machine import (
+    DEFAULT_WRITER_RULES,
+    RetryReplacement,
+    SendLac,
+    SuspectBookie,
+    WriterEffect,
+    WriterMachine,
+    WriterRules,
+)
 from bkledger.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
@@ -67,14 +73,19 @@ BULK_CHUNK_BYTES = 4 * 1024 * 1024   # a bulk is packaged, sent and acknowledged
 class LedgerWriter:
     """Owned by one LedgerHandle; every method but `submit` runs on the client loop."""
 
-    def __init__(self, ctx: ClientContext, md: LedgerMetadata, version: int, password: bytes):
+    def __init__(self, ctx: ClientContext, md: LedgerMetadata, version: int, password: bytes,
+                 rules: WriterRules = DEFAULT_WRITER_RULES):
         self.ctx = ctx
         self.md = md
         self.version = version
         self.ledger_id = md.ledger_id
         self.digest = make_digest(md.digest_type, password)
         self.master_key = master_key(password)
-        self.pending = PendingAdds(md.last_fragment.ensemble, md.write_quorum, md.ack_quorum)
+        # every protocol decision (pending adds, LAC, timeouts, ensemble change, close) is the machine's
+        self.machine = WriterMachine(md, add_timeout=ctx.config.addEntryTimeoutSec,
+                                     change_attempts=ctx.config.ensembleChangeMaxAttempts, rules=rules,
+                                     now=time.monotonic())
+        self.pending = self.machine.pending
         self._incoming: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]] = []
         self._bulk_queued = False                # some item of _incoming is a Bulk
         self._lock = threading.Lock()            # guards _incoming, _scheduled, _parked and the window
@@ -91,17 +102,11 @@ class LedgerWriter:
         self._sent: collections.deque[_SentBatch] = collections.deque()   # pending entries, packaged
         self._length = 0                 # cumulative payload bytes of every entry given an id
         self.lac_length = 0              # cumulative length at the LAC
-        self._lac_sent = -1              # highest LAC bookies have seen (piggy-backed or explicit)
-        self._last_progress = 0.0
-        self._settled_at = 0.0           # when an add last completed, or adds began to be pending
         self._change_task: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
-        self._bad_bookies: set[str] = set()
-        self._unanswered = UnansweredAdds()      # per bookie: send times of its unanswered add requests
         self._retry_task: asyncio.Task[None] | None = None
-        self._last_retry = 0.0
         self.error: BKError | None = None
         self.closing = False
         # where sampled adds spend their time (client.add_trace): (index in _incoming, enqueued ns) of the
@@ -283,7 +288,7 @@ class LedgerWriter:
     def _fail_writer(self, error: BKError) -> None:
         """Fail every pending add with `error` and refuse further adds (the machine too)."""
         try:
-            actions: list[object] = list(self.pending.fail_all(error))
+            actions = self.machine.fail(error)
         except Exception as exc:  # noqa: BLE001 - whatever the machine's state, the futures must settle
             log.error("ledger %d: failing the pending adds raised", self.ledger_id, exc_info=exc)
             actions = []
@@ -310,19 +315,16 @@ class LedgerWriter:
 
     def _send_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool,
                     marks: list[tuple[int, int]] | None = None) -> None:
-        if not self._futures:
-            self._last_progress = self._settled_at = asyncio.get_running_loop().time()
         self._idle.clear()
         if bulk:
             self._drain_mixed(items)
             return
-        sends = self.pending.on_adds(len(items))
+        sends = self.machine.on_adds(len(items), time.monotonic())
         first = sends.first_entry_id
         payloads: list[bytes] = [p for p, _ in items]  # type: ignore[misc]  # no Bulk in this drain
         lac = self.pending.last_add_confirmed
         data, sizes = package_batch(self.digest, self.ledger_id, first, lac, self._length, payloads)
         self._length += sum(map(len, payloads))
-        self._lac_sent = max(self._lac_sent, lac)
         self._sent.append(_SentBatch(first, data, _offsets_of(sizes)))
         self._futures.extend(zip(sends.entry_ids, [f for _, f in items], itertools.repeat(1)))
         traces = self._start_traces(first, marks) if marks else None
@@ -347,9 +349,8 @@ class LedgerWriter:
         """A drain holding bulks: single adds and bulks in their order, packaged as consecutive entries;
         a bulk is packaged in chunks (no Python object per entry) and has one future, for its last entry."""
         count = sum(1 if isinstance(p, bytes) else p.count for p, _ in items)
-        sends = self.pending.on_adds(count)
+        sends = self.machine.on_adds(count, time.monotonic())
         lac = self.pending.last_add_confirmed
-        self._lac_sent = max(self._lac_sent, lac)
         entry_id = sends.first_entry_id
         batches: list[_SentBatch] = []
         run: list[bytes] = []
@@ -454,7 +455,7 @@ class LedgerWriter:
         client.register(self.ledger_id, self)
         client.send_add(self.ledger_id, self.master_key, entry_ids, sizes, data, own_request=own_request,
                         traces=traces)
-        self._unanswered.on_sent(bookie_id, len(entry_ids), asyncio.get_running_loop().time())
+        self.machine.on_sent(bookie_id, len(entry_ids), time.monotonic())
 
     # ---- events from bookies (client loop) ------------------------------------------------------
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
@@ -464,19 +465,14 @@ class LedgerWriter:
             self._guard("an add answer", exc)
 
     def _on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
-        actions: list[object] = []
-        self._unanswered.on_answered(bookie_id, len(ack.entry_ids))
         if ack.status == pb.EOK:
             if self._trace_ids:
                 self._stamp_acked(bookie_id, ack.entry_ids)
-            actions += self.pending.on_acks_from(ack.entry_ids, bookie_id)
-        else:
-            level = logging.INFO if ack.status == pb.EFENCED else logging.WARNING
-            log.log(level, "ledger %d: bookie %s answered %s", self.ledger_id, bookie_id,
-                    pb.StatusCode.Name(ack.status))
-            for entry_id in ack.entry_ids:
-                actions += self.pending.on_error_from(entry_id, bookie_id, ack.status)
-        self._execute(actions)
+            self._execute(self.machine.on_acks(bookie_id, ack.entry_ids, time.monotonic()))
+            return
+        level = logging.INFO if ack.status == pb.EFENCED else logging.WARNING
+        log.log(level, "ledger %d: bookie %s answered %s", self.ledger_id, bookie_id, pb.StatusCode.Name(ack.status))
+        self._execute(self.machine.on_errors(bookie_id, ack.entry_ids, ack.status, time.monotonic()))
 
     def _stamp_acked(self, bookie_id: str, entry_ids: Sequence[int]) -> None:
         """The traced entries among these (ascending) ids were acknowledged by `bookie_id` now."""
@@ -511,26 +507,31 @@ class LedgerWriter:
             self._guard("a bookie failure", exc)
 
     def _on_bookie_failed(self, bookie_id: str) -> None:
-        self._unanswered.forget(bookie_id)       # nothing in flight to it will be answered
-        index = self.pending.index_of(bookie_id)
-        if index is None or not self._futures:
-            return
-        self._bad_bookies.add(bookie_id)
-        self._execute(list(self.pending.on_bookie_failed(index)))
+        self._execute(self.machine.on_bookie_failed(bookie_id))
 
-    def _execute(self, actions: list[object]) -> None:
-        for action in actions:
-            if isinstance(action, CompleteAdds):
-                self._complete(action)
-            elif isinstance(action, NeedEnsembleChange):
-                if self._change_task is None or self._change_task.done():
-                    self._change_task = asyncio.get_running_loop().create_task(self._change_ensemble())
-            elif isinstance(action, Resend):
-                self._route([(action.entry_id, action.indices)])
-            elif isinstance(action, FailAdds):
-                self._fail(action.entry_ids, action.error)
-            elif isinstance(action, SendAdd):
-                self._route([(action.entry_id, action.indices)])
+    def _execute(self, effects: Sequence[WriterEffect]) -> None:
+        """Run the machine's effects, in order. The union is closed: an effect this does not know fails
+        the type check, and at run time fails the writer (never a silent drop)."""
+        for effect in effects:
+            match effect:
+                case CompleteAdds():
+                    self._complete(effect)
+                case NeedEnsembleChange():
+                    if self._change_task is None or self._change_task.done():
+                        self._change_task = asyncio.get_running_loop().create_task(self._change_ensemble())
+                case Resend() | SendAdd():
+                    self._route([(effect.entry_id, effect.indices)])
+                case FailAdds():
+                    self._fail(effect.entry_ids, effect.error)
+                case RetryReplacement():
+                    self._retry_replacement()
+                case SendLac():
+                    self._send_explicit_lac(effect.last_add_confirmed)
+                case SuspectBookie():
+                    log.warning("ledger %d: bookie %s %s within %.1fs: replacing it", self.ledger_id,
+                                effect.bookie_id, effect.reason, self.ctx.config.addEntryTimeoutSec)
+                case _:
+                    assert_never(effect)
 
     def _complete(self, action: CompleteAdds) -> None:
         last = action.last_add_confirmed
@@ -546,7 +547,6 @@ class LedgerWriter:
             self._finish_traces(last, completed)
         self._release_window(done)
         self.ctx.metrics.adds.inc(done)
-        self._last_progress = self._settled_at = asyncio.get_running_loop().time()
         if not self._futures:
             self._idle.set()
 
@@ -594,6 +594,7 @@ class LedgerWriter:
 
     # ---- ensemble change (R9) -------------------------------------------------------------
     async def _change_ensemble(self) -> None:
+        bad = self.machine.bad_bookies
         try:
             for _ in range(self.ctx.config.ensembleChangeMaxAttempts):
                 failed = sorted(self.pending.failed_indices)
@@ -603,19 +604,20 @@ class LedgerWriter:
             if self.pending.failed_indices:
                 raise NotEnoughBookiesError(f"ledger {self.ledger_id}: ensemble changes kept failing")
         except NotEnoughBookiesError as exc:
-            self._no_replacement(self.ctx.pool.explain(exc, self._bad_bookies))
+            self._no_replacement(self.ctx.pool.explain(exc, bad))
         except (LedgerFencedError, LedgerClosedError) as exc:
-            self._execute(list(self.pending.fail_all(self.ctx.pool.explain(exc, self._bad_bookies))))
+            self._execute(self.machine.fail(self.ctx.pool.explain(exc, bad)))
         except BKError as exc:
-            self._execute(list(self.pending.fail_all(exc)))
+            self._execute(self.machine.fail(exc))
         except Exception as exc:  # noqa: BLE001 - a task nobody awaits: the adds must not wait for ever
             self._guard("the ensemble change", exc)
 
     async def _replace(self, failed: list[int]) -> None:
+        """Pick replacements for the failed indices (I/O and placement), CAS the machine's metadata."""
         first = self.pending.last_add_confirmed + 1
         ensemble = list(self.pending.ensemble)
         writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
-        exclude = set(self._bad_bookies) | set(ensemble)
+        exclude = set(self.machine.bad_bookies) | set(ensemble)
         replacements: dict[int, str] = {}
         for index in failed:                     # as BookKeeper: replace what can be, the rest stays failed
             try:
@@ -626,9 +628,10 @@ class LedgerWriter:
                 raise
             replacements[index] = chosen
             exclude.add(chosen)
+        known = self.md
 
-        def change(current: LedgerMetadata) -> LedgerMetadata:
-            return transforms.with_ensemble_change(current, first, replacements)
+        def change(current: LedgerMetadata) -> LedgerMetadata | None:
+            return self.machine.ensemble_change(current, known, first, replacements)
 
         md, version = await asyncio.to_thread(
             self.ctx.store.update_ledger, self.ledger_id, change, max_attempts=self.ctx.config.metadataMaxAttempts
@@ -638,76 +641,36 @@ class LedgerWriter:
         new_ensemble = md.last_fragment.ensemble
         log.info("ledger %d: ensemble change from entry %d: %s -> %s", self.ledger_id, first,
                  [ensemble[i] for i in replacements], list(replacements.values()))
-        for index in replacements:
-            self._unanswered.forget(ensemble[index])
         await self._connect(tuple(replacements.values()))
-        self._last_progress = asyncio.get_running_loop().time()
-        self._execute(list(self.pending.on_ensemble_changed(new_ensemble, first)))
+        self._execute(self.machine.on_ensemble_changed(new_ensemble, first, time.monotonic()))
 
     def _no_replacement(self, error: BKError) -> None:
-        """No bookie is free to replace the failed ones: go on with the ack quorum left, or fail (R9)."""
-        if not self.pending.changing_ensemble:
-            self._execute(list(self.pending.fail_all(error)))
-            return
-        if self.error is None and self.pending.ack_quorum_left:
+        """No bookie is free to replace the failed ones: the machine goes on with the ack quorum left, or
+        fails the adds (R9)."""
+        if self.error is None and self.pending.changing_ensemble and self.pending.ack_quorum_left:
             failed = [self.pending.ensemble[i] for i in sorted(self.pending.failed_indices)]
             log.warning("ledger %d: no bookie free to replace %s (%s); adds go on with the ack quorum left, "
                         "under-replicated until a bookie is free", self.ledger_id, failed, error)
-        self._last_retry = asyncio.get_running_loop().time()
-        self._execute(list(self.pending.on_ensemble_change_failed(error)))
+        self._execute(self.machine.on_no_replacement(error, time.monotonic()))
 
     # ---- timers: add timeouts and explicit LAC ----------------------------------------------
     async def _tick(self) -> None:
-        config = self.ctx.config
-        bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
         while True:
             await asyncio.sleep(TICK)
             try:
-                await self._tick_once(bound)
+                self._tick_once(time.monotonic())
             except Exception as exc:  # noqa: BLE001 - the timer must outlive a bug, and the adds settle
                 self._guard("the writer's timer", exc)
 
-    async def _tick_once(self, bound: float) -> None:
-        loop = asyncio.get_running_loop()
-        timeout = self.ctx.config.addEntryTimeoutSec
+    def _tick_once(self, now: float) -> None:
         self._unpark()              # a safety net: a freed slot or a failure unparks sooner
-        if self.error is not None:
-            return
-        now = loop.time()
-        if adds_stalled(bool(self._futures), self._settled_at, now, bound):
-            self._fail_writer(AddEntryQuorumTimeoutError(
-                f"ledger {self.ledger_id}: no add completed for {bound:.1f}s (addEntryTimeoutSec "
-                f"{timeout}s); the pending adds fail, maybe written; the handle takes no more adds"))
-            return
-        self._time_out_silent_bookies(now, timeout)
-        if self.pending.failed_indices and now - self._last_retry > timeout:
-            self._retry_replacement(now)
-        if self._futures and loop.time() - self._last_progress > timeout:
-            self._time_out_slow_bookies()
-        elif not self._futures and self.pending.last_add_confirmed > self._lac_sent:
-            await self._send_explicit_lac()
+        if self.error is None:
+            self._execute(self.machine.on_tick(now))
 
-    def _time_out_silent_bookies(self, now: float, timeout: float) -> None:
-        """A bookie of the ensemble whose oldest unanswered add request is older than addEntryTimeoutSec
-        failed, as a timed-out request does in BookKeeper, even if the others keep the adds completing."""
-        ensemble = self.pending.ensemble
-        silent = timed_out_indices(ensemble, self._unanswered.oldest_by_bookie(), now, timeout,
-                                   self.pending.failed_indices)
-        for index in silent:
-            bookie_id = ensemble[index]
-            log.warning("ledger %d: bookie %s left an add request unanswered for more than %.1fs: replacing it",
-                        self.ledger_id, bookie_id, timeout)
-            self._bad_bookies.add(bookie_id)
-            self._unanswered.forget(bookie_id)
-            self._execute(list(self.pending.on_bookie_failed(index)))
-
-    def _retry_replacement(self, now: float) -> None:
+    def _retry_replacement(self) -> None:
         """Failed bookies left in the ensemble (none was free): try again once a writable bookie is free."""
-        self._last_retry = now
-        running = self._retry_task is not None and not self._retry_task.done()
-        if self.closing or running or self.pending.changing_ensemble:
-            return
-        self._retry_task = asyncio.get_running_loop().create_task(self._retry_if_free())
+        if self._retry_task is None or self._retry_task.done():
+            self._retry_task = asyncio.get_running_loop().create_task(self._retry_if_free())
 
     async def _retry_if_free(self) -> None:
         try:
@@ -715,30 +678,13 @@ class LedgerWriter:
         except BKError as exc:
             log.debug("ledger %d: cannot list writable bookies: %s", self.ledger_id, exc)
             return
-        if set(writable) - set(self.pending.ensemble) - self._bad_bookies and self.error is None:
-            self._execute(list(self.pending.retry_ensemble_change()))
+        if self.error is None:
+            self._execute(self.machine.on_free_bookies(writable))
 
-    def _time_out_slow_bookies(self) -> None:
-        if self.pending.changing_ensemble:
-            return
-        oldest = self.pending.last_add_confirmed + 1
-        acked = self.pending.acked_indices(oldest)
-        members = write_set(oldest, self.md.ensemble_size, self.md.write_quorum)
-        for index in members:
-            if index not in acked and index not in self.pending.failed_indices:
-                bookie_id = self.pending.ensemble[index]
-                log.warning("ledger %d: bookie %s did not answer entry %d within %.1fs", self.ledger_id,
-                            bookie_id, oldest, self.ctx.config.addEntryTimeoutSec)
-                self._bad_bookies.add(bookie_id)
-                self._execute(list(self.pending.on_bookie_failed(index)))
-        self._last_progress = asyncio.get_running_loop().time()
-
-    async def _send_explicit_lac(self) -> None:
+    def _send_explicit_lac(self, lac: int) -> None:
         """Tell the bookies the LAC of an idle writer, so tailing readers see the last entries."""
-        lac = self.pending.last_add_confirmed
         body = package_lac(self.digest, self.ledger_id, lac)
         request = pb.WriteLacRequest(ledger_id=self.ledger_id, lac=lac, master_key=self.master_key, body=body)
-        self._lac_sent = lac
         for bookie_id in self.pending.ensemble:
             client = self.ctx.pool.cached(bookie_id)
             if client is not None:
@@ -766,15 +712,11 @@ class LedgerWriter:
                        LedgerClosedError(f"ledger {self.ledger_id} closed with adds pending"))
         if self._change_task is not None:
             await asyncio.gather(self._change_task, return_exceptions=True)
-        lac, length = self.pending.last_add_confirmed, self.lac_length
+        length = self.lac_length
+        self.machine.closing = True
 
         def close(current: LedgerMetadata) -> LedgerMetadata | None:
-            if current.state is LedgerState.OPEN:
-                return transforms.closed(current, lac, length)
-            decision = transforms.decide_writer_close_conflict(current, lac)
-            if decision is transforms.ConflictDecision.SUCCESS:
-                return None
-            raise transforms.conflict_error(decision, current, lac)
+            return self.machine.close_metadata(current, length)
 
         try:
             md, version = await asyncio.to_thread(

@@ -118,7 +118,7 @@ class PendingAdds:
     """Pending adds of one ledger handle (or of a recovery's write-back when `recovery` is set)."""
 
     def __init__(self, ensemble: Sequence[str], write_quorum: int, ack_quorum: int,
-                 last_add_confirmed: int = -1, *, recovery: bool = False) -> None:
+                 last_add_confirmed: int = -1, *, recovery: bool = False, in_order: bool = True) -> None:
         if not 1 <= ack_quorum <= write_quorum <= len(ensemble):
             raise ValueError(f"need E={len(ensemble)} >= Qw={write_quorum} >= Qa={ack_quorum} >= 1")
         self._ensemble = tuple(ensemble)
@@ -136,6 +136,7 @@ class PendingAdds:
         self._changing = False
         self._error: BKError | None = None
         self._recovery = recovery
+        self._in_order = in_order      # R6 (False: a known bug, for the simulation's mutant only)
 
     # ---- read-only views ------------------------------------------------------------------
     @property
@@ -210,7 +211,7 @@ class PendingAdds:
             return []
         mask = self._masks[position] | 1 << index
         self._masks[position] = mask
-        if self._changing or position != 0 or mask.bit_count() < self._qa:
+        if self._changing or (position != 0 and self._in_order) or mask.bit_count() < self._qa:
             return []
         return self._drain()
 
@@ -361,9 +362,11 @@ class PendingAdds:
     def _drain(self) -> list[AddAction]:
         """Complete the pending adds from the oldest on while each has Qa acks (R6)."""
         masks, qa = self._masks, self._qa
-        if not masks or masks[0].bit_count() < qa:
+        if not self._in_order:      # the bug: the LAC jumps to the highest add with Qa acks
+            done = 1 + max((i for i, mask in enumerate(masks) if mask.bit_count() >= qa), default=-1)
+        elif not masks or masks[0].bit_count() < qa:
             return []
-        if len(masks) >= VECTOR_MIN and isinstance(masks, array):
+        elif len(masks) >= VECTOR_MIN and isinstance(masks, array):
             done = _complete_prefix(masks, qa)
         else:
             done = 1
@@ -371,6 +374,8 @@ class PendingAdds:
                 if mask.bit_count() < qa:
                     break
                 done += 1
+        if not done:
+            return []
         del masks[:done]
         first = self._lac + 1
         self._lac += done

@@ -1,7 +1,8 @@
 """The deliberately broken protocol variants ("mutants") the simulation must catch, one per plausible bug.
 
-Each mutant is a switch read by one simulated actor (bookie, writer, reader, recoverer, log successor) or an
-injected `RecoveryRules` variant of the real recovery machine; production code paths are never changed.
+Each mutant is a switch read by one simulated actor (bookie, reader, recoverer, log successor) or a rule
+injected into a production machine: `RecoveryRules` of the recovery machine, `WriterRules` of the writer
+machine (which `client/writer.py` and the simulated writer both run).
 `python -m tests.sim.runner --mutation NAME` runs a mutant; `make sim-mutants` measures how often each one
 violates the oracle over a seed range (the bar: at least `BAR` of the seeds).
 """
@@ -9,6 +10,7 @@ violates the oracle over a seed range (the bar: at least `BAR` of the seeds).
 from __future__ import annotations
 
 from bkledger.client.protocol.recovery import DEFAULT_RULES, RecoveryRules
+from bkledger.client.protocol.writer_machine import DEFAULT_WRITER_RULES, WriterRules
 
 #: The smallest share of seeds in which every mutant must violate the oracle.
 BAR = 0.03
@@ -23,6 +25,8 @@ MUTATIONS: dict[str, str] = {
     "no-coverage": "R16: fencing stops at the first answer, not at quorum coverage",
     "ensemble-change-no-cas": "R9: the writer stores an ensemble change without the version CAS",
     "lac-before-quorum": "R6: the writer advances the LAC on one ack instead of Qa",
+    "silent-replace-no-cas": "R9: the writer replaces a silent bookie (add timeout) without the version CAS",
+    "complete-out-of-order": "R6: the writer completes an add before the adds below it",
     "read-past-lac": "R11: a reader of an open ledger returns entries above its LAC",
     "reader-fences": "R12: an open without recovery sends fencing reads",
     "close-no-adopt": "R20: a recoverer that lost the close race overwrites the stored close",
@@ -41,3 +45,13 @@ def recovery_rules(mutation: str) -> RecoveryRules:
         "no-coverage": RecoveryRules(fencing_coverage=False),
         "no-write-back": RecoveryRules(write_back=False),
     }.get(mutation, DEFAULT_RULES)
+
+
+def writer_rules(mutation: str) -> WriterRules:
+    """The WriterRules a mutant injects into the production writer machine (the defaults for the others)."""
+    return {
+        "ensemble-change-no-cas": WriterRules(ensemble_change_cas=False),
+        "lac-before-quorum": WriterRules(ack_quorum=False),
+        "silent-replace-no-cas": WriterRules(silent_replacement_cas=False),
+        "complete-out-of-order": WriterRules(in_order=False),
+    }.get(mutation, DEFAULT_WRITER_RULES)

@@ -1,47 +1,44 @@
-"""The simulated writer: a LedgerHandle driving the real PendingAdds machine (R5, R6, R9, R10, R21).
+"""The simulated writer: a LedgerHandle driving the production WriterMachine (R5, R6, R9, R10, R21).
 
-Mirrors BookKeeper's LedgerHandle: each add gets the next entry id, is packaged with the real digest code
-and sent to its write set; acks and errors are fed to PendingAdds by bookie id and its actions executed.
-NeedEnsembleChange picks replacement bookies and CASes `transforms.with_ensemble_change` (with none free,
-the adds go on with the ack quorum left, `on_ensemble_change_failed`); a lost race or a lost answer is
-resolved with `decide_ensemble_change_conflict`. Closing CASes `transforms.closed` and
-resolves conflicts with `decide_writer_close_conflict`. What the writer saw acknowledged goes to the oracle.
-After an add is sent, after an acknowledgement moved its LAC (which no bookie knows before the next add) and
-while a CAS is in flight it reaches a hazard point (the world may pause or kill it there). `mutation`
-selects a broken writer: "ensemble-change-no-cas" (setData with version -1, i.e. no compare-and-swap) or
-"lac-before-quorum" (the LAC advances on a single ack).
+Mirrors BookKeeper's LedgerHandle as `client/writer.py` does, with the simulated network and clock instead
+of gRPC and asyncio: each add gets the next entry id from the machine, is packaged with the real digest code
+and sent to its write set; acks, errors, request timeouts and the clock (`on_tick(world.now)`) are fed to
+the same `WriterMachine` the client runs, and its effects run by a `match` over the closed `WriterEffect`
+union. The machine decides the metadata each CAS writes (`ensemble_change`, `close_metadata`) and settles
+the conflicts after a lost race or a lost answer; this driver only picks replacement bookies (placement) and
+talks to the simulated metadata store. What the writer saw acknowledged goes to the oracle. After an add is
+sent, after an acknowledgement moved its LAC (which no bookie knows before the next add) and while a CAS is
+in flight it reaches a hazard point (the world may pause or kill it there). Writer mutants are
+`WriterRules` injected into the machine (`tests.sim.mutations.writer_rules`).
 """
 
 from __future__ import annotations
 
-from bkledger.client.errors import BKError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
+from collections.abc import Mapping, Sequence
+from typing import assert_never
+
+from bkledger.client.errors import BKError, LedgerFencedError, NotEnoughBookiesError
 from bkledger.client.protocol.digest import DigestManager, master_key, package_entry
 from bkledger.client.protocol.metadata import LedgerMetadata
-from bkledger.client.protocol.pending_adds import (
-    AddAction,
-    CompleteAdds,
-    FailAdds,
-    NeedEnsembleChange,
-    PendingAdds,
-    Resend,
-    SendAdd,
-)
+from bkledger.client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, Resend, SendAdd
 from bkledger.client.protocol.status import StatusCode
-from bkledger.client.protocol.transforms import (
-    ConflictDecision,
-    closed,
-    decide_ensemble_change_conflict,
-    decide_writer_close_conflict,
-    with_ensemble_change,
+from bkledger.client.protocol.writer_machine import (
+    RetryReplacement,
+    SendLac,
+    SuspectBookie,
+    WriterEffect,
+    WriterMachine,
 )
 from tests.sim.actors import Actor
 from tests.sim.messages import AddRequest, AddResponse, Payload
+from tests.sim.mutations import writer_rules
 from tests.sim.net import Network
 from tests.sim.oracle import Oracle
 from tests.sim.world import World
 
 MAX_ENSEMBLE_CHANGES = 40
 MAX_CLOSE_ATTEMPTS = 10
+CHANGE_ATTEMPTS = 3             # the client's ensembleChangeMaxAttempts: with the add timeout, the stall bound
 
 
 class Writer(Actor):
@@ -60,8 +57,9 @@ class Writer(Actor):
         self.window = window
         self.add_gap = add_gap
         self.mutation = mutation
-        ack_quorum = 1 if mutation == "lac-before-quorum" else md.ack_quorum
-        self.pa = PendingAdds(md.last_fragment.ensemble, md.write_quorum, ack_quorum)
+        self.m = WriterMachine(md, add_timeout=world.timeout, change_attempts=CHANGE_ATTEMPTS,
+                               rules=writer_rules(mutation), now=world.now)
+        self.pa = self.m.pending
         self.bodies: dict[int, bytes] = {}
         self.lengths: dict[int, int] = {-1: 0}
         self.state = "writing"      # writing -> closing -> closed | failed
@@ -84,6 +82,7 @@ class Writer(Actor):
     def _tick(self) -> None:
         if self.state != "writing":
             return
+        self._run(self.m.on_tick(self.world.now))
         if self.pa.error is not None:
             self._failed(self.pa.error)
             return
@@ -99,7 +98,7 @@ class Writer(Actor):
 
     def _add(self) -> None:
         try:
-            send = self.pa.on_add()
+            send = self.m.on_add(self.world.now)
         except BKError as exc:
             self._failed(exc)
             return
@@ -113,33 +112,43 @@ class Writer(Actor):
         self._run([send])
         self.world.hazard("writer_add_sent", self)
 
-    def _run(self, actions: list[AddAction]) -> None:
-        for action in actions:
-            if isinstance(action, SendAdd | Resend):
-                for index in action.indices:
-                    self._send_add(action.entry_id, self.pa.ensemble[index])
-            elif isinstance(action, CompleteAdds):
-                self.oracle.on_acked(action.first_entry_id, action.last_add_confirmed)
-                # The LAC just moved and no bookie knows it yet (it rides on the next add).
-                self.world.hazard("writer_acked", self)
-            elif isinstance(action, NeedEnsembleChange):
-                self._change(action)
-            elif isinstance(action, FailAdds):
-                self.world.note(f"writer: adds {list(action.entry_ids)} failed: {type(action.error).__name__}")
-                self._failed(action.error)
+    def _run(self, effects: Sequence[WriterEffect]) -> None:
+        for effect in effects:
+            match effect:
+                case SendAdd() | Resend():
+                    for index in effect.indices:
+                        self._send_add(effect.entry_id, self.pa.ensemble[index])
+                case CompleteAdds():
+                    self.oracle.on_acked(effect.first_entry_id, effect.last_add_confirmed)
+                    # The LAC just moved and no bookie knows it yet (it rides on the next add).
+                    self.world.hazard("writer_acked", self)
+                case NeedEnsembleChange():
+                    self._change(effect)
+                case FailAdds():
+                    self.world.note(f"writer: adds {list(effect.entry_ids)} failed: {type(effect.error).__name__}")
+                    self._failed(effect.error)
+                case RetryReplacement():
+                    self._run(self.m.on_free_bookies(self.bookies))      # every simulated bookie is writable
+                case SendLac():
+                    self.world.note(f"writer: idle at LAC {effect.last_add_confirmed}")   # no explicit LAC here
+                case SuspectBookie():
+                    self.world.note(f"writer: bookie {effect.bookie_id} {effect.reason}: replacing it")
+                case _:
+                    assert_never(effect)
 
     def _send_add(self, entry_id: int, bookie: str) -> None:
         def reply(payload: Payload) -> None:
             assert isinstance(payload, AddResponse)
             if payload.status == StatusCode.EOK:
-                self._run(self.pa.on_ack_from(entry_id, bookie))
+                self._run(self.m.on_acks(bookie, [entry_id], self.world.now))
             else:
-                self._run(self.pa.on_error_from(entry_id, bookie, payload.status))
+                self._run(self.m.on_errors(bookie, [entry_id], payload.status, self.world.now))
 
         def timeout() -> None:
-            self._run(self.pa.on_error_from(entry_id, bookie, StatusCode.TIMEOUT))
+            self._run(self.m.on_errors(bookie, [entry_id], StatusCode.TIMEOUT, self.world.now))
 
         request = AddRequest(self.ledger_id, entry_id, self.key, self.bodies[entry_id], False)
+        self.m.on_sent(bookie, 1, self.world.now)
         self.call(bookie, request, reply, timeout)
 
     def _failed(self, error: BKError) -> None:
@@ -150,74 +159,78 @@ class Writer(Actor):
 
     # ---- ensemble change (R9) -------------------------------------------------------------------------
     def _change(self, need: NeedEnsembleChange) -> None:
-        self._changes += 1
         ensemble = self.md.last_fragment.ensemble
         candidates = [b for b in self.bookies if b not in ensemble]
-        if self._changes > MAX_ENSEMBLE_CHANGES:
-            self._run(self.pa.fail_all(NotEnoughBookiesError()))
+        if self._changes >= MAX_ENSEMBLE_CHANGES:
+            self._run(self.m.fail(NotEnoughBookiesError()))
             return
         if not candidates:      # as the driver: go on with the ack quorum left if every write set has it
             self.world.note(f"writer: no bookie free to replace {list(need.failed_indices)}")
-            self._run(self.pa.on_ensemble_change_failed(NotEnoughBookiesError()))
+            self._run(self.m.on_no_replacement(NotEnoughBookiesError(), self.world.now))
             return
         replaced = need.failed_indices[:len(candidates)]        # replace what can be, the rest stays failed
         chosen = self.world.rng.sample(candidates, len(replaced))
-        try:
-            mine = with_ensemble_change(self.md, need.first_entry_id, dict(zip(replaced, chosen, strict=True)))
-        except BKError as exc:
-            self._run(self.pa.fail_all(exc))
-            return
+        replacements = dict(zip(replaced, chosen, strict=True))
         self.world.note(f"writer: ensemble change at {need.first_entry_id} replaces {list(replaced)}"
                         f" with {chosen}")
-        version = -1 if self.mutation == "ensemble-change-no-cas" else self.version
-        self.cas_md(version, mine, lambda v: self._changed(mine, v, need),
-                    lambda: self.read_md(lambda v, stored: self._change_conflict(need, mine, v, stored),
-                                         lambda: self._run(self.pa.fail_all(LedgerFencedError()))))
-        self.world.hazard("writer_cas_sent", self)
+        self._store_change(need, self.md, replacements, self.version, self.md)
 
-    def _change_conflict(self, need: NeedEnsembleChange, mine: LedgerMetadata, version: int,
-                         stored: LedgerMetadata) -> None:
-        decision = decide_ensemble_change_conflict(stored, mine.last_fragment)
-        self.world.note(f"writer: ensemble change conflict -> {decision.value}")
-        self.md, self.version = stored, version
-        if decision is ConflictDecision.SUCCESS:
-            self._changed(stored, version, need)
-        elif decision is ConflictDecision.RETRY:
+    def _store_change(self, need: NeedEnsembleChange, known: LedgerMetadata, replacements: Mapping[int, str],
+                      version: int, stored: LedgerMetadata) -> None:
+        """CAS the machine's ensemble change over `stored` (at `version`); a conflict re-reads and asks it again."""
+        try:
+            mine = self.m.ensemble_change(stored, known, need.first_entry_id, replacements)
+        except BKError as exc:
+            self.world.note(f"writer: ensemble change refused: {type(exc).__name__}")
+            self._run(self.m.fail(exc))
+            return
+        except ValueError:          # the stored ensemble moved under this choice: pick again from it
+            self.md, self.version = stored, version
             self._change(need)
-        elif decision is ConflictDecision.FAIL_CLOSED:
-            self._run(self.pa.fail_all(LedgerClosedError()))
-        else:
-            self._run(self.pa.fail_all(LedgerFencedError()))
+            return
+        if mine is None:
+            self.world.note("writer: ensemble change already stored")
+            self._changed(stored, version, need)
+            return
+        self._changes += 1
+        if self._changes > MAX_ENSEMBLE_CHANGES:
+            self._run(self.m.fail(NotEnoughBookiesError()))
+            return
+        self.cas_md(version, mine, lambda v: self._changed(mine, v, need),
+                    lambda: self.read_md(lambda v, now: self._store_change(need, known, replacements, v, now),
+                                         lambda: self._run(self.m.fail(LedgerFencedError()))))
+        self.world.hazard("writer_cas_sent", self)
 
     def _changed(self, md: LedgerMetadata, version: int, need: NeedEnsembleChange) -> None:
         self.md, self.version = md, version
-        self._run(self.pa.on_ensemble_changed(md.last_fragment.ensemble, need.first_entry_id))
+        self._run(self.m.on_ensemble_changed(md.last_fragment.ensemble, need.first_entry_id, self.world.now))
 
     # ---- close (R10) ------------------------------------------------------------------------------------
     def _close(self) -> None:
         self.state = "closing"
-        self._close_attempts += 1
-        lac = self.pa.last_add_confirmed
+        self.m.closing = True
+        self._store_close(self.version, self.md)
+
+    def _store_close(self, version: int, stored: LedgerMetadata) -> None:
+        """CAS the machine's close over `stored` (at `version`); a conflict re-reads and asks it again (R10)."""
+        self.md, self.version = stored, version
+        lac = self.m.last_add_confirmed
         try:
-            mine = closed(self.md, lac, self.lengths[lac])
+            mine = self.m.close_metadata(stored, self.lengths[lac])
         except BKError as exc:
+            self.world.note(f"writer: close refused: {type(exc).__name__}")
             self._failed(exc)
             return
-        self.cas_md(self.version, mine, lambda _v: self._closed(lac),
-                    lambda: self.read_md(lambda v, stored: self._close_conflict(lac, v, stored),
-                                         lambda: self._failed(LedgerFencedError())))
-        self.world.hazard("writer_cas_sent", self)
-
-    def _close_conflict(self, lac: int, version: int, stored: LedgerMetadata) -> None:
-        decision = decide_writer_close_conflict(stored, lac)
-        self.world.note(f"writer: close conflict -> {decision.value}")
-        self.md, self.version = stored, version
-        if decision is ConflictDecision.SUCCESS:
+        if mine is None:
             self._closed(lac)
-        elif decision is ConflictDecision.RETRY and self._close_attempts < MAX_CLOSE_ATTEMPTS:
-            self._close()
-        else:
-            self._failed(LedgerClosedError())
+            return
+        self._close_attempts += 1
+        if self._close_attempts > MAX_CLOSE_ATTEMPTS:
+            self._failed(LedgerFencedError())
+            return
+        self.cas_md(version, mine, lambda _v: self._closed(lac),
+                    lambda: self.read_md(self._store_close, lambda: self._failed(LedgerFencedError())))
+        self.world.hazard("writer_cas_sent", self)
 
     def _closed(self, lac: int) -> None:
         self.state = "closed"

@@ -4,6 +4,7 @@ adds in entry order (R6), the window of maxOutstandingAdds bounds what is queued
 from __future__ import annotations
 
 import asyncio
+import time
 import types
 from typing import Any
 
@@ -305,10 +306,10 @@ def test_adds_pending_past_the_settle_bound_fail_typed() -> None:
         await asyncio.sleep(0)
         config = writer.ctx.config
         bound = add_settle_bound(config.addEntryTimeoutSec, config.ensembleChangeMaxAttempts)
-        await writer._tick_once(bound)
+        now = time.monotonic()
+        writer._tick_once(now)
         assert future is not None and not future.done()               # within the bound: still pending
-        writer._settled_at -= bound + 1                               # the bound passed with no completion
-        await writer._tick_once(bound)
+        writer._tick_once(now + bound + 1)                            # the bound passed with no completion
         assert isinstance(future.exception(0), AddEntryQuorumTimeoutError)
         later = _submit(writer, b"later")
         assert later is not None and isinstance(later.exception(0), AddEntryQuorumTimeoutError)
@@ -332,3 +333,35 @@ def test_r21_a_late_efenced_of_an_acknowledged_entry_fails_the_next_adds() -> No
         assert later is not None and isinstance(later.exception(0), LedgerFencedError)
 
     asyncio.run(scenario())
+
+
+def test_issue46_an_effect_the_driver_does_not_know_fails_the_adds_instead_of_being_dropped() -> None:
+    """The writer's effects are a closed union run by a match ending in assert_never: an unknown one (a
+    machine newer than its driver) fails the adds it concerned, typed, instead of leaving them pending."""
+    from bkledger.client.errors import ClientInternalError
+
+    async def scenario() -> None:
+        writer, _ = _writer(3, 3, 2, window=100)
+        future = _submit(writer, b"x")
+        await asyncio.sleep(0)
+        writer.machine.on_acks = lambda *args: [object()]  # type: ignore[method-assign]
+        _ack(writer, "b0", 0)
+        assert future is not None and isinstance(future.exception(0), ClientInternalError)
+
+    asyncio.run(scenario())
+
+
+def test_issue46_the_recovery_driver_refuses_an_event_it_does_not_know() -> None:
+    """The recovery driver's events are typed too: an unknown one is an error, never a silent drop."""
+    import pytest
+
+    from bkledger.client.protocol.recovery import LedgerRecovery
+    from bkledger.client.recovery_driver import FenceAnswer, RecoveryRun
+
+    md = new_ledger_metadata(7, ["b0", "b1", "b2"], 3, 3, 2, "crc32c", b"pw", 1234, {}, "")
+    run = RecoveryRun(types.SimpleNamespace(config=ClientConfig()), md, b"pw")  # type: ignore[arg-type]
+    machine = LedgerRecovery(md, run.digest)
+    machine.start()
+    assert run._dispatch(machine, FenceAnswer(0, pb.EOK, -1)) == []      # one fenced bookie: no coverage yet
+    with pytest.raises(AssertionError):
+        run._dispatch(machine, ("fence", (0, pb.EOK, -1)))  # type: ignore[arg-type]
