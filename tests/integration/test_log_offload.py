@@ -15,7 +15,7 @@ import pytest
 
 from bkledger.bookie.cli import main as cli_main
 from bkledger.client import BookKeeper
-from bkledger.client.errors import InvalidOptionError, NoSuchLedgerError, OffloadedLogError, OffloadError
+from bkledger.client.errors import InvalidOptionError, NoSuchLedgerError, OffloadError
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.core.meta import Position
@@ -175,18 +175,21 @@ def test_cli_offload_and_describe_show_tiers(bk, name, cluster, tmp_path, capsys
     assert "offloaded" in text and "on bookies" in text and str(Path(tmp_path / "store")) in text
 
 
-def test_spark_planning_refuses_an_offloaded_log_clearly(bk, name, tmp_path):
-    """format("bkledger") does not read offloaded history yet: its planning raises OffloadedLogError
-    naming the table (not a read of bookie copies that may be gone)."""
+def test_spark_planning_reads_offloaded_ledgers_from_the_table(bk, name, tmp_path):
+    """Issue 42 item 3: after an offload, format("bkledger") plans the same ledgers at the same positions,
+    the offloaded ones from the table's files (no read of bookie copies that may be gone), the last two
+    from the bookies."""
     from bkledger.spark_connector.batch_reader import discover
     from bkledger.spark_connector.read_options import parse_read_options
 
     write(bk, name, 12, 3, enveloped=False)
     opts = parse_read_options({"log": name, "metadataserviceuri": "zk://unused/ledgers"})
-    assert discover(bk, opts)                                             # planned from bookies before
+    before = discover(bk, opts)
+    assert before and all(v.offloaded is None for v in before)              # planned from bookies before
     bk.offload_log(name, str(tmp_path / "store"))
-    with pytest.raises(OffloadedLogError, match="offloaded history"):
-        discover(bk, opts)
+    after = discover(bk, opts)
+    assert [(v.ledger_id, v.last_entry_id) for v in after] == [(v.ledger_id, v.last_entry_id) for v in before]
+    assert [v.offloaded is not None for v in after] == [True] * (len(after) - 2) + [False, False]
 
 
 def test_a_log_changed_between_commit_and_swap_keeps_table_and_log_equal(bk, name, tmp_path, monkeypatch):

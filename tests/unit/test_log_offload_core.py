@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from bkledger.client.errors import OffloadedLogError, OffloadError
+from bkledger.client.errors import OffloadError
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core import offload as ol
@@ -100,7 +100,7 @@ def test_stored_forms_keep_the_offloaded_reference():
         dataclasses.replace(done.ledgers[0], offloaded=("f.parquet", 3))
 
 
-def test_compaction_leaves_offloaded_records_alone_and_spark_planning_refuses_them():
+def test_compaction_leaves_offloaded_records_alone():
     meta = log_of((1, 1, 1), (2, 1, 1), (3, 1, 1), (4, 1, 1), (5, 1, 1), (6, 1, 1))
     done = offload(meta, ol.plan(meta, ZERO, 1000)[:1])
     groups = ol.plan(meta, ZERO, 2)
@@ -109,9 +109,6 @@ def test_compaction_leaves_offloaded_records_alone_and_spark_planning_refuses_th
     assert cp.plan_runs(single, 100, 2) == [cp.Run((3, 4))]
     elements = list(meta.ledgers[:2])
     assert cp.with_compacted(single, cp.Run((1, 3)), cp.compacted_ledger(elements, 60, 1)) is None
-    ol.refuse_offloaded(meta, "this reader")
-    with pytest.raises(OffloadedLogError, match="offloaded history"):
-        ol.refuse_offloaded(done, "this reader")
 
 
 def test_table_folder_names_are_safe_and_distinct():

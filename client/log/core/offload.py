@@ -25,7 +25,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bkledger.client.errors import OffloadedLogError
 from bkledger.client.log.core import compaction as cp
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogLedger, LogMetadata
@@ -273,14 +272,3 @@ def describe_tiers(meta: LogMetadata) -> list[str]:
         f"{bytes_of(tiers[True])} bytes, positions {span(tiers[True])}",
         f"table               {now.uri.rstrip('/')}/{table_dir(meta.name)} (version {now.version}, run {now.run})",
     ]
-
-
-def refuse_offloaded(meta: LogMetadata, reader: str) -> None:
-    """OffloadedLogError if the log has offloaded history: for readers that read ledgers on bookies only
-    (they would read the bookie copies, or fail when those are gone, instead of the table)."""
-    files = offloaded_files(meta)
-    if files:
-        raise OffloadedLogError(
-            f"log {meta.name!r} has offloaded history ({len(files)} files in its Delta table at "
-            f"{state(meta).uri!r}); {reader} does not read offloaded history yet: read it with "
-            "open_log_reader, or the table with deltalake / Polars / Spark's Parquet reader")
