@@ -198,7 +198,7 @@ class BookieService(pb_grpc.BookieServicer):
             else:
                 self._run(effect)
 
-    def _store(self, batch: AddBatchView, effect: machine.StoreAdd, trace: object) -> None:
+    def _store(self, batch: AddBatchView, effect: machine.StoreAdd[Answer], trace: object) -> None:
         """Run a StoreAdd: the batch goes to ledger storage and the journal as sequence `effect.seq`."""
         seq = effect.seq
 

@@ -64,11 +64,12 @@ class Reply(Generic[T]):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StoreAdd:
-    """Store the batch just decided, then queue its records (and the master key's, `record_key`) for the
-    journal as sequence `seq`; with `check_rewrites`, refuse it (`on_not_journaled` EBADREQ) first if it
-    would change the bytes of a stored entry (`decisions.check_rewrites`)."""
+class StoreAdd(Generic[T]):
+    """Store the batch of `token` just decided, then queue its records (and the master key's, `record_key`)
+    for the journal as sequence `seq`; with `check_rewrites`, refuse it (`on_not_journaled` EBADREQ) first
+    if it would change the bytes of a stored entry (`decisions.check_rewrites`)."""
 
+    token: T
     seq: int
     record_key: bool
     max_lac: int
@@ -116,7 +117,7 @@ class ForgetFence:
     ledger_id: int
 
 
-Effect = Reply[T] | StoreAdd | MarkFenced | JournalFence | JournalBarrier | AdvanceLac | ForgetFence
+Effect = Reply[T] | StoreAdd[T] | MarkFenced | JournalFence | JournalBarrier | AdvanceLac | ForgetFence
 
 
 @dataclasses.dataclass(slots=True)
@@ -168,7 +169,7 @@ class BookieMachine(Generic[T]):
             return [Reply(token, check.status, check.reason)]
         seq = self._take_seq()
         self._adds[seq] = _Add(token, ledger_id, max_lac)
-        effects: list[Effect[T]] = [StoreAdd(seq, check.record_key, max_lac, self.rules.refuse_rewrites)]
+        effects: list[Effect[T]] = [StoreAdd(token, seq, check.record_key, max_lac, self.rules.refuse_rewrites)]
         if not self.rules.ack_after_sync:    # mutant: acknowledged before it is even journaled
             del self._adds[seq]
             effects += [AdvanceLac(ledger_id, max_lac), Reply(token, pb.EOK)]

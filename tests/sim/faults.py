@@ -5,7 +5,7 @@ lost, torn tail), paused (SIGSTOP: messages held), an fsync that fails (EIO unti
 (a writer cut off from everything or from some bookies, a bookie cut off from everyone), ZooKeeper
 answers lost (connection loss: "maybe written"), a writer killed or paused with adds in flight, slow bookies
 (every message to and from them late), a bookie returning corrupt copies or failing reads, a rolling restart
-of the ensemble, recoverers starting at random times
+of the ensemble, a failed storage flush (checkpoint), recoverers starting at random times
 or in storms (concurrent recoveries race each other and the writer), and a new log writer taking over the
 tail. Which classes run, how often, and the hazards (pause or kill an actor at a dangerous protocol point)
 come from the seed's `swarm.Swarm`. Every choice comes from the world's seeded rng.
@@ -138,6 +138,24 @@ class Faults:
             self._later(start + down, start + down, f"rolling: start {name}", bookie.restart)
             start += down + self.world.between(0, 30)
 
+    def _flush_fails(self) -> None:
+        """A bookie's ledger disk fails its checkpoints' flushes for a while (the journal is kept), mostly one
+        that holds fences: they must stay."""
+        up = [b for b in self.bookies if b.up and not b.failed]
+        fenced = [b for b in up if b.fenced]
+        if not up:
+            return
+        self._flushes_fail(self.world.rng.choice(fenced if fenced and self.world.chance(0.8) else up))
+
+    def _flushes_fail(self, bookie: SimBookie) -> None:
+        self.world.note(f"fault: storage flushes of {bookie.name} fail")
+        bookie.flush_failing = True
+        bookie.flush_failed()
+
+        def heal() -> None:
+            bookie.flush_failing = False
+        self._later(50, 400, f"{bookie.name} flushes again", heal)
+
     def _pause_then_recover(self) -> None:
         """PROTOCOL.md: a bookie of the current ensemble paused (SIGSTOP) while another client recovers."""
         if self.world.now < self.recovery_after:
@@ -228,6 +246,8 @@ class Faults:
             return
         self.world.note(f"hazard at {point}")
         if isinstance(subject, SimBookie):
+            if self.world.chance(0.4):
+                self._flushes_fail(subject)     # ...and its ledger disk fails checkpoints after the fence
             if self.world.chance(0.5):
                 self._slow_disk_of(subject)     # the fence (and the adds before it) stay unsynced for long
                 return
@@ -287,7 +307,7 @@ class Faults:
         pool = [b for b in self.bookies if b.name in names] or self.bookies
         bookie = self.world.rng.choice(pool)
         strikes = ["slow_disk", "disk_fails", "read_errors", "slow_link", "slow_link", "stall", "stall", "kill",
-                   "kill"]
+                   "kill", "flush_fails"]
         strike = self.world.rng.choice(strikes + (["corrupt"] if self.can_corrupt else []))
         timeout = self.world.timeout
         if strike == "corrupt":
@@ -300,6 +320,10 @@ class Faults:
             self._later(30, 200, f"restart {bookie.name}", bookie.restart)
         elif strike == "read_errors":
             self._read_errors_of(bookie)
+        elif strike == "flush_fails":
+            # after its fence answer (the fence read is in flight, the answer waits for the fsync)
+            at = self.net.max_delay + bookie.group_wait + self.world.between(0, 2 * timeout)
+            self._later(at, at, f"a storage flush of {bookie.name} fails", bookie.flush_failed)
         elif strike == "slow_link":
             delay = self.world.between(timeout // 2, 2 * timeout // 3)
             self.world.note(f"{recoverer.name}'s network slow by {delay}")
@@ -336,6 +360,7 @@ class Faults:
             self.writer.resume()
         for bookie in self.bookies:
             bookie.fail_next_sync = False
+            bookie.flush_failing = False
             bookie.corrupt = False
             bookie.read_errors = False
             bookie.group_wait = self._group_waits[bookie.name]

@@ -20,7 +20,7 @@ FAULT_CLASSES = {
     "crash": 5, "pause": 4, "fsync": 3, "cut_writer_all": 3, "cut_writer_some": 3, "cut_bookie": 2,
     "zk_loss": 2, "kill_writer": 1, "recoverer": 4, "pause_then_recover": 2, "slow_bookie": 3,
     "pause_writer": 2, "recovery_storm": 3, "corrupt": 4, "successor": 2, "slow_disk": 3, "rolling_restart": 2,
-    "read_errors": 3,
+    "read_errors": 3, "flush_fails": 3,
 }
 #: Hazard points (buggify): where the world may pause or kill an actor at the worst moment.
 HAZARDS = ("writer_add_sent", "writer_acked", "writer_cas_sent", "fence_journaled", "recovery_reading",
