@@ -245,7 +245,8 @@ class BookieService(pb_grpc.BookieServicer):
             self._run(effect)
 
     def _run(self, effect: machine.Effect[Answer]) -> None:
-        """Run one effect of the machine (a StoreAdd only comes with its batch, in `_submit_batch`)."""
+        """Run one effect of the machine (a StoreAdd or JournalLac only comes with its request's data, and is
+        run where the request is decided: `_submit_batch`, `WriteLac`)."""
         match effect:
             case machine.Reply(token=token, status=status, reason=reason):
                 token(status, reason)
@@ -260,8 +261,8 @@ class BookieService(pb_grpc.BookieServicer):
                 self.bookie.force_ledger(self._journal_done(seq))
             case machine.ForgetFence(ledger_id=ledger_id):
                 self.bookie.forget_fence(ledger_id)
-            case machine.StoreAdd():
-                raise AssertionError("a StoreAdd is run with its batch, by _submit_batch")
+            case machine.StoreAdd() | machine.JournalLac():
+                raise AssertionError(f"{effect} is run with its request, where the request is decided")
             case _:
                 assert_never(effect)
 
@@ -432,14 +433,20 @@ class BookieService(pb_grpc.BookieServicer):
     async def WriteLac(self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext) -> pb.WriteLacResponse:
         ledger_id = request.ledger_id
         self.stats.request("write_lac")
-        status = decisions.decide_write_lac(self.bookie.view(ledger_id), request.master_key)
-        if status == pb.EOK:
-            fut, done = self._journal_future()
-            self.bookie.write_explicit_lac(ledger_id, request.body, done)
-            if await fut is not None:
-                status = pb.EIO
+        fut: asyncio.Future[int] = self.loop.create_future()
+
+        def settle(status: int, _why: str = "") -> None:
+            if not fut.done():
+                fut.set_result(status)
+
+        self._note_journal_failure()
+        for effect in self.machine.on_write_lac(settle, ledger_id, request.master_key, self.bookie.view(ledger_id),
+                                                request.lac):
+            if isinstance(effect, machine.JournalLac):
+                self.bookie.write_explicit_lac(ledger_id, request.body, self._journal_done(effect.seq))
             else:
-                self._advance_lac(ledger_id, request.lac)
+                self._run(effect)
+        status = await fut
         return pb.WriteLacResponse(status=status, ledger_id=ledger_id)  # type: ignore[arg-type]
 
     async def ForceLedger(

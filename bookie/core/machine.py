@@ -103,6 +103,15 @@ class JournalBarrier:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class JournalLac(Generic[T]):
+    """Queue the explicit LAC of `token`'s request as sequence `seq`, synced; once durable it goes to storage."""
+
+    token: T
+    seq: int
+    ledger_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class AdvanceLac:
     """The bookie now knows `lac` of the ledger (long polls waiting on it may answer)."""
 
@@ -117,7 +126,8 @@ class ForgetFence:
     ledger_id: int
 
 
-Effect = Reply[T] | StoreAdd[T] | MarkFenced | JournalFence | JournalBarrier | AdvanceLac | ForgetFence
+Effect = (Reply[T] | StoreAdd[T] | MarkFenced | JournalFence | JournalBarrier | JournalLac[T] | AdvanceLac
+          | ForgetFence)
 
 
 @dataclasses.dataclass(slots=True)
@@ -199,6 +209,18 @@ class BookieMachine(Generic[T]):
         else:
             effects.append(JournalBarrier(seq))
         return effects + self._hold(seq, Reply(token, pb.EOK))
+
+    def on_write_lac(self, token: T, ledger_id: int, master_key: bytes, view: decisions.LedgerView | None,
+                     lac: int) -> list[Effect[T]]:
+        """An explicit LAC: journaled, answered and known (long polls) once durable."""
+        status = decisions.decide_write_lac(view, master_key)
+        if status != pb.EOK:
+            return [Reply(token, status)]
+        if self.failed:
+            return [Reply(token, pb.EIO, self.failed)]
+        seq = self._take_seq()
+        self._held[seq] = [AdvanceLac(ledger_id, lac), Reply(token, pb.EOK)]
+        return [JournalLac(token, seq, ledger_id)]
 
     # ---- journal outcomes, in sequence order (except on_not_journaled) -----------------------------
     def on_synced(self, seq: int) -> list[Effect[T]]:

@@ -167,6 +167,8 @@ class SimBookie:
                     self._barrier(seq)
                 case bm.ForgetFence(ledger_id=ledger_id):
                     self.fenced.discard(ledger_id)
+                case bm.JournalLac():
+                    raise AssertionError("the simulated clients send no explicit LAC")
                 case _:
                     assert_never(effect)
 

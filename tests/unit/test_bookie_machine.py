@@ -112,6 +112,8 @@ class Driver:
                 case bm.JournalBarrier(seq=seq):
                     assert self.current is not None
                     self.queue(self.current, seq)
+                case bm.JournalLac(token=req, seq=seq):
+                    self.queue(req, seq)
                 case bm.AdvanceLac():
                     pass
                 case bm.ForgetFence(ledger_id=ledger_id):
@@ -250,3 +252,12 @@ def test_bad_requests_are_answered_at_once_with_their_reason() -> None:
     body = decisions.HEADER.pack(1, 1 << 30, 0, 0)
     [reply] = machine.on_add("t", 1, [1 << 30], [len(body)], body, master_key=KEY, view=None, known_last=-1)
     assert isinstance(reply, bm.Reply) and reply.status == pb.EBADREQ and "known range" in reply.reason
+
+
+def test_an_explicit_lac_is_answered_and_known_after_its_sync() -> None:
+    machine: bm.BookieMachine[str] = bm.BookieMachine(LIMITS)
+    view = decisions.LedgerView(KEY, False)
+    assert machine.on_write_lac("t", 1, KEY, None, 5) == [bm.Reply("t", pb.ENOLEDGER)]
+    [journal] = machine.on_write_lac("t", 1, KEY, view, 5)
+    assert isinstance(journal, bm.JournalLac)
+    assert machine.on_synced(journal.seq) == [bm.AdvanceLac(1, 5), bm.Reply("t", pb.EOK)]
