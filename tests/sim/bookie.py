@@ -40,7 +40,6 @@ _LAC = struct.Struct(">q")
 MAX_ENTRY_SIZE = 1 << 16
 ENTRY_ID_WINDOW = 1 << 30          # the bookie's default entryIdWindow
 ENTRY_ID_LIMIT = (1 << 40) // 24   # ids whose index slot fits a 1 TiB index file (24-byte slots)
-CHECKPOINT_EVERY = 4               # fsyncs between two checkpoints (only a failing one is modelled)
 LIMITS = bm.AddLimits(MAX_ENTRY_SIZE, ENTRY_ID_WINDOW, ENTRY_ID_LIMIT)
 
 
@@ -72,8 +71,6 @@ class SimBookie:
         self.paused = False
         self.failed = False           # a fsync failed: everything is answered EIO until restart
         self.fail_next_sync = False   # fault injection
-        self.flush_failing = False    # fault injection: every checkpoint's storage flush fails (every 4th fsync)
-        self._syncs = 0
         self.keys: dict[int, bytes] = {}
         self.fenced: set[int] = set()
         self.entries: dict[int, dict[int, bytes]] = {}
@@ -249,9 +246,6 @@ class SimBookie:
         self._journaled = [(seq, end) for seq, end in self._journaled if end > new]
         for seq in done:
             self._run(self.machine.on_synced(seq))
-        self._syncs += 1
-        if self.flush_failing and self._syncs % CHECKPOINT_EVERY == 0:
-            self.flush_failed()
 
     def _fsync_failed(self) -> None:
         """The fsync failed: the machine answers every waiting request EIO, unsynced bytes are lost (some may

@@ -101,5 +101,5 @@ class BuggyClient(Actor):
         bookie = self.rng.choice(self.bookies)
         self._send(bookie, ReadRequest(own, -1, fence=True, master_key=self.key))
         body = package_entry(self.digest, own, 0, -1, 0, b"after the fence")
-        self.later(self.rng.randint(20, 400), "adds to a ledger it fenced",
+        self.later(self.rng.randint(20, 1000), "adds to a ledger it fenced",
                    lambda: self._send(bookie, AddRequest(own, 0, self.key, body, recovery=False)))

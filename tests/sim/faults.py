@@ -148,13 +148,15 @@ class Faults:
         self._flushes_fail(self.world.rng.choice(fenced if fenced and self.world.chance(0.8) else up))
 
     def _flushes_fail(self, bookie: SimBookie) -> None:
+        """Its checkpoints (every 10-40 time units, as flushInterval) fail for a while."""
         self.world.note(f"fault: storage flushes of {bookie.name} fail")
-        bookie.flush_failing = True
-        bookie.flush_failed()
+        end = self.world.now + self.world.between(50, 800)
 
-        def heal() -> None:
-            bookie.flush_failing = False
-        self._later(50, 400, f"{bookie.name} flushes again", heal)
+        def checkpoint() -> None:
+            bookie.flush_failed()
+            if self.world.now < end:
+                self._later(10, 40, f"a checkpoint of {bookie.name} fails", checkpoint)
+        checkpoint()
 
     def _pause_then_recover(self) -> None:
         """PROTOCOL.md: a bookie of the current ensemble paused (SIGSTOP) while another client recovers."""
@@ -307,7 +309,7 @@ class Faults:
         pool = [b for b in self.bookies if b.name in names] or self.bookies
         bookie = self.world.rng.choice(pool)
         strikes = ["slow_disk", "disk_fails", "read_errors", "slow_link", "slow_link", "stall", "stall", "kill",
-                   "kill", "flush_fails"]
+                   "kill"]
         strike = self.world.rng.choice(strikes + (["corrupt"] if self.can_corrupt else []))
         timeout = self.world.timeout
         if strike == "corrupt":
@@ -320,10 +322,6 @@ class Faults:
             self._later(30, 200, f"restart {bookie.name}", bookie.restart)
         elif strike == "read_errors":
             self._read_errors_of(bookie)
-        elif strike == "flush_fails":
-            # after its fence answer (the fence read is in flight, the answer waits for the fsync)
-            at = self.net.max_delay + bookie.group_wait + self.world.between(0, 2 * timeout)
-            self._later(at, at, f"a storage flush of {bookie.name} fails", bookie.flush_failed)
         elif strike == "slow_link":
             delay = self.world.between(timeout // 2, 2 * timeout // 3)
             self.world.note(f"{recoverer.name}'s network slow by {delay}")
@@ -360,7 +358,6 @@ class Faults:
             self.writer.resume()
         for bookie in self.bookies:
             bookie.fail_next_sync = False
-            bookie.flush_failing = False
             bookie.corrupt = False
             bookie.read_errors = False
             bookie.group_wait = self._group_waits[bookie.name]
