@@ -55,6 +55,10 @@ class EntryRewriteError(Exception):
     """An add would change the bytes of an entry the bookie stores (`decisions.check_rewrites`): EBADREQ."""
 
 
+class NotStoredError(Exception):
+    """Ledger storage failed to take an add, so it was not journaled (answered EIO; the journal is fine)."""
+
+
 class Bookie:
     """Owns the journal, the ledger storage and the per-ledger view (master key, fenced, LAC)."""
 
@@ -76,6 +80,7 @@ class Bookie:
         self._failed_in_a_row = 0
         self.last_checkpoint_time = 0.0         # unix time of the last checkpoint that succeeded (0: none yet)
         self.storage_failed = ""                # why storage is unusable ("" while it is fine): read-only
+        self.on_checkpoint: Callable[[bool], None] | None = None   # told whether each checkpoint's flush worked
 
     # ---- start and stop -------------------------------------------------------------------
     def start(self) -> None:
@@ -186,13 +191,19 @@ class Bookie:
             records_io.write_last_mark(self.config.ledger_dirs, mark)
         except Exception as exc:  # noqa: BLE001 - any failure: the journal is kept, the thread goes on
             self._checkpoint_failed(exc)
+            self._tell_checkpoint(False)
             return
+        self._tell_checkpoint(True)
         self._failed_in_a_row = 0
         self.last_checkpoint_time = time.time()
         try:
             self.journal.remove_old_files(mark)
         except OSError as exc:
             log.error("checkpoint: removing journal files before %s failed (tried again next time): %s", mark, exc)
+
+    def _tell_checkpoint(self, flushed: bool) -> None:
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(flushed)
 
     def _checkpoint_failed(self, exc: Exception) -> None:
         """Counted and logged with its traceback; after checkpointFailuresBeforeReadOnly in a row the ledger
@@ -246,8 +257,10 @@ class Bookie:
         done: Done,
         max_lac: int | None = None,
         trace: Any = None,
+        check_rewrites: bool = True,
     ) -> None:
-        """`trace`: a bookie.add_trace.BatchTrace the journal stamps (or None)."""
+        """`trace`: a bookie.add_trace.BatchTrace the journal stamps (or None). `done` gets an
+        EntryRewriteError or a NotStoredError if the batch was not journaled, the journal's error if it failed."""
         assert self.journal is not None and self.storage is not None
         if record_key:
             with self._lock:
@@ -257,7 +270,8 @@ class Bookie:
         def store_then_journal() -> None:
             payloads = [rec.encode_ledger_key(ledger_id, master_key)] if record_key else []
             try:
-                why = decisions.check_rewrites(entry_ids, sizes, data, storage.stored_entries(ledger_id, entry_ids))
+                why = decisions.check_rewrites(entry_ids, sizes, data, storage.stored_entries(ledger_id, entry_ids)) \
+                    if check_rewrites else ""
                 if why:
                     done(EntryRewriteError(why))     # decided here, on the one thread that stores adds
                     return
@@ -267,7 +281,7 @@ class Bookie:
                 storage.add_batch(ledger_id, entry_ids, sizes, data, record=record, max_lac=max_lac)
             except Exception as exc:  # noqa: BLE001 - any failure: not journaled, never acknowledged (EIO)
                 log.error("storing an add to ledger %d failed: %r", ledger_id, exc)
-                done(exc)
+                done(NotStoredError(f"storing the add failed: {exc!r}"))
                 return
             journal.append([*payloads, *record], done, sync=sync, trace=trace)
 
@@ -275,14 +289,21 @@ class Bookie:
 
     def fence(self, ledger_id: int, master_key: bytes, record_key: bool, done: Done) -> None:
         """R15: mark fenced now (later adds see it at once), reply after the FENCE record is durable."""
-        assert self.journal is not None and self.storage is not None
-        payloads = []
+        self.mark_fenced(ledger_id, master_key, record_key)
+        self.journal_fence(ledger_id, master_key, record_key, done)
+
+    def mark_fenced(self, ledger_id: int, master_key: bytes, record_key: bool) -> None:
+        """The fence in memory: every add decided from now on sees it (`machine.MarkFenced`)."""
         with self._lock:
             if record_key:
                 self._keys.setdefault(ledger_id, master_key)
             self._fenced.add(ledger_id)
-        if record_key:
-            payloads.append(rec.encode_ledger_key(ledger_id, master_key))
+
+    def journal_fence(self, ledger_id: int, master_key: bytes, record_key: bool, done: Done) -> None:
+        """Queue the FENCE record (and the master key's) after everything queued before it; once durable the
+        fence goes to ledger storage and `done` runs (`machine.JournalFence`)."""
+        assert self.journal is not None and self.storage is not None
+        payloads = [rec.encode_ledger_key(ledger_id, master_key)] if record_key else []
         payloads.append(rec.encode_fence(ledger_id))
         storage = self.storage
 
@@ -295,6 +316,11 @@ class Bookie:
 
         journal = self.journal
         self._in_order(lambda: journal.append(payloads, journaled, sync=True))
+
+    def forget_fence(self, ledger_id: int) -> None:
+        """Drop a fence from memory: only the simulator's "flush-drops-fence" mutant asks for it."""
+        with self._lock:
+            self._fenced.discard(ledger_id)
 
     def write_explicit_lac(self, ledger_id: int, body: bytes, done: Done) -> None:
         assert self.journal is not None and self.storage is not None

@@ -11,9 +11,11 @@ in shared batches (`bookie.ranges_read`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from collections.abc import AsyncIterator, Callable
+from typing import assert_never
 
 import grpc
 import numpy as np
@@ -23,9 +25,9 @@ from google.protobuf.message import Message
 from bkledger.bookie import ranges_read, request_guard
 from bkledger.bookie.add_request import AddBatchView
 from bkledger.bookie.add_trace import AddTracer
-from bkledger.bookie.bookie import Bookie, EntryRewriteError
+from bkledger.bookie.bookie import Bookie, EntryRewriteError, NotStoredError
 from bkledger.bookie.config import BookieConfig
-from bkledger.bookie.core import decisions, request_checks
+from bkledger.bookie.core import decisions, machine, request_checks
 from bkledger.bookie.core.request_checks import Malformed
 from bkledger.bookie.metrics import NO_STATS, NoServerStats
 from bkledger.bookie.storage import Batch, StorageError
@@ -34,7 +36,7 @@ from bkledger.proto import bookie_pb2_grpc as pb_grpc
 from bkledger.wire import codec as wire
 
 log = logging.getLogger("bkledger.server")
-
+Answer = Callable[[int, str], None]     # the machine's reply token here: sends one answer (status, why)
 
 
 class BookieService(pb_grpc.BookieServicer):
@@ -50,6 +52,9 @@ class BookieService(pb_grpc.BookieServicer):
         self.stats: NoServerStats = NO_STATS       # bookie.metrics.ServerStats when metrics are on
         cfg = bookie.config
         self.tracer = AddTracer(cfg.addTraceSampleEvery, cfg.slowAddThresholdMs, cfg.slowAddLogSize)
+        self.machine: machine.BookieMachine[Answer] = machine.BookieMachine(
+            machine.AddLimits(self.max_entry_size, cfg.entryIdWindow, bookie.max_entry_id))
+        bookie.on_checkpoint = self._checkpointed
         assert bookie.storage is not None
         for ledger_id in bookie.storage.ledgers():
             self._lac[ledger_id] = bookie.storage.max_lac(ledger_id)
@@ -164,87 +169,102 @@ class BookieService(pb_grpc.BookieServicer):
             out.put_nowait(end)
 
     def _submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None], peer: str = "") -> None:
-        ledger_id, entry_ids, sizes, data = batch.ledger_id, batch.entry_ids, batch.sizes, batch.data
+        """Decide the batch (`machine.on_add`) and run what it says: store and journal it, or answer now."""
+        ledger_id, entry_ids = batch.ledger_id, batch.entry_ids
         started = self.stats.add_started()
         trace = self.tracer.start(ledger_id, entry_ids)     # where the batch's time goes (bookie.add_trace)
 
         def answer(status: int, why: str = "") -> None:
-            self.stats.add_done(started, status == pb.EOK, len(entry_ids), len(data))
+            self.stats.add_done(started, status == pb.EOK, len(entry_ids), len(batch.data))
             if trace is not None and status == pb.EOK:
                 self.tracer.finish(trace)
-            if status != pb.EOK:
+            if status == pb.EBADREQ:
+                log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", why)
+            elif status != pb.EOK:
                 log.debug("add to ledger %d refused with %s: %s", ledger_id, pb.StatusCode.Name(status), why)
             reply(add_ack_bytes(ledger_id, status, entry_ids))
 
-        why = decisions.check_batch_shape(ledger_id, entry_ids, sizes, len(data), self.max_entry_size)
-        if not why:
-            why, max_lac = decisions.check_headers(ledger_id, entry_ids, sizes, data)
-        if not why:
-            why = self._check_entry_range(ledger_id, entry_ids, max_lac)
-            if why:
-                log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", why)
-        if why:
-            answer(pb.EBADREQ, why)
-            return
-        if self.bookie.journal_failed:
-            answer(pb.EIO, "journal failed")
-            return
-        check = decisions.decide_add(
-            self.bookie.view(ledger_id),
-            batch.master_key,
-            recovery_add=batch.recovery_add,
-            high_priority=batch.high_priority,
-            read_only=self.read_only,
-        )
-        if check.status == pb.EFENCED:
-            # oracle 6: refuse only once the fence is durable, or a crash could un-fence the ledger
-            def fence_durable(err: BaseException | None) -> None:
-                self.loop.call_soon_threadsafe(answer, pb.EIO if err is not None else pb.EFENCED, check.reason)
-
-            self.bookie.force_ledger(fence_durable)
-            return
-        if check.status != pb.EOK:
-            answer(check.status, check.reason)
-            return
-
-        def journaled(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._added, ledger_id, max_lac, err, answer, peer)
-
-        self.bookie.add_batch(
-            ledger_id,
-            batch.master_key,
-            check.record_key,
-            entry_ids,
-            sizes,
-            data,
-            sync=not (batch.write_flags & pb.DEFERRED_SYNC),
-            done=journaled,
-            max_lac=max_lac,
-            trace=trace,
-        )
-
-    def _check_entry_range(self, ledger_id: int, entry_ids: decisions.IntArray | list[int], batch_lac: int) -> str:
-        """R26: the facts `decisions.check_entry_range` needs: the highest id, what the bookie knows of the ledger."""
+        self._note_journal_failure()
         storage = self.bookie.storage
         assert storage is not None
-        highest = int(np.max(entry_ids))
-        known = max(storage.last_entry_id(ledger_id), self._lac.get(ledger_id, -1))
-        return decisions.check_entry_range(highest, known, batch_lac, self.bookie.config.entryIdWindow,
-                                           self.bookie.max_entry_id)
+        known_last = max(storage.last_entry_id(ledger_id), self._lac.get(ledger_id, -1))
+        effects = self.machine.on_add(answer, ledger_id, entry_ids, batch.sizes, batch.data,
+                                      master_key=batch.master_key, view=self.bookie.view(ledger_id),
+                                      known_last=known_last, recovery_add=batch.recovery_add,
+                                      high_priority=batch.high_priority, read_only=self.read_only)
+        for effect in effects:
+            if isinstance(effect, machine.StoreAdd):
+                self._store(batch, effect, trace)
+            else:
+                self._run(effect)
 
-    def _added(
-        self, ledger_id: int, max_lac: int, err: BaseException | None, answer: Callable[[int, str], None],
-        peer: str = "",
-    ) -> None:
-        if isinstance(err, EntryRewriteError):
-            log.warning("add to ledger %d from %s refused with EBADREQ: %s", ledger_id, peer or "?", err)
-            answer(pb.EBADREQ, str(err))
-            return
-        if err is not None:
-            answer(pb.EIO, str(err))
-            return
-        self._advance_lac(ledger_id, max_lac)
-        answer(pb.EOK, "")
+    def _store(self, batch: AddBatchView, effect: machine.StoreAdd[Answer], trace: object) -> None:
+        """Run a StoreAdd: the batch goes to ledger storage and the journal as sequence `effect.seq`."""
+        seq = effect.seq
+
+        def journaled(err: BaseException | None) -> None:
+            self.loop.call_soon_threadsafe(self._journaled, seq, err)
+
+        self.bookie.add_batch(batch.ledger_id, batch.master_key, effect.record_key, batch.entry_ids, batch.sizes,
+                              batch.data, sync=not (batch.write_flags & pb.DEFERRED_SYNC), done=journaled,
+                              max_lac=effect.max_lac, trace=trace, check_rewrites=effect.check_rewrites)
+
+    def _journaled(self, seq: int, err: BaseException | None) -> None:
+        """The outcome of journal sequence `seq`, on the loop: the machine says which replies it releases."""
+        if err is None:
+            effects = self.machine.on_synced(seq)
+        elif isinstance(err, EntryRewriteError):
+            effects = self.machine.on_not_journaled(seq, pb.EBADREQ, str(err))
+        elif isinstance(err, NotStoredError):
+            effects = self.machine.on_not_journaled(seq, pb.EIO, str(err))
+        else:
+            log.error("journal sequence %d failed: %s; everything waiting is answered EIO", seq, err)
+            effects = self.machine.on_sync_failed(seq, f"journal failed: {err}")
+        self._run_all(effects)
+
+    def _journal_done(self, seq: int) -> Callable[[BaseException | None], None]:
+        def done(err: BaseException | None) -> None:
+            self.loop.call_soon_threadsafe(self._journaled, seq, err)
+        return done
+
+    def _note_journal_failure(self) -> None:
+        """A journal that failed outside the machine's sequences (a force or an explicit LAC) fails it too."""
+        if self.bookie.journal_failed and not self.machine.failed:
+            self._run_all(self.machine.on_sync_failed(0, "journal failed"))
+
+    def _checkpointed(self, flushed: bool) -> None:
+        """From the checkpoint thread: tell the machine on the loop whether the storage flush worked."""
+        with contextlib.suppress(RuntimeError):     # the loop is closed: the bookie is stopping
+            self.loop.call_soon_threadsafe(self._flush_outcome, flushed)
+
+    def _flush_outcome(self, flushed: bool) -> None:
+        self._run_all(self.machine.on_flushed() if flushed else self.machine.on_flush_failed())
+
+    def _run_all(self, effects: list[machine.Effect[Answer]]) -> None:
+        for effect in effects:
+            self._run(effect)
+
+    def _run(self, effect: machine.Effect[Answer]) -> None:
+        """Run one effect of the machine (a StoreAdd or JournalLac only comes with its request's data, and is
+        run where the request is decided: `_submit_batch`, `WriteLac`)."""
+        match effect:
+            case machine.Reply(token=token, status=status, reason=reason):
+                token(status, reason)
+            case machine.AdvanceLac(ledger_id=ledger_id, lac=lac):
+                self._advance_lac(ledger_id, lac)
+            case machine.MarkFenced(ledger_id=ledger_id, master_key=key, record_key=record_key):
+                self.bookie.mark_fenced(ledger_id, key, record_key)
+                log.info("ledger %d fenced", ledger_id)
+            case machine.JournalFence(seq=seq, ledger_id=ledger_id, master_key=key, record_key=record_key):
+                self.bookie.journal_fence(ledger_id, key, record_key, self._journal_done(seq))
+            case machine.JournalBarrier(seq=seq):
+                self.bookie.force_ledger(self._journal_done(seq))
+            case machine.ForgetFence(ledger_id=ledger_id):
+                self.bookie.forget_fence(ledger_id)
+            case machine.StoreAdd() | machine.JournalLac():
+                raise AssertionError(f"{effect} is run with its request, where the request is decided")
+            case _:
+                assert_never(effect)
 
     # ---- journaled operations awaited from the loop -----------------------------------------
     def _journal_future(self) -> tuple[asyncio.Future[BaseException | None], Callable[[BaseException | None], None]]:
@@ -284,22 +304,19 @@ class BookieService(pb_grpc.BookieServicer):
 
     async def _fence(self, ledger_id: int, master_key: bytes) -> int:
         """R15: answer only once the fence, and every add journaled before it, is durable and applied,
-        also when the ledger was already fenced in memory (that fence may not be durable yet)."""
-        check = decisions.decide_fence(self.bookie.view(ledger_id), master_key)
-        if check.status != pb.EOK:
-            return check.status
-        fut, done = self._journal_future()
-        if check.newly_fenced:
-            self.bookie.fence(ledger_id, master_key, check.record_key, done)
-        else:
-            self.bookie.force_ledger(done)          # a barrier: everything journaled so far is synced
-        err = await fut
-        if err is not None:
-            log.error("fence of ledger %d not durable: %s", ledger_id, err)
-            return pb.EIO
-        if check.newly_fenced:
-            log.info("ledger %d fenced", ledger_id)
-        return pb.EOK
+        also when the ledger was already fenced in memory (the machine then asks for a journal barrier)."""
+        fut: asyncio.Future[int] = self.loop.create_future()
+
+        def settle(status: int, _why: str = "") -> None:
+            if not fut.done():
+                fut.set_result(status)
+
+        self._note_journal_failure()
+        self._run_all(self.machine.on_fence(settle, ledger_id, master_key, self.bookie.view(ledger_id)))
+        status = await fut
+        if status == pb.EIO:
+            log.error("fence of ledger %d not durable: %s", ledger_id, self.machine.failed)
+        return status
 
     def _read_one(self, ledger_id: int, entry_id: int) -> pb.ReadResponse:
         """Read one entry; entry_id -1 reads the last entry held (a known but empty ledger: EOK, -1)."""
@@ -416,14 +433,20 @@ class BookieService(pb_grpc.BookieServicer):
     async def WriteLac(self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext) -> pb.WriteLacResponse:
         ledger_id = request.ledger_id
         self.stats.request("write_lac")
-        status = decisions.decide_write_lac(self.bookie.view(ledger_id), request.master_key)
-        if status == pb.EOK:
-            fut, done = self._journal_future()
-            self.bookie.write_explicit_lac(ledger_id, request.body, done)
-            if await fut is not None:
-                status = pb.EIO
+        fut: asyncio.Future[int] = self.loop.create_future()
+
+        def settle(status: int, _why: str = "") -> None:
+            if not fut.done():
+                fut.set_result(status)
+
+        self._note_journal_failure()
+        for effect in self.machine.on_write_lac(settle, ledger_id, request.master_key, self.bookie.view(ledger_id),
+                                                request.lac):
+            if isinstance(effect, machine.JournalLac):
+                self.bookie.write_explicit_lac(ledger_id, request.body, self._journal_done(effect.seq))
             else:
-                self._advance_lac(ledger_id, request.lac)
+                self._run(effect)
+        status = await fut
         return pb.WriteLacResponse(status=status, ledger_id=ledger_id)  # type: ignore[arg-type]
 
     async def ForceLedger(

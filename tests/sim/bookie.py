@@ -1,11 +1,13 @@
-"""A simulated bookie: the real request decisions and journal record codec over a simulated disk.
+"""A simulated bookie: the real request machine, decisions and journal record codec over a simulated disk.
 
-Mirrors bkledger's `bookie.bookie.Bookie` / BookKeeper's Bookie: adds, fences and master keys are journaled
-as real records (`bookie.core.records`); each request is decided by `bookie.core.decisions`; a reply that
-depends on the journal (add acks R8, fence answers R15, and every refusal based on a fence) is released only
-after the simulated fsync that covers it. A failed fsync answers the waiting requests EIO and leaves the
-bookie failed until restart. A crash drops unsynced bytes (maybe leaving a torn tail); restart rebuilds
-entries, master keys, fenced flags and the max LAC by replaying the journal (R22, R23).
+Mirrors bkledger's `bookie.server` / `bookie.bookie.Bookie` as a driver of the same pure machine,
+`bookie.core.machine.BookieMachine`: it decides each add and fencing read, numbers what it journals, and says
+which replies a completed fsync releases (add acks R8, fence answers R15, and every refusal based on a fence);
+this actor only runs its effects on a simulated journal (`tests.sim.disk`). A failed fsync answers the waiting
+requests EIO and leaves the bookie failed until restart. A crash drops unsynced bytes (maybe leaving a torn
+tail); restart rebuilds entries, master keys, fenced flags and the max LAC by replaying the journal (R22, R23)
+and starts a new machine, as a restarted process does. A ledger-storage flush that fails (fault class
+"flush_fails") is told to the machine, which keeps every fence (R15).
 
 A corrupting bookie (fault class "corrupt") flips a byte of every entry it returns to readers, as a bad disk
 or NIC would: readers must reject the copy by its digest and read another one. A bookie with read errors
@@ -15,18 +17,17 @@ once; adds, fences and LAC reads go on.
 An add that would change the bytes of an entry the bookie already holds (journaled, durable or not) is
 refused EBADREQ by the real `decisions.check_rewrites`, as the real bookie's storage thread does.
 
-`mutation` selects a deliberately broken bookie for mutation tests only: "ack-before-sync", "fence-shortcut"
-(answers a fencing read at once when the ledger is already fenced in memory, before that fence and the adds
-journaled ahead of it are durable and readable), "fence-not-persisted" (the fence lives in memory only),
-"rewrite-allowed" (an entry it holds is overwritten by an add with other bytes).
+`rules` are the machine's `BookieRules`: a mutant (tests.sim.mutations.bookie_rules) turns one off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
-from collections.abc import Callable
+from typing import assert_never
 
 from bkledger.bookie.core import decisions
+from bkledger.bookie.core import machine as bm
 from bkledger.bookie.core import records as rec
 from bkledger.client.protocol.status import NEGATIVE_STATUSES, StatusCode
 from tests.sim.disk import SimJournal
@@ -39,31 +40,33 @@ _LAC = struct.Struct(">q")
 MAX_ENTRY_SIZE = 1 << 16
 ENTRY_ID_WINDOW = 1 << 30          # the bookie's default entryIdWindow
 ENTRY_ID_LIMIT = (1 << 40) // 24   # ids whose index slot fits a 1 TiB index file (24-byte slots)
+LIMITS = bm.AddLimits(MAX_ENTRY_SIZE, ENTRY_ID_WINDOW, ENTRY_ID_LIMIT)
 
-Answer = Callable[[], AddResponse | ReadResponse]
 
+@dataclasses.dataclass(frozen=True)
+class Token:
+    """The machine's reply token here: who asked what."""
 
-def _const(payload: AddResponse | ReadResponse) -> Answer:
-    return lambda: payload
+    dst: str
+    req_id: int
+    req: AddRequest | ReadRequest
 
 
 class SimBookie:
-    """One bookie: in-memory ledger state, a SimJournal, and replies held until fsync."""
+    """One bookie: in-memory ledger state, a SimJournal, and the machine that holds replies until fsync."""
 
-    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, *, mutation: str = "none",
-                 group_wait: int = 4) -> None:
+    def __init__(self, name: str, world: World, net: Network, oracle: Oracle, *,
+                 rules: bm.BookieRules = bm.DEFAULT_RULES, group_wait: int = 4) -> None:
         self.name = name
-        self.fence_shortcut = mutation == "fence-shortcut"
-        self.fence_in_memory = mutation == "fence-not-persisted"
+        self.rules = rules
         self.corrupt = False          # fault injection: entries read back have a flipped byte
         self.read_errors = False      # fault injection: the ledger disk fails reads (EIO), the journal still works
         self.group_wait = group_wait  # journalMaxGroupWaitMSec: the longest an append waits for its fsync
         self.world = world
         self.net = net
         self.oracle = oracle
-        self.ack_before_sync = mutation == "ack-before-sync"
-        self.rewrite_allowed = mutation == "rewrite-allowed"
         self.journal = SimJournal()
+        self.machine: bm.BookieMachine[Token] = bm.BookieMachine(LIMITS, rules)
         self.up = True
         self.paused = False
         self.failed = False           # a fsync failed: everything is answered EIO until restart
@@ -73,10 +76,8 @@ class SimBookie:
         self.entries: dict[int, dict[int, bytes]] = {}
         self.written: dict[int, dict[int, bytes]] = {}     # entries as journaled (what ledger storage holds)
         self.max_lac: dict[int, int] = {}
-        # (offset needed, dest, req, answer, promise, entry id a normal add's ack acknowledges)
-        self._held: list[tuple[int, str, int, Answer, int | None, int | None]] = []
+        self._journaled: list[tuple[int, int]] = []        # (machine sequence, journal end after it), unsynced
         self._sync_event: Event | None = None
-        self._probing = False
         self._sync_due = False
 
     # ---- Node -----------------------------------------------------------------------------------
@@ -89,93 +90,117 @@ class SimBookie:
     def deliver(self, src: str, env: Envelope) -> None:
         payload = env.payload
         if isinstance(payload, AddRequest):
-            self._on_add(src, env.req_id, payload)
+            self._on_add(Token(src, env.req_id, payload))
         elif isinstance(payload, ReadRequest):
-            self._on_read(src, env.req_id, payload)
+            self._on_read(Token(src, env.req_id, payload))
 
     # ---- requests -----------------------------------------------------------------------------------
-    def _reply(self, dst: str, req_id: int, answer: Answer, need: int = 0, promise: int | None = None,
-               acked: int | None = None) -> None:
-        """Send `answer()` now, or once the journal is synced up to `need` (the answer is computed then, so a
-        fencing read sees every add journaled before its fence). `promise`: the ledger this answer tells the
-        client is fenced (oracle 6 holds the bookie to it from the moment it is sent)."""
-        if need <= self.journal.synced or self.ack_before_sync:
-            self._send(dst, req_id, answer(), promise, acked)
-        else:
-            self._held.append((need, dst, req_id, answer, promise, acked))
-
-    def _send(self, dst: str, req_id: int, payload: AddResponse | ReadResponse, promise: int | None,
-              acked: int | None = None) -> None:
-        if promise is not None:
-            self.oracle.on_fence_promised(self.name, promise)
-        if acked is not None:
-            self.oracle.on_bookie_acked(self.name, acked)
-        self.net.send(self.name, dst, Envelope(req_id, payload))
-
-    def _on_add(self, src: str, req_id: int, req: AddRequest) -> None:
+    def _on_add(self, token: Token) -> None:
+        req = token.req
+        assert isinstance(req, AddRequest)
         if self.failed:
-            self._reply(src, req_id, _const(AddResponse(StatusCode.EIO)))
+            self._answer(token, StatusCode.EIO)
             return
         size = len(req.body)
-        why = decisions.check_batch_shape(req.ledger_id, [req.entry_id], [size], size, MAX_ENTRY_SIZE)
-        if not why:
-            why, max_lac = decisions.check_headers(req.ledger_id, [req.entry_id], [size], req.body)
-        if not why:   # R26: wild entry ids (the buggy client's 2^32, 2^41, 2^62), as the real bookie refuses them
-            known_last = max(self.written.get(req.ledger_id, {}), default=-1)
-            why = decisions.check_entry_range(req.entry_id, known_last, max_lac, ENTRY_ID_WINDOW, ENTRY_ID_LIMIT)
-        if why:
-            self._reply(src, req_id, _const(AddResponse(StatusCode.EBADREQ)))
-            return
-        check = decisions.decide_add(self._view(req.ledger_id), req.master_key, recovery_add=req.recovery,
-                                     high_priority=False, read_only=False)
-        if check.status == StatusCode.EFENCED:
-            # The refusal relies on the fence: it may only leave once the fence is durable (R15, oracle 6).
-            self._reply(src, req_id, _const(AddResponse(check.status)), self.journal.end, promise=req.ledger_id)
-            return
-        if check.status != StatusCode.EOK:
-            self._reply(src, req_id, _const(AddResponse(check.status)))
-            return
+        known_last = max(self.written.get(req.ledger_id, {}), default=-1)
+        self._run(self.machine.on_add(token, req.ledger_id, [req.entry_id], [size], req.body,
+                                      master_key=req.master_key, view=self._view(req.ledger_id),
+                                      known_last=known_last, recovery_add=req.recovery))
+
+    def _on_read(self, token: Token) -> None:
+        req = token.req
+        assert isinstance(req, ReadRequest)
+        if self.failed:
+            self._answer(token, StatusCode.EIO)
+        elif not req.fence:
+            self._answer(token, StatusCode.EOK)
+        else:
+            effects = self.machine.on_fence(token, req.ledger_id, req.master_key, self._view(req.ledger_id))
+            self._run(effects)
+            if any(isinstance(e, bm.MarkFenced) for e in effects) and self.up:
+                self.world.hazard("fence_journaled", self)
+
+    def _answer(self, token: Token, status: int) -> None:
+        """Send a reply the machine released (or one it never saw: a failed bookie's EIO, a plain read).
+        An EFENCED add refusal and a fencing read's EOK tell the client the ledger is fenced: oracle 6 holds
+        the bookie to that from the moment it is sent."""
+        req = token.req
+        payload: AddResponse | ReadResponse
+        if isinstance(req, AddRequest):
+            payload = AddResponse(StatusCode(status))
+            if status == StatusCode.EFENCED:
+                self.oracle.on_fence_promised(self.name, req.ledger_id)
+            elif status == StatusCode.EOK and not req.recovery and req.ledger_id == self.oracle.ledger_id:
+                self.oracle.on_bookie_acked(self.name, req.entry_id)
+        elif status != StatusCode.EOK:
+            payload = ReadResponse(StatusCode(status))
+        else:
+            payload = self._read_answer(req)     # computed now: a fencing read sees what its fence covers
+            if req.fence:
+                self.oracle.on_fence_promised(self.name, req.ledger_id)
+        self.net.send(self.name, token.dst, Envelope(token.req_id, payload))
+
+    def _run(self, effects: list[bm.Effect[Token]]) -> None:
+        """Run the machine's effects here, on the simulated disk and network."""
+        for effect in effects:
+            match effect:
+                case bm.Reply(token=token, status=status):
+                    self._answer(token, status)
+                case bm.StoreAdd():
+                    self._store(effect)
+                case bm.AdvanceLac(ledger_id=ledger_id, lac=lac):
+                    if lac > self.max_lac.get(ledger_id, -1):
+                        self.max_lac[ledger_id] = lac
+                case bm.MarkFenced(ledger_id=ledger_id, master_key=key, record_key=record_key):
+                    if record_key:
+                        self.keys.setdefault(ledger_id, key)
+                    self.fenced.add(ledger_id)      # later adds see it at once; the answer waits for the fsync
+                    self.oracle.on_fenced(self.name, ledger_id)
+                case bm.JournalFence(seq=seq, ledger_id=ledger_id, master_key=key, record_key=record_key):
+                    if record_key:
+                        self._append(rec.encode_ledger_key(ledger_id, key))
+                    self._journaled.append((seq, self._append(rec.encode_fence(ledger_id))))
+                case bm.JournalBarrier(seq=seq):
+                    self._barrier(seq)
+                case bm.ForgetFence(ledger_id=ledger_id):
+                    self.fenced.discard(ledger_id)
+                case bm.JournalLac():
+                    raise AssertionError("the simulated clients send no explicit LAC")
+                case _:
+                    assert_never(effect)
+
+    def _store(self, effect: bm.StoreAdd[Token]) -> None:
+        """The add the machine just accepted (its `_on_add` request) goes to storage and the journal."""
+        seq = effect.seq
+        req = effect.token.req
+        assert isinstance(req, AddRequest)
         held = self.written.get(req.ledger_id, {}).get(req.entry_id)
-        stored = {} if held is None or self.rewrite_allowed else {req.entry_id: held}
-        if decisions.check_rewrites([req.entry_id], [size], req.body, stored):
-            self._reply(src, req_id, _const(AddResponse(StatusCode.EBADREQ)))
+        stored = {} if held is None or not effect.check_rewrites else {req.entry_id: held}
+        why = decisions.check_rewrites([req.entry_id], [len(req.body)], req.body, stored)
+        if why:
+            self._run(self.machine.on_not_journaled(seq, StatusCode.EBADREQ, why))
             return
         self.written.setdefault(req.ledger_id, {})[req.entry_id] = req.body
         if not req.recovery:
             self.oracle.on_add_accepted(self.name, req.ledger_id, req.entry_id)
-        if check.record_key:
+        if effect.record_key:
             self.keys.setdefault(req.ledger_id, req.master_key)
             self._append(rec.encode_ledger_key(req.ledger_id, req.master_key))
-        end = self._append(rec.encode_add_batch(req.ledger_id, [req.entry_id], [size], req.body))
-        self._reply(src, req_id, _const(AddResponse(StatusCode.EOK)), end,
-                    acked=None if req.recovery or req.ledger_id != self.oracle.ledger_id else req.entry_id)
+        end = self._append(rec.encode_add_batch(req.ledger_id, [req.entry_id], [len(req.body)], req.body))
+        self._journaled.append((seq, end))
 
-    def _on_read(self, src: str, req_id: int, req: ReadRequest) -> None:
-        if self.failed:
-            self._reply(src, req_id, _const(ReadResponse(StatusCode.EIO)))
-            return
-        if not req.fence:
-            self._reply(src, req_id, _const(self._read_answer(req)))
-            return
-        check = decisions.decide_fence(self._view(req.ledger_id), req.master_key)
-        if check.status != StatusCode.EOK:
-            self._reply(src, req_id, _const(ReadResponse(check.status)))
-            return
-        if check.record_key:
-            self.keys.setdefault(req.ledger_id, req.master_key)
-            self._append(rec.encode_ledger_key(req.ledger_id, req.master_key))
-        if check.newly_fenced:
-            self.fenced.add(req.ledger_id)      # later adds see it at once; the answer waits for the fsync
-            self.oracle.on_fenced(self.name, req.ledger_id)
-            if not self.fence_in_memory:
-                self._append(rec.encode_fence(req.ledger_id))
-            self.world.hazard("fence_journaled", self)
-        if self.fence_shortcut and not check.newly_fenced:
-            # Mutation: answer at once because the ledger is already fenced in memory, although that fence
-            # (and the adds journaled before it) may not be durable and visible yet.
-            self._reply(src, req_id, _const(self._read_answer(req)), 0, promise=req.ledger_id)
-            return
-        self._reply(src, req_id, lambda: self._read_answer(req), self.journal.end, promise=req.ledger_id)
+    def _barrier(self, seq: int) -> None:
+        """An empty synced record: complete at once if everything appended is durable, else with the next fsync."""
+        end = self.journal.end
+        if end <= self.journal.synced and not self._journaled:
+            self._run(self.machine.on_synced(seq))
+        else:
+            self._journaled.append((seq, end))
+
+    def flush_failed(self) -> None:
+        """Fault: a ledger-storage flush (checkpoint) fails; the journal is kept."""
+        if self.up and not self.failed:
+            self._run(self.machine.on_flush_failed())
 
     def _read_answer(self, req: ReadRequest) -> ReadResponse:
         known = req.ledger_id in self.keys or req.ledger_id in self.entries
@@ -186,8 +211,7 @@ class SimBookie:
             return ReadResponse(StatusCode.EOK if known else StatusCode.ENOLEDGER, None, lac)
         body = self.entries.get(req.ledger_id, {}).get(req.entry_id)
         status = decisions.decide_read(body is not None, known)
-        if (req.recovery and status in NEGATIVE_STATUSES and req.ledger_id == self.oracle.ledger_id
-                and not self._probing):
+        if req.recovery and status in NEGATIVE_STATUSES and req.ledger_id == self.oracle.ledger_id:
             self.oracle.on_recovery_negative(self.name, req.entry_id)
         if body is not None and self.corrupt:
             flip = len(body) - 1
@@ -218,28 +242,21 @@ class SimBookie:
         old, new = self.journal.sync()
         for record in self.journal.records_between(old, new):
             self._apply(record)
-        held, self._held = self._held, []
-        for need, dst, req_id, answer, promise, acked in held:
-            if need <= new:
-                self._send(dst, req_id, answer(), promise, acked)
-            else:
-                self._held.append((need, dst, req_id, answer, promise, acked))
+        done = [seq for seq, end in self._journaled if end <= new]
+        self._journaled = [(seq, end) for seq, end in self._journaled if end > new]
+        for seq in done:
+            self._run(self.machine.on_synced(seq))
 
     def _fsync_failed(self) -> None:
-        """The fsync failed: every waiting request is answered EIO, unsynced bytes are lost (some may have
-        reached the disk), and the bookie refuses everything until it restarts."""
+        """The fsync failed: the machine answers every waiting request EIO, unsynced bytes are lost (some may
+        have reached the disk), and the bookie refuses everything until it restarts."""
         self.fail_next_sync = False
         self.failed = True
         kept = self.journal.lose_unsynced(self.world.rng, torn=self.world.chance(0.5), junk=False)
         self.world.note(f"{self.name} fsync failed (EIO), {kept} unsynced bytes reached the disk")
-        held, self._held = self._held, []
-        for _need, dst, req_id, answer, _promise, _acked in held:
-            status = StatusCode.EIO
-            self._probing = True        # answer() is only looked at, never sent: the oracle must not see it
-            is_add = isinstance(answer(), AddResponse)
-            self._probing = False
-            payload = AddResponse(status) if is_add else ReadResponse(status)
-            self.net.send(self.name, dst, Envelope(req_id, payload))
+        first = self._journaled[0][0] if self._journaled else 0
+        self._journaled.clear()
+        self._run(self.machine.on_sync_failed(first, "fsync failed"))
 
     def _apply(self, record: rec.Record) -> None:
         """Apply one durable journal record to the served state (live after fsync, and on replay)."""
@@ -267,7 +284,8 @@ class SimBookie:
         self.up = False
         self.paused = False
         self.net.drop_held(self.name)
-        self._held.clear()
+        self._journaled.clear()
+        self.machine = bm.BookieMachine(LIMITS, self.rules)     # what it held dies with the process
         if self._sync_event is not None:
             self._sync_event.cancel()
             self._sync_event = None

@@ -12,6 +12,9 @@ Mirrors the hostile and buggy requests of issue 41, each made harmless by a rule
   ledger: either way the simulated ledger's data is untouched.
 - "fence": fencing reads of ledger ids nobody created, with a foreign key: they create those ledgers fenced
   (R15) and must leave the simulated ledger alone.
+- "fenced_add": a ledger of the client's own is fenced at one bookie, and a plain add to it follows later:
+  the bookie must refuse it (EFENCED, R15) whatever happened in between (a failed storage flush, a restart);
+  a bookie that stores it breaks its fence promise (oracle 6).
 
 Its choices come from a random source of its own (seeded from the run's seed), so the other actors draw the
 same numbers as before until it sends its first request.
@@ -53,7 +56,7 @@ class BuggyClient(Actor):
         if self.budget <= 0:
             return
         self.budget -= 1
-        kind = self.rng.choice(("rewrite", "wild", "fence"))
+        kind = self.rng.choice(("rewrite", "wild", "fence", "fenced_add"))
         getattr(self, f"_{kind}")()
         self.later(self.rng.randint(30, 300), "misbehaves", self._act)
 
@@ -92,3 +95,11 @@ class BuggyClient(Actor):
         unknown = self.ledger_id + 100 + self.rng.randrange(1000)
         for bookie in self.bookies:
             self._send(bookie, ReadRequest(unknown, -1, fence=True, master_key=FOREIGN_KEY))
+
+    def _fenced_add(self) -> None:
+        own = self.ledger_id + 10 + self.rng.randrange(4)
+        bookie = self.rng.choice(self.bookies)
+        self._send(bookie, ReadRequest(own, -1, fence=True, master_key=self.key))
+        body = package_entry(self.digest, own, 0, -1, 0, b"after the fence")
+        self.later(self.rng.randint(20, 1000), "adds to a ledger it fenced",
+                   lambda: self._send(bookie, AddRequest(own, 0, self.key, body, recovery=False)))

@@ -5,7 +5,7 @@ lost, torn tail), paused (SIGSTOP: messages held), an fsync that fails (EIO unti
 (a writer cut off from everything or from some bookies, a bookie cut off from everyone), ZooKeeper
 answers lost (connection loss: "maybe written"), a writer killed or paused with adds in flight, slow bookies
 (every message to and from them late), a bookie returning corrupt copies or failing reads, a rolling restart
-of the ensemble, recoverers starting at random times
+of the ensemble, a failed storage flush (checkpoint), recoverers starting at random times
 or in storms (concurrent recoveries race each other and the writer), and a new log writer taking over the
 tail. Which classes run, how often, and the hazards (pause or kill an actor at a dangerous protocol point)
 come from the seed's `swarm.Swarm`. Every choice comes from the world's seeded rng.
@@ -138,6 +138,26 @@ class Faults:
             self._later(start + down, start + down, f"rolling: start {name}", bookie.restart)
             start += down + self.world.between(0, 30)
 
+    def _flush_fails(self) -> None:
+        """A bookie's ledger disk fails its checkpoints' flushes for a while (the journal is kept), mostly one
+        that holds fences: they must stay."""
+        up = [b for b in self.bookies if b.up and not b.failed]
+        fenced = [b for b in up if b.fenced]
+        if not up:
+            return
+        self._flushes_fail(self.world.rng.choice(fenced if fenced and self.world.chance(0.8) else up))
+
+    def _flushes_fail(self, bookie: SimBookie) -> None:
+        """Its checkpoints (every 10-40 time units, as flushInterval) fail for a while."""
+        self.world.note(f"fault: storage flushes of {bookie.name} fail")
+        end = self.world.now + self.world.between(50, 800)
+
+        def checkpoint() -> None:
+            bookie.flush_failed()
+            if self.world.now < end:
+                self._later(10, 40, f"a checkpoint of {bookie.name} fails", checkpoint)
+        checkpoint()
+
     def _pause_then_recover(self) -> None:
         """PROTOCOL.md: a bookie of the current ensemble paused (SIGSTOP) while another client recovers."""
         if self.world.now < self.recovery_after:
@@ -228,6 +248,8 @@ class Faults:
             return
         self.world.note(f"hazard at {point}")
         if isinstance(subject, SimBookie):
+            if self.world.chance(0.4):
+                self._flushes_fail(subject)     # ...and its ledger disk fails checkpoints after the fence
             if self.world.chance(0.5):
                 self._slow_disk_of(subject)     # the fence (and the adds before it) stay unsynced for long
                 return

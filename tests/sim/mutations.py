@@ -1,14 +1,18 @@
 """The deliberately broken protocol variants ("mutants") the simulation must catch, one per plausible bug.
 
-Each mutant is a switch read by one simulated actor (bookie, reader, recoverer, log successor) or a rule
-injected into a production machine: `RecoveryRules` of the recovery machine, `WriterRules` of the writer
-machine (which `client/writer.py` and the simulated writer both run).
+A mutant is a rule switched off in a production machine, injected by the simulator exactly as it injects
+the default rules: `BookieRules` of the bookie's request machine (`bookie.core.machine`), `WriterRules` of
+the writer machine (`client.protocol.writer_machine`, which `client/writer.py` and the simulated writer
+both run), `RecoveryRules` of the recovery machine (`client.protocol.recovery`); or, until their machines
+ship, a switch read by one simulated client actor (reader, log successor).
 `python -m tests.sim.runner --mutation NAME` runs a mutant; `make sim-mutants` measures how often each one
 violates the oracle over a seed range (the bar: at least `BAR` of the seeds).
 """
 
 from __future__ import annotations
 
+from bkledger.bookie.core.machine import DEFAULT_RULES as BOOKIE_DEFAULTS
+from bkledger.bookie.core.machine import BookieRules
 from bkledger.client.protocol.recovery import DEFAULT_RULES, RecoveryRules
 from bkledger.client.protocol.writer_machine import DEFAULT_WRITER_RULES, WriterRules
 
@@ -34,6 +38,7 @@ MUTATIONS: dict[str, str] = {
     "fence-not-persisted": "R15: a bookie keeps its fence in memory only (lost on restart)",
     "no-digest-check": "R7: a reader returns a copy without verifying its digest",
     "rewrite-allowed": "issue 41: a bookie overwrites an entry it holds with a buggy client's other bytes",
+    "flush-drops-fence": "R15: a bookie whose storage flush fails forgets the fences made since its last flush",
 }
 
 
@@ -55,3 +60,14 @@ def writer_rules(mutation: str) -> WriterRules:
         "silent-replace-no-cas": WriterRules(silent_replacement_cas=False),
         "complete-out-of-order": WriterRules(in_order=False),
     }.get(mutation, DEFAULT_WRITER_RULES)
+
+
+def bookie_rules(mutation: str) -> BookieRules:
+    """The BookieRules a mutant injects into the real bookie machine (the defaults for the others)."""
+    return {
+        "ack-before-sync": BookieRules(ack_after_sync=False),
+        "fence-shortcut": BookieRules(fence_barrier=False),
+        "fence-not-persisted": BookieRules(journal_fence=False),
+        "rewrite-allowed": BookieRules(refuse_rewrites=False),
+        "flush-drops-fence": BookieRules(keep_fence_on_failed_flush=False),
+    }.get(mutation, BOOKIE_DEFAULTS)

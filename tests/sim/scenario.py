@@ -22,7 +22,7 @@ from tests.sim.bookie import SimBookie
 from tests.sim.buggy import BuggyClient
 from tests.sim.faults import Faults
 from tests.sim.meta import MetaStore
-from tests.sim.mutations import MUTATIONS, recovery_rules
+from tests.sim.mutations import MUTATIONS, bookie_rules, recovery_rules
 from tests.sim.net import Network
 from tests.sim.oracle import Oracle, SimViolation
 from tests.sim.reader import Reader
@@ -91,7 +91,7 @@ class Simulation:
         self.oracle = Oracle(world, LEDGER_ID, flags)
         self.store = MetaStore(world, self.net, self.oracle)
         self.net.register(self.store)
-        self.bookies = [SimBookie(f"bookie-{i}", world, self.net, self.oracle, mutation=options.mutation,
+        self.bookies = [SimBookie(f"bookie-{i}", world, self.net, self.oracle, rules=bookie_rules(options.mutation),
                                   group_wait=sw.group_waits[i])
                         for i in range(n_bookies)]
         for bookie in self.bookies:
