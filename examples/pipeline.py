@@ -46,6 +46,9 @@ DEFAULT_ROWS = 50_000
 ORDERS, PER_MINUTE = "orders", "orders_per_minute"
 START_US = 1_767_225_600_000_000          # 2026-01-01T00:00:00Z
 ORDER_EVERY_US = 120_000                  # one order each 120 ms of event time: 500 per minute
+READ = ("ledger_id", "entry_id", "key", "timestamp", "value")     # a row's position and content
+CONTENT = ("key", "timestamp", "value")
+SAME = ("rows", "positions", "hash", "content")                    # what a read across the seam keeps
 
 
 def banner(text: str) -> None:
@@ -147,22 +150,23 @@ def describe(bk: BookKeeper, name: str) -> str:
             f"bytes={meta.size} bookies={sorted(bookies)}{table} committed_batches={dict(meta.committed_batches)}")
 
 
-def fingerprint(df: Any, columns: tuple[str, ...], table_ids: Collection[int] = ()) -> dict[str, int]:
-    """Rows, distinct positions and the sum of a 64-bit hash of each row's `columns`: two reads with equal
-    fingerprints returned the same rows (at the same positions when `columns` has them), up to a hash
-    collision. `from_table`: the rows of the ledgers `table_ids` (those offloaded)."""
+def fingerprint(df: Any, table_ids: Collection[int] = ()) -> dict[str, int]:
+    """Rows, distinct positions, the sum of a 64-bit hash of each row (position, key, timestamp, value) and
+    of its content only (key, timestamp, value: comparable with the orders generated, which have no
+    position): two reads with equal fingerprints returned the same rows at the same positions, up to a hash
+    collision. `from_table`: the rows of the ledgers `table_ids` (those offloaded). One Spark job."""
     from pyspark.sql import functions as f
 
-    row_hash = f.xxhash64(*columns).cast("decimal(38,0)")      # a sum of bigints would overflow
-    positions = f.countDistinct("ledger_id", "entry_id") if "ledger_id" in columns else f.count("*")
-    in_table = f.col("ledger_id").isin(list(table_ids)) if table_ids else f.lit(False)
-    got = df.agg(f.count("*").alias("rows"), positions.alias("positions"), f.sum(row_hash).alias("hash"),
-                 f.sum(in_table.cast("int")).alias("from_table")).first()
-    return {key: int(got[key] or 0) for key in ("rows", "positions", "hash", "from_table")}
+    def hash_sum(*columns: str) -> Any:
+        return f.sum(f.xxhash64(*columns).cast("decimal(38,0)"))      # a sum of bigints would overflow
 
-
-READ = ("ledger_id", "entry_id", "key", "timestamp", "value")
-CONTENT = ("key", "timestamp", "value")
+    read = "ledger_id" in df.columns
+    got = df.agg(f.count("*").alias("rows"),
+                 (f.countDistinct("ledger_id", "entry_id") if read else f.count("*")).alias("positions"),
+                 (hash_sum(*READ) if read else f.lit(0)).alias("hash"), hash_sum(*CONTENT).alias("content"),
+                 f.sum((f.col("ledger_id").isin(list(table_ids)) if table_ids else f.lit(False)).cast("int"))
+                 .alias("from_table")).first()
+    return {key: int(got[key] or 0) for key in ("rows", "positions", "hash", "content", "from_table")}
 
 
 def batch_read(spark: Any, uri: str, rows: int) -> dict[str, Any]:
@@ -186,7 +190,7 @@ def batch_read(spark: Any, uri: str, rows: int) -> dict[str, Any]:
           "passed yet (they are written once later orders move it on)")
     if len({m["minute"] for m in minutes}) != len(minutes) or any(m["orders"] != per_full_minute for m in minutes):
         raise AssertionError(f"every closed minute should appear once with {per_full_minute} orders")
-    before = fingerprint(orders, READ)
+    before = fingerprint(orders)
     print(f"fingerprint of {ORDERS!r} read from the bookies: {before['rows']} rows at {before['positions']} "
           f"positions, row hash sum {before['hash']}")
     return {"orders": order_count, "minutes": len(minutes), "orders_in_minutes": counted, "fingerprint": before}
@@ -203,6 +207,7 @@ def offload_history(bk: BookKeeper, cluster_dir: Path) -> dict[str, Any]:
           f"sealed ledger but the log's last {ol.KEEP_TAIL} and deletes their bookie copies at once")
     argv = ["offloader", "--once", "--dir", str(cluster_dir), "--logs", ORDERS]
     print("$ bkledger " + " ".join(argv), flush=True)
+    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "bkledger.bookie.cli", *argv], capture_output=True, text=True,
                           timeout=180, check=False)
     if done.returncode != 0:
@@ -218,9 +223,9 @@ def offload_history(bk: BookKeeper, cluster_dir: Path) -> dict[str, Any]:
     assert uri is not None
     table = table_store(uri, ORDERS).uri
     entries = sum(led.entries or 0 for led in records)
-    print(f"{len(ids)} of {len(meta.logical_ids)} ledgers ({entries} entries) went to {len(records)} Parquet "
-          f"file(s) of the Delta table {table}; their bookie copies are deleted (deletion lag 0); the last "
-          f"{len(meta.ledgers) - len(records)} ledgers stay on the bookies")
+    print(f"in {time.monotonic() - started:.1f} s, {len(ids)} of {len(meta.logical_ids)} ledgers ({entries} "
+          f"entries) went to {len(records)} Parquet file(s) of the Delta table {table}; their bookie copies are "
+          f"deleted (deletion lag 0); the last {len(meta.ledgers) - len(records)} ledgers stay on the bookies")
     return {"table": table, "ledger_ids": ids, "entries": entries, "files": len(records)}
 
 
@@ -235,18 +240,17 @@ def read_across_seam(spark: Any, uri: str, rows: int, before: dict[str, int], of
     reads = {'format("bkledger")': spark.read.format("bkledger").option("metadataServiceUri", uri)
              .option("log", ORDERS).load(),
              "read_log": read_log(spark, ORDERS, metadataServiceUri=uri)}
-    written = fingerprint(generate_orders(spark, rows), CONTENT)
+    written = fingerprint(generate_orders(spark, rows))
     for how, df in reads.items():
-        got = fingerprint(df, READ, ids)
-        same = {k: got[k] for k in ("rows", "positions", "hash")} == {k: before[k] for k in ("rows", "positions",
-                                                                                             "hash")}
-        content = fingerprint(df, CONTENT)
-        if not same or content["hash"] != written["hash"] or got["from_table"] != offloaded["entries"]:
-            raise AssertionError(f"{how} across the seam: {got} (content {content}); before the offload "
-                                 f"{before}, the orders written {written}, offloaded {offloaded['entries']}")
-        print(f"{how}: {got['rows']} rows, {got['from_table']} from the table's Parquet files and "
-              f"{got['rows'] - got['from_table']} from the bookies: the read crossed the seam; same rows at the "
-              "same positions as before the offload, and the orders written")
+        started = time.monotonic()
+        got = fingerprint(df, ids)
+        if ({k: got[k] for k in SAME} != {k: before[k] for k in SAME} or got["content"] != written["content"]
+                or got["rows"] != rows or got["from_table"] != offloaded["entries"]):
+            raise AssertionError(f"{how} across the seam: {got}; before the offload {before}, the orders "
+                                 f"written {written}, offloaded {offloaded['entries']}")
+        print(f"{how}: {got['rows']} rows in {time.monotonic() - started:.1f} s, {got['from_table']} from the "
+              f"table's Parquet files and {got['rows'] - got['from_table']} from the bookies: the read crossed the "
+              "seam; the same rows at the same positions as before the offload, and the orders written")
     table = DeltaTable(offloaded["table"])
     count = table.to_pyarrow_dataset().count_rows()
     print(f"deltalake reads the table as any engine would: {count} rows, {len(table.file_uris())} file(s), "
