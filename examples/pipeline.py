@@ -9,8 +9,18 @@
    maxEntriesPerTrigger) and writes a per-minute aggregate (orders, amount) into the log
    "orders_per_minute" through the exactly-once sink (ledgers + batch id in one CAS per micro-batch).
    Event time with a watermark: a minute is written once, when the watermark passes its end.
-4. Batch read of both logs: row counts, a few aggregate rows, and per log its ledgers, fragments and
-   bookies. Stops Spark and the cluster whatever happens.
+4. Batch read of both logs: row counts, a few aggregate rows, and a fingerprint of "orders" (rows,
+   positions and a hash of each row) read from the bookies.
+5. Tiered history: gives "orders" an offload policy (offload the sealed ledgers, delete the bookie copies
+   at once: deletion lag 0) and runs one round of the offloader daemon (`bkledger offloader --once`): all
+   but the log's last two ledgers go to its Delta table under the cluster's folder (`<cluster>/offload`),
+   their bookie copies are deleted.
+6. Reads "orders" across the seam (offloaded history from the table's Parquet files, the rest from the
+   bookies) with `format("bkledger")` and with `spark_connector.read_log`, checks both return the same
+   rows at the same positions as before the offload (and the orders generated), and reads the table with
+   `deltalake`.
+7. Per log its ledgers on bookies (fragments, bookies) and its offloaded files. Stops Spark and the
+   cluster whatever happens.
 """
 
 from __future__ import annotations
@@ -18,20 +28,27 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client import BookKeeper
+from bkledger.client.connector import table_store
+from bkledger.client.log.core import offload as ol
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROWS = 50_000
 ORDERS, PER_MINUTE = "orders", "orders_per_minute"
 START_US = 1_767_225_600_000_000          # 2026-01-01T00:00:00Z
 ORDER_EVERY_US = 120_000                  # one order each 120 ms of event time: 500 per minute
+READ = ("ledger_id", "entry_id", "key", "timestamp", "value")     # a row's position and content
+CONTENT = ("key", "timestamp", "value")
+SAME = ("rows", "positions", "hash", "content")                    # what a read across the seam keeps
 
 
 def banner(text: str) -> None:
@@ -117,15 +134,39 @@ def stream_per_minute(spark: Any, uri: str, checkpoint: str, max_per_trigger: in
 
 
 def describe(bk: BookKeeper, name: str) -> str:
+    """The log's ledgers on bookies (their fragments and bookies) and its files offloaded to its table."""
     meta = bk.log_metadata(name)
+    on_bookies = [led for led in meta.ledgers if led.offloaded is None]
+    offloaded = [led for led in meta.ledgers if led.offloaded is not None]
     fragments = 0
     bookies: set[str] = set()
-    for ledger_id in meta.ledger_ids:
-        md = bk.ledger_metadata(ledger_id)
+    for led in on_bookies:
+        md = bk.ledger_metadata(led.ledger_id)
         fragments += len(md.fragments)
         bookies |= md.all_bookies()
-    return (f"{name:<18} ledgers={len(meta.ledgers):<3} fragments={fragments:<3} entries={meta.entries} "
-            f"bytes={meta.size} bookies={sorted(bookies)} committed_batches={dict(meta.committed_batches)}")
+    table = f" offloaded: {sum(led.entries or 0 for led in offloaded)} entries in {len(offloaded)} files" \
+        if offloaded else ""
+    return (f"{name:<18} ledgers on bookies={len(on_bookies):<3} fragments={fragments:<3} entries={meta.entries} "
+            f"bytes={meta.size} bookies={sorted(bookies)}{table} committed_batches={dict(meta.committed_batches)}")
+
+
+def fingerprint(df: Any, table_ids: Collection[int] = ()) -> dict[str, int]:
+    """Rows, distinct positions, the sum of a 64-bit hash of each row (position, key, timestamp, value) and
+    of its content only (key, timestamp, value: comparable with the orders generated, which have no
+    position): two reads with equal fingerprints returned the same rows at the same positions, up to a hash
+    collision. `from_table`: the rows of the ledgers `table_ids` (those offloaded). One Spark job."""
+    from pyspark.sql import functions as f
+
+    def hash_sum(*columns: str) -> Any:
+        return f.sum(f.xxhash64(*columns).cast("decimal(38,0)"))      # a sum of bigints would overflow
+
+    read = "ledger_id" in df.columns
+    got = df.agg(f.count("*").alias("rows"),
+                 (f.countDistinct("ledger_id", "entry_id") if read else f.count("*")).alias("positions"),
+                 (hash_sum(*READ) if read else f.lit(0)).alias("hash"), hash_sum(*CONTENT).alias("content"),
+                 f.sum((f.col("ledger_id").isin(list(table_ids)) if table_ids else f.lit(False)).cast("int"))
+                 .alias("from_table")).first()
+    return {key: int(got[key] or 0) for key in ("rows", "positions", "hash", "content", "from_table")}
 
 
 def batch_read(spark: Any, uri: str, rows: int) -> dict[str, Any]:
@@ -149,7 +190,74 @@ def batch_read(spark: Any, uri: str, rows: int) -> dict[str, Any]:
           "passed yet (they are written once later orders move it on)")
     if len({m["minute"] for m in minutes}) != len(minutes) or any(m["orders"] != per_full_minute for m in minutes):
         raise AssertionError(f"every closed minute should appear once with {per_full_minute} orders")
-    return {"orders": order_count, "minutes": len(minutes), "orders_in_minutes": counted}
+    before = fingerprint(orders)
+    print(f"fingerprint of {ORDERS!r} read from the bookies: {before['rows']} rows at {before['positions']} "
+          f"positions, row hash sum {before['hash']}")
+    return {"orders": order_count, "minutes": len(minutes), "orders_in_minutes": counted, "fingerprint": before}
+
+
+def offload_history(bk: BookKeeper, cluster_dir: Path) -> dict[str, Any]:
+    """The offload policy of ORDERS (every sealed ledger but the log's last two, bookie copies deleted at
+    once) and one round of the offloader daemon, run as a user runs it; what went to the table."""
+    if len(bk.log_metadata(ORDERS).ledgers) <= ol.KEEP_TAIL:
+        raise AssertionError(f"{ORDERS!r} needs more than {ol.KEEP_TAIL} ledgers to offload some (the batch "
+                             "append writes one per Spark task)")
+    bk.set_log_offload(ORDERS, after_bytes=0, deletion_lag_seconds=0)
+    print(f"bk.set_log_offload({ORDERS!r}, after_bytes=0, deletion_lag_seconds=0): the offloader takes every "
+          f"sealed ledger but the log's last {ol.KEEP_TAIL} and deletes their bookie copies at once")
+    argv = ["offloader", "--once", "--dir", str(cluster_dir), "--logs", ORDERS]
+    print("$ bkledger " + " ".join(argv), flush=True)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "bkledger.bookie.cli", *argv], capture_output=True, text=True,
+                          timeout=180, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the offloader failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    meta = bk.log_metadata(ORDERS)
+    records = [led for led in meta.ledgers if led.offloaded is not None]
+    ids = [old for led in records for old, *_ in led.replaced]
+    still = sorted(set(ids) & set(bk.list_ledgers()))
+    if not records or still:
+        raise AssertionError(f"expected offloaded ledgers with their bookie copies deleted: offloaded {ids}, "
+                             f"still on the bookies {still}")
+    uri = ol.state(meta).uri
+    assert uri is not None
+    table = table_store(uri, ORDERS).uri
+    entries = sum(led.entries or 0 for led in records)
+    print(f"in {time.monotonic() - started:.1f} s, {len(ids)} of {len(meta.logical_ids)} ledgers ({entries} "
+          f"entries) went to {len(records)} Parquet file(s) of the Delta table {table}; their bookie copies are "
+          f"deleted (deletion lag 0); the last {len(meta.ledgers) - len(records)} ledgers stay on the bookies")
+    return {"table": table, "ledger_ids": ids, "entries": entries, "files": len(records)}
+
+
+def read_across_seam(spark: Any, uri: str, rows: int, before: dict[str, int], offloaded: dict[str, Any]) -> int:
+    """Read ORDERS across the seam with format("bkledger") and read_log: the same rows at the same positions
+    as before the offload, the orders generated; then the table with deltalake. The table's row count."""
+    from deltalake import DeltaTable
+
+    from bkledger.spark_connector import read_log
+
+    ids = offloaded["ledger_ids"]
+    reads = {'format("bkledger")': spark.read.format("bkledger").option("metadataServiceUri", uri)
+             .option("log", ORDERS).load(),
+             "read_log": read_log(spark, ORDERS, metadataServiceUri=uri)}
+    written = fingerprint(generate_orders(spark, rows))
+    for how, df in reads.items():
+        started = time.monotonic()
+        got = fingerprint(df, ids)
+        if ({k: got[k] for k in SAME} != {k: before[k] for k in SAME} or got["content"] != written["content"]
+                or got["rows"] != rows or got["from_table"] != offloaded["entries"]):
+            raise AssertionError(f"{how} across the seam: {got}; before the offload {before}, the orders "
+                                 f"written {written}, offloaded {offloaded['entries']}")
+        print(f"{how}: {got['rows']} rows in {time.monotonic() - started:.1f} s, {got['from_table']} from the "
+              f"table's Parquet files and {got['rows'] - got['from_table']} from the bookies: the read crossed the "
+              "seam; the same rows at the same positions as before the offload, and the orders written")
+    table = DeltaTable(offloaded["table"])
+    count = table.to_pyarrow_dataset().count_rows()
+    print(f"deltalake reads the table as any engine would: {count} rows, {len(table.file_uris())} file(s), "
+          f"version {table.version()}, columns {table.schema().to_arrow().names}")
+    if count != offloaded["entries"]:
+        raise AssertionError(f"the table holds {count} rows, the log offloaded {offloaded['entries']}")
+    return count
 
 
 def run(spark: Any, uri: str, workdir: Path, rows: int) -> dict[str, Any]:
@@ -163,7 +271,15 @@ def run(spark: Any, uri: str, workdir: Path, rows: int) -> dict[str, Any]:
     banner("3. batch read of both logs")
     result = batch_read(spark, uri, rows)
 
-    banner("4. the logs on the cluster")
+    banner(f"4. tiered history: offload the sealed ledgers of {ORDERS!r} to a Delta table")
+    with BookKeeper(uri) as bk:
+        offloaded = offload_history(bk, workdir / "cluster")
+
+    banner(f"5. one read of {ORDERS!r} across the seam (table + bookies)")
+    result["table_rows"] = read_across_seam(spark, uri, rows, result["fingerprint"], offloaded)
+    result["offloaded"] = offloaded
+
+    banner("6. the logs on the cluster")
     with BookKeeper(uri) as bk:
         for name in (ORDERS, PER_MINUTE):
             print(describe(bk, name))

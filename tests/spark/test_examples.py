@@ -18,6 +18,12 @@ def test_demo_pipeline(spark) -> None:
     assert result["orders"] == 6_000
     # 500 orders a minute: 12 minutes, the last one still open (the watermark has not passed it)
     assert result["minutes"] == 11 and result["orders_in_minutes"] == 5_500
+    # issue 42 item 8: the sealed history went to the table (bookie copies deleted) and the seam reads (checked
+    # against the read before the offload inside the demo) returned every order; deltalake reads the table
+    offloaded = result["offloaded"]
+    assert offloaded["files"] >= 1 and len(offloaded["ledger_ids"]) >= 2
+    assert 0 < offloaded["entries"] < 6_000 and result["table_rows"] == offloaded["entries"]
+    assert "/cluster/offload/" in offloaded["table"]          # the local cluster's default store
     print(f"demo pipeline: {time.monotonic() - started:.1f} s")
 
 
