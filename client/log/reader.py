@@ -37,7 +37,7 @@ from bkledger.client.errors import (
 )
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogMetadata, Position
-from bkledger.client.log.store import log_path, require_loaded
+from bkledger.client.log.store import log_path, require_loaded, segment_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -113,6 +113,7 @@ class LogReader:
         self.fail_on_data_loss = fail_on_data_loss
         self._password = password or None      # none given: each ledger's own (the log's key, issue 41)
         self._poll = max(0.01, poll_interval_s)
+        self._segment: int | None = None            # the log's segment that held the ledger at the last load
         self._meta = self._opening_meta(start)
         self._ledger_id: int | None = None          # the ledger being read (None: before the first one)
         self._next = 0                               # next entry id to fetch from it
@@ -430,7 +431,7 @@ class LogReader:
         pause = CHANGING_PAUSE_S[0]
         while True:
             try:
-                return require_loaded(self._bk.store, self.name, from_ledger=from_ledger).meta
+                loaded = require_loaded(self._bk.store, self.name, from_ledger=from_ledger, near=self._segment)
             except LogUpdateConflictError as exc:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -439,6 +440,9 @@ class LogReader:
                 log.debug("log %r: %s; reading it again in %.3f s", self.name, exc, pause)
                 time.sleep(pause if remaining is None else min(pause, remaining))
                 pause = min(2 * pause, CHANGING_PAUSE_S[1])
+                continue
+            self._segment = None if from_ledger is None else segment_of(loaded, from_ledger)
+            return loaded.meta
 
     def _note_first_offset(self, *metas: LogMetadata) -> None:
         """Remember the log-wide offset of the current ledger's first entry, once some snapshot knows it."""
