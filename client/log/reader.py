@@ -8,7 +8,9 @@ Offloaded history (`client.log.offload`) is read from the log's Delta table file
 positions, byte for byte as the bookies held it.
 ZooKeeper watches on the ledger's and the log's znodes say when a re-read is worth it, so an idle
 reader does not poll ZooKeeper (it re-reads anyway every `REFRESH_FALLBACK_S`, in case a watch event
-was missed).
+was missed). A re-read while reading loads the log from the reader's ledger on (`load_log(from_ledger=)`),
+so its cost does not grow with the log; a log that changed under every attempt to read it (producers
+committing) is "not yet": the reader reads it again after a short pause, within the read's deadline.
 
 `position` is where the next record will come from; give it back as `start` to resume. Data loss: when
 ledgers the reader still needed were truncated (or removed by retention), it raises DataLossError, or,
@@ -26,10 +28,16 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from bkledger.client.errors import DataLossError, InvalidOptionError, NoSuchEntryError, NoSuchLedgerError
+from bkledger.client.errors import (
+    DataLossError,
+    InvalidOptionError,
+    LogUpdateConflictError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogMetadata, Position
-from bkledger.client.log.store import log_path, require_log
+from bkledger.client.log.store import log_path, require_loaded, segment_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,6 +51,8 @@ log = logging.getLogger("bkledger.logs")
 StartSpec = Literal["earliest", "latest"] | Position
 REFRESH_FALLBACK_S = 2.0
 OFFLOAD_CHUNK = 4096                 # records taken from an offloaded file at a time
+CHANGING_PAUSE_S = (0.005, 0.2)      # first and longest pause before reading again a log that kept changing
+OPEN_LOAD_S = 30.0                   # how long opening a reader reads again a log that keeps changing
 T = TypeVar("T")
 
 
@@ -89,6 +99,10 @@ class LogRecord:
         return self.position.entry_id
 
 
+class _NotYet(Exception):
+    """The log kept changing under every read of it until the read's deadline."""
+
+
 class LogReader:
     """Reads one log from a start position; not thread-safe (one reader per thread)."""
 
@@ -99,7 +113,8 @@ class LogReader:
         self.fail_on_data_loss = fail_on_data_loss
         self._password = password or None      # none given: each ledger's own (the log's key, issue 41)
         self._poll = max(0.01, poll_interval_s)
-        self._meta, _ = require_log(bk.store, name)
+        self._segment: int | None = None            # the log's segment that held the ledger at the last load
+        self._meta = self._opening_meta(start)
         self._ledger_id: int | None = None          # the ledger being read (None: before the first one)
         self._next = 0                               # next entry id to fetch from it
         self._rh: LedgerHandle | None = None
@@ -114,9 +129,18 @@ class LogReader:
         self._ledger_changed = threading.Event()
         self._ledger_watch: tuple[int, Watch] | None = None
         self._last_refresh = 0.0
+        self._deadline: float | None = None         # the deadline of the read under way
         self._seek(start)
 
     # ---- start --------------------------------------------------------------------------------
+    def _opening_meta(self, start: StartSpec) -> LogMetadata:
+        """The log as a reader starting at `start` needs it: from a position's ledger on, else all of it."""
+        meta = self._load(time.monotonic() + OPEN_LOAD_S, start.ledger_id if isinstance(start, Position) else None)
+        if meta is None:
+            raise LogUpdateConflictError(f"log {self.name!r} changed under every read of it for {OPEN_LOAD_S:g} s; "
+                                         "retry later")
+        return meta
+
     def _seek(self, start: StartSpec) -> None:
         if start == "earliest":
             self._go(self._meta.ledgers[0].key if self._meta.ledgers else None, 0)
@@ -237,6 +261,13 @@ class LogReader:
 
     def _fill(self, deadline: float | None) -> bool:
         """Fetch the next chunk into the buffer; False if nothing came before the deadline."""
+        self._deadline = deadline
+        try:
+            return self._fill_until(deadline)
+        except _NotYet:
+            return False
+
+    def _fill_until(self, deadline: float | None) -> bool:
         polled = False
         while True:
             if self._where is not None and self._where.offloaded is not None:     # in the log's table
@@ -338,7 +369,7 @@ class LogReader:
         try:
             return call()
         except (NoSuchLedgerError, NoSuchEntryError):
-            self._meta, _ = require_log(self._bk.store, self.name)
+            self._meta = self._reloaded(self._deadline)
             if self._ledger_id in self._meta.logical_ids:
                 where = lm.locate(self._meta, self._ledger_id)
                 physical = self._ledger_id if self._where is None else self._where.physical
@@ -361,7 +392,10 @@ class LogReader:
         while True:
             old = self._meta
             self._log_changed.clear()           # a change after this read wakes the wait below
-            self._meta, _ = require_log(self._bk.store, self.name)
+            try:
+                self._meta = self._reloaded(deadline)
+            except _NotYet:
+                return False
             current = self._ledger_id
             if current is not None:
                 self._note_first_offset(old)
@@ -379,6 +413,36 @@ class LogReader:
             if remaining is not None and remaining <= 0:
                 return False
             self._log_changed.wait(REFRESH_FALLBACK_S if remaining is None else min(REFRESH_FALLBACK_S, remaining))
+
+    def _reloaded(self, deadline: float | None) -> LogMetadata:
+        """The log from the current ledger's segment on: what moving on needs (the ledgers after it, and
+        it, to tell truncation from compaction and offload), read in a time that does not grow with the log.
+        If the current ledger is gone the load holds the whole log (its first ledger is after it), so data
+        loss skips to the log's earliest record. _NotYet if the log kept changing until `deadline`."""
+        meta = self._load(deadline, self._ledger_id)
+        if meta is None:
+            raise _NotYet
+        return meta
+
+    def _load(self, deadline: float | None, from_ledger: int | None) -> LogMetadata | None:
+        """The log from `from_ledger`'s segment on (None: all of it). A log that changed under every
+        attempt of a load is not an error for a reader: it loads again after a pause (growing to
+        CHANGING_PAUSE_S[1]) until `deadline` (None: none); at least once. None if the deadline came first."""
+        pause = CHANGING_PAUSE_S[0]
+        while True:
+            try:
+                loaded = require_loaded(self._bk.store, self.name, from_ledger=from_ledger, near=self._segment)
+            except LogUpdateConflictError as exc:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    log.debug("log %r: %s; the read returns at its deadline", self.name, exc)
+                    return None
+                log.debug("log %r: %s; reading it again in %.3f s", self.name, exc, pause)
+                time.sleep(pause if remaining is None else min(pause, remaining))
+                pause = min(2 * pause, CHANGING_PAUSE_S[1])
+                continue
+            self._segment = None if from_ledger is None else segment_of(loaded, from_ledger)
+            return loaded.meta
 
     def _note_first_offset(self, *metas: LogMetadata) -> None:
         """Remember the log-wide offset of the current ledger's first entry, once some snapshot knows it."""

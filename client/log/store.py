@@ -97,12 +97,16 @@ def log_path(store: MetadataStore, name: str) -> str:
 
 # ---- reading ---------------------------------------------------------------------------------------------
 def load_log(store: MetadataStore, name: str, *, whole: bool = True,
-             from_ledger: int | None = None) -> LoadedLog | None:
+             from_ledger: int | None = None, near: int | None = None) -> LoadedLog | None:
     """The log at one head version (None if it does not exist); `whole=False` loads only what a commit
     needs (the head, the last segment and any holding a ledger not yet recorded as sealed);
     `from_ledger` (a reader's) loads the segments from the one that holds that (logical) ledger id on,
-    found by binary search (all of them if the log's first ledger comes after it)."""
+    found by binary search (all of them if the log's first ledger comes after it), or tried first at
+    segment `near` (`segment_of` a previous load: where a reader was). A retry after the log changed reuses
+    the segment found, if the segments then read still cover that ledger (a commit moves the head but
+    seldom the reader's segment): a search widens the window in which a commit makes the snapshot stale."""
     path = log_path(store, name)
+    start = near if from_ledger is not None else None
     for _ in range(SNAPSHOT_ATTEMPTS):
         got = store.get(path)
         if got is None:
@@ -114,19 +118,27 @@ def load_log(store: MetadataStore, name: str, *, whole: bool = True,
             raise MetadataFormatError(str(exc)) from exc
         if head is None:
             return LoadedLog(name, path, version, st.Window(base))
-        start = st.window_start(head, whole) if from_ledger is None else \
-            _segment_holding(store, path, name, head, from_ledger)
+        if from_ledger is None:
+            start = st.window_start(head, whole)
+        elif start is None or not head.first <= start <= head.last:
+            start = _segment_holding(store, path, name, head, from_ledger)
         if start is None:
             continue                               # a segment went while we searched: read again
         numbers = list(range(start, head.last + 1))
         raw = store.get_many([f"{path}/{st.segment_name(head.prefix, n)}" for n in numbers],
                              per_request=SEGMENTS_PER_READ)
         snapshot = whole or from_ledger is not None
-        if any(r is None for r in raw) or (snapshot and _moved(store, path, version)):
+        if any(r is None for r in raw):
+            start = None                           # a segment went (truncation): read again, search again
+            continue
+        if snapshot and _moved(store, path, version):
             continue                               # changed while we read: read again
         try:
             segments = [(n, st.decode_segment(name, n, r[0])) for n, r in zip(numbers, raw, strict=True)
                         if r is not None]
+            if from_ledger is not None and not _covers(head, start, segments, from_ledger):
+                start = None                       # the ledger moved to an earlier segment: search again
+                continue
             return LoadedLog(name, path, version, st.assemble(base, head, segments))
         except ValueError as exc:
             if not whole and _moved(store, path, version):
@@ -160,14 +172,33 @@ def _segment_holding(store: MetadataStore, path: str, name: str, head: st.Head, 
     return best
 
 
+def segment_of(loaded: LoadedLog, ledger_id: int) -> int | None:
+    """The loaded segment holding (logical) `ledger_id`, or the last before it (None if none was loaded)."""
+    found = None
+    for number, ledgers in loaded.window.segments:
+        if ledgers and lm.logical_first_id(ledgers[0]) <= ledger_id:
+            found = number
+    return found
+
+
+def _covers(head: st.Head, start: int, segments: Sequence[tuple[int, tuple[lm.LogLedger, ...]]],
+            ledger_id: int) -> bool:
+    """Whether segments `start`.. (one snapshot) hold every ledger from `ledger_id` on: they are all of the
+    log's, or the first ledger in them comes at or before it."""
+    if start <= head.first:
+        return True
+    first = next((leds[0] for _, leds in segments if leds), None)
+    return first is not None and lm.logical_first_id(first) <= ledger_id
+
+
 def _moved(store: MetadataStore, path: str, version: int) -> bool:
     got = store.get(path)
     return got is None or got[1] != version
 
 
 def require_loaded(store: MetadataStore, name: str, *, whole: bool = True,
-                   from_ledger: int | None = None) -> LoadedLog:
-    got = load_log(store, name, whole=whole, from_ledger=from_ledger)
+                   from_ledger: int | None = None, near: int | None = None) -> LoadedLog:
+    got = load_log(store, name, whole=whole, from_ledger=from_ledger, near=near)
     if got is None:
         raise LogNotFoundError(f"log {name!r} does not exist: check the name (bkledger log list) or create it "
                                "by opening a log writer")
