@@ -16,7 +16,7 @@ JOBS ?=
 $(STAMP): pyproject.toml setup.py constraints.txt wire/_native.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,delta]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,delta,s3test]' --config-settings editable_mode=compat
 	$(BIN)/python -m bkledger.spark_connector.worker_path install   # Spark's Python processes: compiled pyspark
 	$(MAKE) --no-print-directory browser
 	touch $(STAMP)
