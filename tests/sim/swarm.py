@@ -24,7 +24,7 @@ FAULT_CLASSES = {
 }
 #: Fault classes added since: each seed turns them on from a random source of its own (seeded from the world's
 #: state, which it does not advance), so that the worlds of FAULT_CLASSES stay what they were.
-LATER_FAULT_CLASSES = {"flush_fails": 6}
+LATER_FAULT_CLASSES = {"flush_fails": 20}
 #: Hazard points (buggify): where the world may pause or kill an actor at the worst moment.
 HAZARDS = ("writer_add_sent", "writer_acked", "writer_cas_sent", "fence_journaled", "recovery_reading",
            "recovery_close_sent")
