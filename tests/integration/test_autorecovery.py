@@ -322,6 +322,9 @@ def test_autorecovery_stops_on_sigterm_while_zookeeper_is_gone(tmp_path: Path) -
     cluster = LocalCluster(tmp_path / "own-zk")
     try:
         cluster.up(1, {"zkTimeout": "2000"}, autorecovery=True)
+        log = Path(cluster.bookies[0].autorecovery_log)        # running, not still starting: ZooKeeper gone
+        wait_for(lambda: log.exists() and "started (lostBookieRecoveryDelay" in log.read_text(), 60,
+                 "the autorecovery daemon to start")            # during its start is a failed start (exit 1)
         stop_pid(cluster.zk_pid)
         cluster.zk_pid = 0
         assert cluster.stop_autorecovery(0, timeout=30) == 0     # SIGKILLed after 30 s: -9
