@@ -27,6 +27,25 @@ def start_cluster(base: Path, zookeeper, bookies: int, conf: dict[str, str] | No
     return cluster
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
+    """Three bookies shared by a module's tests (the log tests'); a module may define its own."""
+    made = start_cluster(tmp_path_factory.mktemp("cluster"), zookeeper, 3)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+@pytest.fixture
+def bk(cluster: LocalCluster) -> Iterator[BookKeeper]:
+    client = BookKeeper(cluster.metadata_service_uri)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def cluster_factory(tmp_path: Path, zookeeper) -> Iterator:
     """Start clusters with chosen sizes and settings; all are stopped at the end of the test."""

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,28 +23,9 @@ from bkledger.client.log.core.meta import Position
 from bkledger.client.log.logs import append_ledgers
 from bkledger.client.log.reader import LogRecord
 from bkledger.client.log.store import log_path, now_ms
-from tests.integration.conftest import start_cluster
 from tests.integration.test_progress import ctrl_c_after
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator:
-    made = start_cluster(tmp_path_factory.mktemp("compaction"), zookeeper, 3)
-    try:
-        yield made
-    finally:
-        made.down()
-
-
-@pytest.fixture
-def bk(cluster) -> Iterator[BookKeeper]:
-    client = BookKeeper(cluster.metadata_service_uri)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

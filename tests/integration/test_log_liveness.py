@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,27 +20,8 @@ from bkledger.client import BookKeeper
 from bkledger.client.errors import LiveLogWriterError, LogFencedError
 from bkledger.client.log.liveness import live_writer
 from bkledger.client.meta import log_leases
-from tests.integration.conftest import start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator:
-    made = start_cluster(tmp_path_factory.mktemp("liveness"), zookeeper, 3)
-    try:
-        yield made
-    finally:
-        made.down()
-
-
-@pytest.fixture
-def bk(cluster) -> Iterator[BookKeeper]:
-    client = BookKeeper(cluster.metadata_service_uri)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

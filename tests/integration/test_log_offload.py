@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -22,27 +21,8 @@ from bkledger.client.log.core.meta import Position
 from bkledger.client.log.offload import join_payloads
 from bkledger.client.log.store import log_path
 from bkledger.spark_connector import envelope as env
-from tests.integration.conftest import start_cluster
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator:
-    made = start_cluster(tmp_path_factory.mktemp("offload"), zookeeper, 3)
-    try:
-        yield made
-    finally:
-        made.down()
-
-
-@pytest.fixture
-def bk(cluster) -> Iterator[BookKeeper]:
-    client = BookKeeper(cluster.metadata_service_uri)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from bkledger.client.log.logs import JOB_KEY, LOG_KEY, delete_uncommitted, uncom
 from bkledger.client.log.producer import Commit, commit_batch
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.log_commit import commit_ledgers
-from tests.integration.conftest import start_cluster
 from tests.integration.zk_drop_proxy import DropProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,24 +32,6 @@ PRODUCERS = 4
 PER_PRODUCER = 400
 SPARK_JOBS = 6
 T0_MS = 1_700_000_000_000        # ms since the epoch
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator:
-    made = start_cluster(tmp_path_factory.mktemp("producers"), zookeeper, 3)
-    try:
-        yield made
-    finally:
-        made.down()
-
-
-@pytest.fixture
-def bk(cluster) -> Iterator[BookKeeper]:
-    client = BookKeeper(cluster.metadata_service_uri)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

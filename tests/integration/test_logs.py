@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,27 +23,8 @@ from bkledger.client.errors import DataLossError, LogFencedError, NoSuchLedgerEr
 from bkledger.client.log.core.meta import Position
 from bkledger.client.log.logs import append_ledgers
 from bkledger.client.log.reader import LogRecord
-from tests.integration.conftest import start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator:
-    made = start_cluster(tmp_path_factory.mktemp("logs"), zookeeper, 3)
-    try:
-        yield made
-    finally:
-        made.down()
-
-
-@pytest.fixture
-def bk(cluster) -> Iterator[BookKeeper]:
-    client = BookKeeper(cluster.metadata_service_uri)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture
