@@ -308,10 +308,10 @@ class WriterMachine:
         for action in actions:
             if not isinstance(action, NeedEnsembleChange):
                 effects.append(action)
-            elif stored_at is not None:
+            else:
+                if stored_at is None:               # a new change (the pipeline asks only when none runs)
+                    self._rounds = 0
                 effects += self._next_round(action, stored_at)
-            elif not self._rounds:
-                effects += self._next_round(action, None)
         return effects
 
     def _next_round(self, need: NeedEnsembleChange, now: float | None) -> list[WriterEffect]:

@@ -276,6 +276,7 @@ def test_r9_r21_a_failed_cas_fails_the_adds_and_late_answers_are_dropped():
     assert m.on_writable_bookies(["b4"], _first_free, 3.0) == []
     assert m.on_ensemble_changed(("b0", "b4", "b2"), 0, 3.0) == []
     assert m.on_change_failed(LedgerFencedError(), 3.0) == [] and m.error is raised.value
+    assert _machine().on_ensemble_changed(("b0", "b9", "b2"), 0, 1.0) == []     # no change runs: a stale answer
 
 
 def test_r10_a_close_that_timed_out_fails_the_pending_adds_closed_and_stops_retries():

@@ -463,6 +463,7 @@ def test_r10_a_close_that_times_out_fails_the_pending_adds_closed_and_closes_at_
         md = await asyncio.wait_for(writer.close(0.05), 10)
         assert done is not None and done.result(0) == 0
         assert stuck is not None and isinstance(stuck.exception(0), LedgerClosedError)
+        assert "closed with adds pending" in str(stuck.exception(0))          # the machine's decision
         assert md.state is LedgerState.CLOSED and md.last_entry_id == 0 and store.md is md
 
     asyncio.run(scenario())
