@@ -10,8 +10,11 @@ fail the adds (R21: EFENCED fails them, never changes the ensemble). As BookKeep
 timeout: a bookie of the ensemble that leaves an add request unanswered for addEntryTimeoutSec is treated
 as failed and replaced, even while the other bookies keep the adds completing (Qa < Qw); when no bookie is
 free to replace it and every write set keeps Qa bookies, the adds go on without it (under-replicated, a
-warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10. The effects are a
-closed union run by one `match` (`_execute`) that fails on an unknown effect.
+warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10. All of that is the
+machine's: an ensemble change reaches this module as steps (`FindReplacements`: list the writable bookies;
+`StoreEnsembleChange`: the CAS through the metadata store, then connect), each answered back to the
+machine, and a close feeds it how its wait ended. The effects are a closed union run by one `match`
+(`_execute`) that fails on an unknown effect.
 """
 
 from __future__ import annotations
