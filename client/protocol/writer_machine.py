@@ -174,6 +174,7 @@ class WriterMachine:
         self._silent_change = False            # the running ensemble change replaces a silent bookie
         self.change_attempts = max(1, change_attempts)
         self._rounds = 0                       # rounds of the running ensemble change (0: none runs)
+        self._unusable: BKError | None = None   # why bookies were unusable, as the driver last said
 
     # ---- views ----------------------------------------------------------------------------------
     @property
@@ -318,7 +319,7 @@ class WriterMachine:
         """A round of the ensemble change, if rounds are left (ensembleChangeMaxAttempts); else placement
         is taken as having found no bookie."""
         if self._rounds >= self.change_attempts:
-            return self._no_free(NotEnoughBookiesError(
+            return self._no_free(self._unusable or NotEnoughBookiesError(
                 f"ledger {self.ledger_id}: {self._rounds} ensemble changes in a row left bookies to replace"), now)
         self._rounds += 1
         return [FindReplacements(need.failed_indices, need.first_entry_id, self._rounds)]
@@ -336,6 +337,7 @@ class WriterMachine:
         if not self._rounds or self.pending.error is not None or not self.pending.changing_ensemble:
             self._rounds = 0
             return []
+        self._unusable = unusable
         failed = sorted(self.pending.failed_indices)
         chosen = choose_replacements(failed, self.pending.ensemble, writable, self.excluded(), place)
         if not chosen:

@@ -304,3 +304,16 @@ def test_r9_replacements_fill_what_placement_can_and_leave_the_rest():
     assert choose_replacements([0, 2], ["a", "b", "c"], ["a", "b", "c", "d"], {"x"}, _first_free) == {0: "d"}
     assert choose_replacements([1], ["a", "b", "c"], ["a", "b", "c"], (), _first_free) == {}
     assert choose_replacements([0, 1], ["a", "b"], ["c", "d", "e"], {"c"}, _first_free) == {0: "d", 1: "e"}
+
+
+def test_r9_out_of_rounds_the_reason_given_is_kept():
+    """Rounds used up with a bookie left failed: the error said is the driver's last reason (a TLS
+    rejection behind the failures), not a bare NotEnoughBookiesError."""
+    m = WriterMachine(_md(e=4, qw=3, qa=2), add_timeout=TIMEOUT, change_attempts=1)
+    _add(m, 1, 0.0)
+    m.on_bookie_failed("b0")
+    m.on_bookie_failed("b1")
+    reason = LedgerFencedError("tls")
+    assert m.on_writable_bookies(["b5"], _first_free, 1.0, reason) == [StoreEnsembleChange(0, ((0, "b5"),))]
+    effects = m.on_ensemble_changed(("b5", "b1", "b2", "b3"), 0, 2.0)
+    assert effects[-1] == GoingOnWithout(("b1",), reason)
