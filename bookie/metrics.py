@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from bkledger.bookie.add_trace import STAGES
-from bkledger.client.metrics import add_default_collectors
+from bkledger.wire.process_metrics import add_default_collectors
 
 log = logging.getLogger("bkledger.metrics")
 

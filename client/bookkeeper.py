@@ -199,8 +199,8 @@ class BookKeeper(LogsMixin, TransactionsMixin, OffloadPolicyMixin):
         password = checked_optional_password(password)
         return await self._ctx.runtime.wrap(self._open(ledger_id, password, recovery, DEFAULT_RULES))
 
-    def open_ledgers(self, ledger_ids: Iterable[int], password: bytes | None = b"", recovery: bool = False,
-                     rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
+    def open_ledgers(self, ledger_ids: Iterable[int], password: bytes | None = b"", recovery: bool = False
+                     ) -> dict[int, LedgerHandle]:
         """Open many ledgers at once: {ledger id: handle}, for readers of many small ledgers.
 
         The metadata is read in pipelined ZooKeeper batches (OPEN_BATCH znodes per round trip) instead of
@@ -209,20 +209,16 @@ class BookKeeper(LogsMixin, TransactionsMixin, OffloadPolicyMixin):
         (recovery=False, R12: never fenced) or the ledger is recovered (recovery=True), all concurrently on
         the client loop. A ledger with no metadata is left out of the result (the caller decides whether
         that is data loss); a wrong password raises BadPasswordError as `open_ledger` does."""
-        self._check_open()
-        password = checked_optional_password(password)
-        ids = list(dict.fromkeys(ledger_ids))
-        handles: dict[int, LedgerHandle] = {}
-        for start in range(0, len(ids), OPEN_BATCH):
-            found = [got for got in self._ctx.store.read_ledgers_versioned(ids[start:start + OPEN_BATCH])
-                     if got is not None]
-            handles.update(self.handles_for(found, password, recovery, rules))
-        return handles
+        return open_ledgers_with_rules(self, ledger_ids, DEFAULT_RULES, password, recovery)
 
     def handles_for(self, found: Iterable[tuple[LedgerMetadata, int]], password: bytes | None = b"",
-                    recovery: bool = False, rules: RecoveryRules = DEFAULT_RULES) -> dict[int, LedgerHandle]:
+                    recovery: bool = False) -> dict[int, LedgerHandle]:
         """`open_ledgers` for ledgers whose metadata and version the caller has read already
         (`store.read_ledgers_versioned`): no ZooKeeper read for a CLOSED one."""
+        return handles_for_with_rules(self, found, DEFAULT_RULES, password, recovery)
+
+    def _handles_for(self, found: Iterable[tuple[LedgerMetadata, int]], password: bytes | None, recovery: bool,
+                     rules: RecoveryRules) -> dict[int, LedgerHandle]:
         found = list(found)
         password = checked_optional_password(password)
         for md, _ in found:
@@ -365,6 +361,25 @@ def open_ledger_with_rules(bk: BookKeeper, ledger_id: int, rules: RecoveryRules,
     bk._check_open()
     password = checked_optional_password(password)
     return bk._ctx.runtime.run(bk._open(ledger_id, password, recovery, rules), bk.config.fenceTimeout * 15 + 30)
+
+
+def open_ledgers_with_rules(bk: BookKeeper, ledger_ids: Iterable[int], rules: RecoveryRules,
+                            password: bytes | None = b"", recovery: bool = False) -> dict[int, LedgerHandle]:
+    """`bk.open_ledgers` recovering with other rules than DEFAULT_RULES (internal, as open_ledger_with_rules)."""
+    bk._check_open()
+    password = checked_optional_password(password)
+    ids = list(dict.fromkeys(ledger_ids))
+    handles: dict[int, LedgerHandle] = {}
+    for start in range(0, len(ids), OPEN_BATCH):
+        found = [got for got in bk._ctx.store.read_ledgers_versioned(ids[start:start + OPEN_BATCH]) if got is not None]
+        handles.update(bk._handles_for(found, password, recovery, rules))
+    return handles
+
+
+def handles_for_with_rules(bk: BookKeeper, found: Iterable[tuple[LedgerMetadata, int]], rules: RecoveryRules,
+                           password: bytes | None = b"", recovery: bool = False) -> dict[int, LedgerHandle]:
+    """`bk.handles_for` recovering with other rules than DEFAULT_RULES (internal, as open_ledger_with_rules)."""
+    return bk._handles_for(found, password, recovery, rules)
 
 
 def own_password(md: LedgerMetadata, password: bytes | None) -> bytes:

@@ -15,6 +15,8 @@ import threading
 import weakref
 from typing import Any
 
+from bkledger.wire.process_metrics import add_default_collectors
+
 
 class NoCounter:
     """A counter that counts nothing (metrics off)."""
@@ -81,16 +83,3 @@ def client_metrics(registry: Any | None) -> ClientMetrics:
                                   tuple(stage.labels(stage=name) for name in STAGES))
             _shared[registry] = found
         return found
-
-
-def add_default_collectors(registry: Any) -> None:
-    """Add ProcessCollector, PlatformCollector and GCCollector to `registry`, each unless it has its series
-    already (registering one twice raises with auto_describe, or doubles every series without)."""
-    from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
-
-    present = {metric.name for metric in registry.collect()}
-    wanted = (("process_cpu_seconds", ProcessCollector), ("python_info", PlatformCollector),
-              ("python_gc_objects_collected", GCCollector))
-    for name, collector in wanted:
-        if name not in present:
-            collector(registry=registry)

@@ -10,8 +10,11 @@ fail the adds (R21: EFENCED fails them, never changes the ensemble). As BookKeep
 timeout: a bookie of the ensemble that leaves an add request unanswered for addEntryTimeoutSec is treated
 as failed and replaced, even while the other bookies keep the adds completing (Qa < Qw); when no bookie is
 free to replace it and every write set keeps Qa bookies, the adds go on without it (under-replicated, a
-warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10. The effects are a
-closed union run by one `match` (`_execute`) that fails on an unknown effect.
+warning, a retry every addEntryTimeoutSec). Close CASes CLOSED with the rules of R10. All of that is the
+machine's: an ensemble change reaches this module as steps (`FindReplacements`: list the writable bookies;
+`StoreEnsembleChange`: the CAS through the metadata store, then connect), each answered back to the
+machine, and a close feeds it how its wait ended. The effects are a closed union run by one `match`
+(`_execute`) that fails on an unknown effect.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, assert_never
 
 from bkledger.client.add_trace import AddTrace, SlowAddLog
@@ -34,23 +37,23 @@ from bkledger.client.errors import (
     ClientForkedError,
     ClientInternalError,
     LedgerClosedError,
-    LedgerFencedError,
-    NotEnoughBookiesError,
 )
 from bkledger.client.protocol.digest import HEADER_LENGTH, make_digest, master_key, package_batch, package_lac
 from bkledger.client.protocol.metadata import LedgerMetadata
 from bkledger.client.protocol.pending_adds import (
     CompleteAdds,
     FailAdds,
-    NeedEnsembleChange,
     Resend,
     SendAdd,
     SendAdds,
 )
 from bkledger.client.protocol.writer_machine import (
     DEFAULT_WRITER_RULES,
+    FindReplacements,
+    GoingOnWithout,
     RetryReplacement,
     SendLac,
+    StoreEnsembleChange,
     SuspectBookie,
     WriterEffect,
     WriterMachine,
@@ -516,11 +519,12 @@ class LedgerWriter:
             match effect:
                 case CompleteAdds():
                     self._complete(effect)
-                case NeedEnsembleChange():
-                    if self._change_task is None or self._change_task.done():
-                        self._change_task = asyncio.get_running_loop().create_task(self._change_ensemble())
                 case Resend() | SendAdd():
                     self._route([(effect.entry_id, effect.indices)])
+                case FindReplacements():
+                    self._change_step(self._find_replacements())
+                case StoreEnsembleChange():
+                    self._change_step(self._store_change(effect))
                 case FailAdds():
                     self._fail(effect.entry_ids, effect.error)
                 case RetryReplacement():
@@ -530,6 +534,10 @@ class LedgerWriter:
                 case SuspectBookie():
                     log.warning("ledger %d: bookie %s %s within %.1fs: replacing it", self.ledger_id,
                                 effect.bookie_id, effect.reason, self.ctx.config.addEntryTimeoutSec)
+                case GoingOnWithout():
+                    log.warning("ledger %d: no bookie free to replace %s (%s); adds go on with the ack quorum "
+                                "left, under-replicated until a bookie is free", self.ledger_id,
+                                list(effect.bookie_ids), effect.error)
                 case _:
                     assert_never(effect)
 
@@ -592,66 +600,52 @@ class LedgerWriter:
             self._sent.clear()
             self._idle.set()
 
-    # ---- ensemble change (R9) -------------------------------------------------------------
-    async def _change_ensemble(self) -> None:
-        bad = self.machine.bad_bookies
+    # ---- ensemble change (R9): the machine decides each step, these run its I/O ----------------
+    def _change_step(self, step: Coroutine[None, None, None]) -> None:
+        """Run one step of the ensemble change (the machine starts the next only once this one answered)."""
+        self._change_task = asyncio.get_running_loop().create_task(step)
+
+    async def _find_replacements(self) -> None:
+        """List the writable bookies and let the machine pick replacements with the placement policy."""
         try:
-            for _ in range(self.ctx.config.ensembleChangeMaxAttempts):
-                failed = sorted(self.pending.failed_indices)
-                if not failed or self.error is not None:
-                    return
-                await self._replace(failed)
-            if self.pending.failed_indices:
-                raise NotEnoughBookiesError(f"ledger {self.ledger_id}: ensemble changes kept failing")
-        except NotEnoughBookiesError as exc:
-            self._no_replacement(self.ctx.pool.explain(exc, bad))
-        except (LedgerFencedError, LedgerClosedError) as exc:
-            self._execute(self.machine.fail(self.ctx.pool.explain(exc, bad)))
-        except BKError as exc:
-            self._execute(self.machine.fail(exc))
+            try:
+                writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
+            except BKError as exc:
+                self._execute(self.machine.on_change_failed(exc, time.monotonic()))
+                return
+            self._execute(self.machine.on_writable_bookies(writable, self.ctx.placement.replace_bookie,
+                                                           time.monotonic(), self._tls_rejection()))
         except Exception as exc:  # noqa: BLE001 - a task nobody awaits: the adds must not wait for ever
             self._guard("the ensemble change", exc)
 
-    async def _replace(self, failed: list[int]) -> None:
-        """Pick replacements for the failed indices (I/O and placement), CAS the machine's metadata."""
-        first = self.pending.last_add_confirmed + 1
-        ensemble = list(self.pending.ensemble)
-        writable = await asyncio.to_thread(self.ctx.store.writable_bookies)
-        exclude = set(self.machine.bad_bookies) | set(ensemble)
-        replacements: dict[int, str] = {}
-        for index in failed:                     # as BookKeeper: replace what can be, the rest stays failed
+    def _tls_rejection(self) -> BKError | None:
+        """A TLS rejection that made a failed bookie unusable, if one did (the reason to report when no bookie
+        is left to replace it)."""
+        errors = (self.ctx.pool.tls_error(bookie_id) for bookie_id in sorted(self.machine.bad_bookies))
+        return next((error for error in errors if error is not None), None)
+
+    async def _store_change(self, change: StoreEnsembleChange) -> None:
+        """CAS the machine's ensemble change, connect to the replacements, tell the machine."""
+        try:
+            ensemble, known, first, replacements = self.pending.ensemble, self.md, change.first_entry_id, change.chosen
+
+            def transform(current: LedgerMetadata) -> LedgerMetadata | None:
+                return self.machine.ensemble_change(current, known, first, replacements)
+
             try:
-                chosen = self.ctx.placement.replace_bookie(ensemble, writable, exclude)
-            except NotEnoughBookiesError:
-                if replacements:
-                    break
-                raise
-            replacements[index] = chosen
-            exclude.add(chosen)
-        known = self.md
-
-        def change(current: LedgerMetadata) -> LedgerMetadata | None:
-            return self.machine.ensemble_change(current, known, first, replacements)
-
-        md, version = await asyncio.to_thread(
-            self.ctx.store.update_ledger, self.ledger_id, change, max_attempts=self.ctx.config.metadataMaxAttempts
-        )
-        self.md, self.version = md, version
-        self.ctx.metrics.ensemble_changes.inc()
-        new_ensemble = md.last_fragment.ensemble
-        log.info("ledger %d: ensemble change from entry %d: %s -> %s", self.ledger_id, first,
-                 [ensemble[i] for i in replacements], list(replacements.values()))
-        await self._connect(tuple(replacements.values()))
-        self._execute(self.machine.on_ensemble_changed(new_ensemble, first, time.monotonic()))
-
-    def _no_replacement(self, error: BKError) -> None:
-        """No bookie is free to replace the failed ones: the machine goes on with the ack quorum left, or
-        fails the adds (R9)."""
-        if self.error is None and self.pending.changing_ensemble and self.pending.ack_quorum_left:
-            failed = [self.pending.ensemble[i] for i in sorted(self.pending.failed_indices)]
-            log.warning("ledger %d: no bookie free to replace %s (%s); adds go on with the ack quorum left, "
-                        "under-replicated until a bookie is free", self.ledger_id, failed, error)
-        self._execute(self.machine.on_no_replacement(error, time.monotonic()))
+                md, version = await asyncio.to_thread(self.ctx.store.update_ledger, self.ledger_id, transform,
+                                                      max_attempts=self.ctx.config.metadataMaxAttempts)
+            except BKError as exc:
+                self._execute(self.machine.on_change_failed(exc, time.monotonic()))
+                return
+            self.md, self.version = md, version
+            self.ctx.metrics.ensemble_changes.inc()
+            log.info("ledger %d: ensemble change from entry %d: %s -> %s", self.ledger_id, first,
+                     [ensemble[i] for i in replacements], list(replacements.values()))
+            await self._connect(tuple(replacements.values()))
+            self._execute(self.machine.on_ensemble_changed(md.last_fragment.ensemble, first, time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - a task nobody awaits: the adds must not wait for ever
+            self._guard("the ensemble change", exc)
 
     # ---- timers: add timeouts and explicit LAC ----------------------------------------------
     async def _tick(self) -> None:
@@ -668,7 +662,7 @@ class LedgerWriter:
             self._execute(self.machine.on_tick(now))
 
     def _retry_replacement(self) -> None:
-        """Failed bookies left in the ensemble (none was free): try again once a writable bookie is free."""
+        """Failed bookies left in the ensemble (none was free): list the writable ones for the machine."""
         if self._retry_task is None or self._retry_task.done():
             self._retry_task = asyncio.get_running_loop().create_task(self._retry_if_free())
 
@@ -678,8 +672,10 @@ class LedgerWriter:
         except BKError as exc:
             log.debug("ledger %d: cannot list writable bookies: %s", self.ledger_id, exc)
             return
-        if self.error is None:
+        try:
             self._execute(self.machine.on_free_bookies(writable))
+        except Exception as exc:  # noqa: BLE001 - a task nobody awaits: the adds must not wait for ever
+            self._guard("a replacement's retry", exc)
 
     def _send_explicit_lac(self, lac: int) -> None:
         """Tell the bookies the LAC of an idle writer, so tailing readers see the last entries."""
@@ -693,8 +689,9 @@ class LedgerWriter:
     # ---- close (R10) ------------------------------------------------------------------------
     async def close(self, timeout: float) -> LedgerMetadata:
         """Send the adds queued before the close (parked ones too: a close is no reason to drop them),
-        wait for every add in flight, then CAS the ledger CLOSED at the LAC (R10). Adds submitted from
-        here on fail with LedgerClosedError."""
+        wait for every add in flight (at most `timeout`: what the adds still pending then get is the
+        machine's decision), then CAS the ledger CLOSED at the LAC (R10, the machine's `close_metadata`).
+        Adds submitted from here on fail with LedgerClosedError."""
         with self._lock:
             items, self._incoming = self._incoming, []
             marks, self._incoming_marks = self._incoming_marks, []
@@ -707,13 +704,13 @@ class LedgerWriter:
             self._fail_items(items, self._refusal())
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
+            drained = True
         except TimeoutError:
-            self._fail([e for e, _, _ in self._futures],
-                       LedgerClosedError(f"ledger {self.ledger_id} closed with adds pending"))
-        if self._change_task is not None:
+            drained = False
+        self._execute(self.machine.on_close_waited(drained, time.monotonic()))
+        while self._change_task is not None and not self._change_task.done():   # each step may start the next
             await asyncio.gather(self._change_task, return_exceptions=True)
         length = self.lac_length
-        self.machine.closing = True
 
         def close(current: LedgerMetadata) -> LedgerMetadata | None:
             return self.machine.close_metadata(current, length)

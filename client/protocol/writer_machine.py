@@ -2,10 +2,17 @@
 
 Mirrors the decisions of BookKeeper's LedgerHandle write path, without its threads: the pending adds and the
 LAC (through `PendingAdds`), the per-bookie add timeouts (`UnansweredAdds`, addEntryTimeoutSec), the bound
-past which stalled adds fail (issue 46: no add hangs), when to replace a bookie, when to retry a replacement
-that found no free bookie, going on with the ack quorum left, the explicit LAC of an idle writer, and the
-metadata each CAS writes: the ensemble change and the close, with their conflicts
-(`decide_ensemble_change_conflict`, `decide_writer_close_conflict`).
+past which stalled adds fail (issue 46: no add hangs), when to replace a bookie, the ensemble change itself
+(one at a time, ensembleChangeMaxAttempts rounds, which bookies are excluded, what happens when placement
+finds none: go on with the ack quorum left or fail, with which typed error), when to retry a replacement
+that found no free bookie, the explicit LAC of an idle writer, and the metadata each CAS writes: the
+ensemble change and the close, with their conflicts (`decide_ensemble_change_conflict`,
+`decide_writer_close_conflict`) and what a close that timed out does to the adds still pending.
+
+An ensemble change is a conversation: `FindReplacements` (the driver lists the writable bookies, answers
+`on_writable_bookies` with its placement policy), `StoreEnsembleChange` (the driver CASes `ensemble_change`
+through its metadata store, connects to the replacements, answers `on_ensemble_changed`), or a failure of
+either answered `on_change_failed`. The placement policy is passed in, as time is.
 
 Time is an argument (`now`, any monotonic unit: seconds in the client, ticks in the simulation); nothing
 here reads a clock, sleeps or does I/O. Events are method calls; their outputs are the closed union
@@ -19,13 +26,14 @@ by the simulation's mutants into this production machine.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
-from bkledger.client.errors import AddEntryQuorumTimeoutError, BKError
+from bkledger.client.errors import AddEntryQuorumTimeoutError, BKError, LedgerClosedError, NotEnoughBookiesError
 from bkledger.client.protocol.add_timeouts import UnansweredAdds, add_settle_bound, adds_stalled, timed_out_indices
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 from bkledger.client.protocol.pending_adds import (
+    AddAction,
     CompleteAdds,
     FailAdds,
     NeedEnsembleChange,
@@ -85,9 +93,62 @@ class SuspectBookie:
     reason: str
 
 
+@dataclasses.dataclass(frozen=True)
+class FindReplacements:
+    """A round of an ensemble change starts (R9): list the writable bookies and answer with
+    `on_writable_bookies` (a failure to list them: `on_change_failed`)."""
+
+    failed_indices: tuple[int, ...]
+    first_entry_id: int
+    round: int                    # 1 .. ensembleChangeMaxAttempts
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreEnsembleChange:
+    """CAS the new fragment (R9): run `ensemble_change(stored, known, first_entry_id, replacements)` as the
+    metadata store's update transform, connect to the replacements, answer with `on_ensemble_changed`
+    (an error of the CAS: `on_change_failed`)."""
+
+    first_entry_id: int
+    replacements: tuple[tuple[int, str], ...]     # (ensemble index, new bookie), ascending
+
+    @property
+    def chosen(self) -> dict[int, str]:
+        return dict(self.replacements)
+
+
+@dataclasses.dataclass(frozen=True)
+class GoingOnWithout:
+    """No bookie is free to replace `bookie_ids` (`error` says why): the adds go on with the ack quorum
+    left, under-replicated, until a retry finds one (to log)."""
+
+    bookie_ids: tuple[str, ...]
+    error: BKError
+
+
 #: Everything the writer machine asks its driver to do. A driver runs each with a `match` over exactly these.
-WriterEffect = (SendAdd | Resend | CompleteAdds | FailAdds | NeedEnsembleChange | RetryReplacement | SendLac
-                | SuspectBookie)
+WriterEffect = (SendAdd | Resend | CompleteAdds | FailAdds | RetryReplacement | SendLac | SuspectBookie
+                | FindReplacements | StoreEnsembleChange | GoingOnWithout)
+
+#: A placement policy's `replace_bookie(ensemble, writable, exclude)`: a bookie of `writable` outside the
+#: ensemble and `exclude`, or NotEnoughBookiesError.
+ReplaceBookie = Callable[[Sequence[str], Sequence[str], Collection[str]], str]
+
+
+def choose_replacements(failed: Sequence[int], ensemble: Sequence[str], writable: Sequence[str],
+                        exclude: Collection[str], place: ReplaceBookie) -> dict[int, str]:
+    """A replacement for as many failed indices as placement can fill, in order, each excluded from the
+    next picks (as BookKeeper: replace what can be, the rest stays failed); {} when none is free."""
+    taken = set(exclude)
+    chosen: dict[int, str] = {}
+    for index in failed:
+        try:
+            bookie = place(ensemble, writable, taken)
+        except NotEnoughBookiesError:
+            break
+        chosen[index] = bookie
+        taken.add(bookie)
+    return chosen
 
 
 class WriterMachine:
@@ -111,6 +172,9 @@ class WriterMachine:
         self._settled_at = now                 # an add completed, or adds began to be pending
         self._last_retry = now
         self._silent_change = False            # the running ensemble change replaces a silent bookie
+        self.change_attempts = max(1, change_attempts)
+        self._rounds = 0                       # rounds of the running ensemble change (0: none runs)
+        self._unusable: BKError | None = None   # why bookies were unusable, as the driver last said
 
     # ---- views ----------------------------------------------------------------------------------
     @property
@@ -151,15 +215,16 @@ class WriterMachine:
     def on_acks(self, bookie_id: str, entry_ids: Sequence[int] | np.ndarray, now: float) -> list[WriterEffect]:
         """bookie_id acknowledged these entries (one reply: a batch)."""
         self.unanswered.on_answered(bookie_id, len(entry_ids))
-        return self._progress(list(self.pending.on_acks_from(entry_ids, bookie_id)), now)
+        acks = self.pending.on_acks_from(entry_ids, bookie_id)      # completions only: never a change
+        return self._progress(cast("list[WriterEffect]", acks), now)
 
     def on_errors(self, bookie_id: str, entry_ids: Sequence[int], status: int, now: float) -> list[WriterEffect]:
         """bookie_id failed these entries with `status` (R9; EFENCED / EUA fail the adds, R21)."""
         self.unanswered.on_answered(bookie_id, len(entry_ids))
-        effects: list[WriterEffect] = []
+        actions: list[AddAction] = []
         for entry_id in entry_ids:
-            effects += self.pending.on_error_from(entry_id, bookie_id, status)
-        return self._progress(effects, now)
+            actions += self.pending.on_error_from(entry_id, bookie_id, status)
+        return self._progress(self._steer(actions), now)
 
     def _progress(self, effects: list[WriterEffect], now: float) -> list[WriterEffect]:
         if any(isinstance(effect, CompleteAdds) for effect in effects):
@@ -174,11 +239,12 @@ class WriterMachine:
         if index is None or not self.has_pending:
             return []
         self.bad_bookies.add(bookie_id)
-        return list(self.pending.on_bookie_failed(index))
+        return self._steer(self.pending.on_bookie_failed(index))
 
     def fail(self, error: BKError) -> list[WriterEffect]:
         """Fail every pending add with `error`; the writer takes no more adds. Always announced once."""
-        return list(self.pending.fail_all(error))
+        self._rounds = 0
+        return cast("list[WriterEffect]", self.pending.fail_all(error))
 
     # ---- time -------------------------------------------------------------------------------------
     def on_tick(self, now: float) -> list[WriterEffect]:
@@ -232,9 +298,70 @@ class WriterMachine:
         effects: list[WriterEffect] = [SuspectBookie(bookie_id, index, reason)]
         changes = self.pending.on_bookie_failed(index)
         self._silent_change = self._silent_change or bool(changes)
-        return effects + list(changes)
+        return effects + self._steer(changes)
 
     # ---- ensemble change (R9) ------------------------------------------------------------------------
+    def _steer(self, actions: Sequence[AddAction], stored_at: float | None = None) -> list[WriterEffect]:
+        """The pipeline's actions as effects: its NeedEnsembleChange starts a change (one at a time: a
+        change that runs goes on with the bookies that failed meanwhile once its fragment is stored), or,
+        after a fragment was stored (at `stored_at`), the change's next round while rounds are left."""
+        effects: list[WriterEffect] = []
+        for action in actions:
+            if not isinstance(action, NeedEnsembleChange):
+                effects.append(action)
+            else:
+                if stored_at is None:               # a new change (the pipeline asks only when none runs)
+                    self._rounds = 0
+                effects += self._next_round(action, stored_at)
+        return effects
+
+    def _next_round(self, need: NeedEnsembleChange, now: float | None) -> list[WriterEffect]:
+        """A round of the ensemble change, if rounds are left (ensembleChangeMaxAttempts); else placement
+        is taken as having found no bookie."""
+        if self._rounds >= self.change_attempts:
+            return self._no_free(self._unusable or NotEnoughBookiesError(
+                f"ledger {self.ledger_id}: {self._rounds} ensemble changes in a row left bookies to replace"), now)
+        self._rounds += 1
+        return [FindReplacements(need.failed_indices, need.first_entry_id, self._rounds)]
+
+    def excluded(self) -> set[str]:
+        """Bookies never picked as replacements: the ensemble and every bookie that failed or was silent."""
+        return self.bad_bookies | set(self.pending.ensemble)
+
+    def on_writable_bookies(self, writable: Sequence[str], place: ReplaceBookie, now: float,
+                            unusable: BKError | None = None) -> list[WriterEffect]:
+        """The answer to FindReplacements: `place` (the placement policy) picks replacements among the
+        writable bookies outside `excluded()`. None free: go on with the ack quorum left or fail, with
+        `unusable` (why bookies cannot be used, e.g. a TLS rejection, known to the driver) or
+        NotEnoughBookiesError."""
+        if not self._rounds or self.pending.error is not None or not self.pending.changing_ensemble:
+            self._rounds = 0
+            return []
+        self._unusable = unusable
+        failed = sorted(self.pending.failed_indices)
+        chosen = choose_replacements(failed, self.pending.ensemble, writable, self.excluded(), place)
+        if not chosen:
+            return self._no_free(unusable or NotEnoughBookiesError(
+                f"ledger {self.ledger_id}: no writable bookie outside the ensemble and the failed ones to "
+                f"replace {[self.pending.ensemble[i] for i in failed]}; start another bookie"), now)
+        return [StoreEnsembleChange(self.pending.last_add_confirmed + 1, tuple(sorted(chosen.items())))]
+
+    def _no_free(self, error: BKError, now: float | None) -> list[WriterEffect]:
+        self._rounds = 0
+        going_on = self.pending.error is None and self.pending.changing_ensemble and self.pending.ack_quorum_left
+        ensemble = self.pending.ensemble
+        said: list[WriterEffect] = []
+        if going_on:
+            said.append(GoingOnWithout(tuple(ensemble[i] for i in sorted(self.pending.failed_indices)), error))
+        return said + self.on_no_replacement(error, self._last_retry if now is None else now)
+
+    def on_change_failed(self, error: BKError, now: float) -> list[WriterEffect]:
+        """Listing the writable bookies or the CAS failed (a closed or recovering ledger, R9, R21; the
+        metadata store's own errors): every pending add fails with `error`."""
+        self._rounds = 0
+        self._silent_change = False
+        return self.fail(error)
+
     def ensemble_change(self, stored: LedgerMetadata, known: LedgerMetadata, first_entry_id: int,
                         replacements: Mapping[int, str]) -> LedgerMetadata | None:
         """The metadata the ensemble change CAS writes over `stored`, given the writer's `known` metadata;
@@ -251,30 +378,49 @@ class WriterMachine:
         raise conflict_error(decision, stored)
 
     def on_ensemble_changed(self, new_ensemble: Sequence[str], first_entry_id: int, now: float) -> list[WriterEffect]:
-        """The new fragment is stored: forget the replaced bookies' requests, resend to their replacements."""
+        """The new fragment is stored: forget the replaced bookies' requests, resend to their replacements;
+        bookies that failed meanwhile are replaced in the change's next round."""
+        if self.pending.error is not None or not self.pending.changing_ensemble:
+            self._rounds = 0                        # the change was given up on (the adds failed): stale
+            return []
         for bookie_id in set(self.pending.ensemble) - set(new_ensemble):
             self.unanswered.forget(bookie_id)
         self._last_progress = now
-        effects = self.pending.on_ensemble_changed(new_ensemble, first_entry_id)
+        effects = self._steer(self.pending.on_ensemble_changed(new_ensemble, first_entry_id), stored_at=now)
+        if not self.pending.changing_ensemble or self.pending.error is not None:
+            self._rounds = 0
         self._silent_change = self._silent_change and self.pending.changing_ensemble
-        return list(effects)
+        return effects
 
     def on_no_replacement(self, error: BKError, now: float) -> list[WriterEffect]:
         """No bookie is free to replace the failed ones: go on with the ack quorum left, or fail (R9)."""
         self._last_retry = now
         self._silent_change = False
+        self._rounds = 0
         if not self.pending.changing_ensemble:
             return self.fail(error)
-        return list(self.pending.on_ensemble_change_failed(error))
+        return cast("list[WriterEffect]", self.pending.on_ensemble_change_failed(error))
 
     def on_free_bookies(self, writable: Sequence[str]) -> list[WriterEffect]:
         """The answer to RetryReplacement: these bookies are writable; retry if one is free to use."""
-        free = set(writable) - set(self.pending.ensemble) - self.bad_bookies
+        free = set(writable) - self.excluded()
         if not free or self.pending.error is not None:
             return []
-        return list(self.pending.retry_ensemble_change())
+        return self._steer(self.pending.retry_ensemble_change())
 
     # ---- close (R10) --------------------------------------------------------------------------------
+    def on_close_waited(self, drained: bool, now: float) -> list[WriterEffect]:
+        """The close waited for the adds in flight (`drained`: all settled; else its timeout ran out). No
+        replacement is retried from here on; adds still pending fail with LedgerClosedError (maybe written:
+        the close CASes the ledger at the LAC, R10, so readers never see them)."""
+        self.closing = True
+        self._last_retry = now
+        if drained or not self.has_pending:
+            return []
+        return self.fail(LedgerClosedError(
+            f"ledger {self.ledger_id} closed with adds pending (none completed within the close's timeout); "
+            f"it ends at entry {self.pending.last_add_confirmed}"))
+
     def close_metadata(self, stored: LedgerMetadata, length: int) -> LedgerMetadata | None:
         """The metadata the close CAS writes over `stored` (CLOSED at the LAC); None when `stored` is
         already closed at this LAC. Another close, or a recovery, raises its typed error (R10)."""

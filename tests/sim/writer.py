@@ -4,8 +4,10 @@ Mirrors BookKeeper's LedgerHandle as `client/writer.py` does, with the simulated
 of gRPC and asyncio: each add gets the next entry id from the machine, is packaged with the real digest code
 and sent to its write set; acks, errors, request timeouts and the clock (`on_tick(world.now)`) are fed to
 the same `WriterMachine` the client runs, and its effects run by a `match` over the closed `WriterEffect`
-union. The machine decides the metadata each CAS writes (`ensemble_change`, `close_metadata`) and settles
-the conflicts after a lost race or a lost answer; this driver only picks replacement bookies (placement) and
+union. The machine decides each step of an ensemble change (when it starts, its rounds, which bookies are
+excluded, what happens when none is free), the metadata each CAS writes (`ensemble_change`,
+`close_metadata`) and the conflicts after a lost race or a lost answer; replacements are picked by the
+client's own `RandomPlacementPolicy` (seeded from the world) through the machine, and this driver only
 talks to the simulated metadata store. What the writer saw acknowledged goes to the oracle. After an add is
 sent, after an acknowledgement moved its LAC (which no bookie knows before the next add) and while a CAS is
 in flight it reaches a hazard point (the world may pause or kill it there). Writer mutants are
@@ -14,17 +16,22 @@ in flight it reaches a hazard point (the world may pause or kill it there). Writ
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import assert_never
 
-from bkledger.client.errors import BKError, LedgerFencedError, NotEnoughBookiesError
+from bkledger.client.errors import BKError, ClientInternalError, LedgerFencedError
+from bkledger.client.meta.errors import UpdateConflictError
+from bkledger.client.placement import RandomPlacementPolicy
 from bkledger.client.protocol.digest import DigestManager, master_key, package_entry
 from bkledger.client.protocol.metadata import LedgerMetadata
-from bkledger.client.protocol.pending_adds import CompleteAdds, FailAdds, NeedEnsembleChange, Resend, SendAdd
+from bkledger.client.protocol.pending_adds import CompleteAdds, FailAdds, Resend, SendAdd
 from bkledger.client.protocol.status import StatusCode
 from bkledger.client.protocol.writer_machine import (
+    FindReplacements,
+    GoingOnWithout,
     RetryReplacement,
     SendLac,
+    StoreEnsembleChange,
     SuspectBookie,
     WriterEffect,
     WriterMachine,
@@ -36,7 +43,7 @@ from tests.sim.net import Network
 from tests.sim.oracle import Oracle
 from tests.sim.world import World
 
-MAX_ENSEMBLE_CHANGES = 40
+MAX_CAS_ATTEMPTS = 10           # the client's metadataMaxAttempts: lost CAS races before an ensemble change fails
 MAX_CLOSE_ATTEMPTS = 10
 CHANGE_ATTEMPTS = 3             # the client's ensembleChangeMaxAttempts: with the add timeout, the stall bound
 
@@ -60,11 +67,11 @@ class Writer(Actor):
         self.m = WriterMachine(md, add_timeout=world.timeout, change_attempts=CHANGE_ATTEMPTS,
                                rules=writer_rules(mutation), now=world.now)
         self.pa = self.m.pending
+        self.placement = RandomPlacementPolicy(seed=world.rng.getrandbits(32))   # the client's own policy
         self.bodies: dict[int, bytes] = {}
         self.lengths: dict[int, int] = {-1: 0}
         self.state = "writing"      # writing -> closing -> closed | failed
         self.adding = True
-        self._changes = 0
         self._close_attempts = 0
 
     def start(self) -> None:
@@ -122,8 +129,14 @@ class Writer(Actor):
                     self.oracle.on_acked(effect.first_entry_id, effect.last_add_confirmed)
                     # The LAC just moved and no bookie knows it yet (it rides on the next add).
                     self.world.hazard("writer_acked", self)
-                case NeedEnsembleChange():
-                    self._change(effect)
+                case FindReplacements():      # every simulated bookie is writable; the client's placement picks
+                    self._run(self.m.on_writable_bookies(self.bookies, self.placement.replace_bookie, self.world.now))
+                case StoreEnsembleChange():
+                    self.world.note(f"writer: ensemble change at {effect.first_entry_id} replaces "
+                                    f"{list(effect.replacements)}")
+                    self._store_change(effect, self.md, self.version, self.md, 1)
+                case GoingOnWithout():
+                    self.world.note(f"writer: no bookie free to replace {list(effect.bookie_ids)}: going on with Qa")
                 case FailAdds():
                     self.world.note(f"writer: adds {list(effect.entry_ids)} failed: {type(effect.error).__name__}")
                     self._failed(effect.error)
@@ -157,58 +170,41 @@ class Writer(Actor):
         self.state = "failed"
         self.world.note(f"writer failed: {type(error).__name__}")
 
-    # ---- ensemble change (R9) -------------------------------------------------------------------------
-    def _change(self, need: NeedEnsembleChange) -> None:
-        ensemble = self.md.last_fragment.ensemble
-        candidates = [b for b in self.bookies if b not in ensemble]
-        if self._changes >= MAX_ENSEMBLE_CHANGES:
-            self._run(self.m.fail(NotEnoughBookiesError()))
-            return
-        if not candidates:      # as the driver: go on with the ack quorum left if every write set has it
-            self.world.note(f"writer: no bookie free to replace {list(need.failed_indices)}")
-            self._run(self.m.on_no_replacement(NotEnoughBookiesError(), self.world.now))
-            return
-        replaced = need.failed_indices[:len(candidates)]        # replace what can be, the rest stays failed
-        chosen = self.world.rng.sample(candidates, len(replaced))
-        replacements = dict(zip(replaced, chosen, strict=True))
-        self.world.note(f"writer: ensemble change at {need.first_entry_id} replaces {list(replaced)}"
-                        f" with {chosen}")
-        self._store_change(need, self.md, replacements, self.version, self.md)
-
-    def _store_change(self, need: NeedEnsembleChange, known: LedgerMetadata, replacements: Mapping[int, str],
-                      version: int, stored: LedgerMetadata) -> None:
-        """CAS the machine's ensemble change over `stored` (at `version`); a conflict re-reads and asks it again."""
+    # ---- ensemble change (R9): the machine decides each step, this runs the metadata store's CAS ------
+    def _store_change(self, change: StoreEnsembleChange, known: LedgerMetadata, version: int,
+                      stored: LedgerMetadata, attempt: int) -> None:
+        """CAS the machine's ensemble change over `stored` (at `version`); a conflict re-reads and asks it
+        again, up to MAX_CAS_ATTEMPTS times (the client's metadataMaxAttempts)."""
         try:
-            mine = self.m.ensemble_change(stored, known, need.first_entry_id, replacements)
+            mine = self.m.ensemble_change(stored, known, change.first_entry_id, change.chosen)
         except BKError as exc:
             self.world.note(f"writer: ensemble change refused: {type(exc).__name__}")
-            self._run(self.m.fail(exc))
+            self._run(self.m.on_change_failed(exc, self.world.now))
             return
-        except ValueError:          # the stored ensemble moved under this choice: pick again from it
-            self.md, self.version = stored, version
-            self._change(need)
+        except ValueError as exc:   # as the client's guard: an unexpected error fails the writer, typed
+            self._run(self.m.on_change_failed(ClientInternalError(repr(exc)), self.world.now))
             return
         if mine is None:
             self.world.note("writer: ensemble change already stored")
-            self._changed(stored, version, need)
+            self._changed(stored, version, change)
             return
-        self._changes += 1
-        if self._changes > MAX_ENSEMBLE_CHANGES:
-            self._run(self.m.fail(NotEnoughBookiesError()))
+        if attempt > MAX_CAS_ATTEMPTS:
+            self._run(self.m.on_change_failed(UpdateConflictError(), self.world.now))
             return
-        self.cas_md(version, mine, lambda v: self._changed(mine, v, need),
-                    lambda: self.read_md(lambda v, now: self._store_change(need, known, replacements, v, now),
-                                         lambda: self._run(self.m.fail(LedgerFencedError()))))
+        self.cas_md(version, mine, lambda v: self._changed(mine, v, change),
+                    lambda: self.read_md(lambda v, now: self._store_change(change, known, v, now, attempt + 1),
+                                         lambda: self._run(self.m.on_change_failed(LedgerFencedError(),
+                                                                                   self.world.now))))
         self.world.hazard("writer_cas_sent", self)
 
-    def _changed(self, md: LedgerMetadata, version: int, need: NeedEnsembleChange) -> None:
+    def _changed(self, md: LedgerMetadata, version: int, change: StoreEnsembleChange) -> None:
         self.md, self.version = md, version
-        self._run(self.m.on_ensemble_changed(md.last_fragment.ensemble, need.first_entry_id, self.world.now))
+        self._run(self.m.on_ensemble_changed(md.last_fragment.ensemble, change.first_entry_id, self.world.now))
 
     # ---- close (R10) ------------------------------------------------------------------------------------
     def _close(self) -> None:
         self.state = "closing"
-        self.m.closing = True
+        self._run(self.m.on_close_waited(True, self.world.now))     # idle: nothing pending to fail
         self._store_close(self.version, self.md)
 
     def _store_close(self, version: int, stored: LedgerMetadata) -> None:

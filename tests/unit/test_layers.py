@@ -1,7 +1,8 @@
 """Layer rules of DESIGN.md: the protocol core is pure, the module graph of our packages has no circle, and
-no arrow points the wrong way (client -> bookie or spark_connector, the bookie's request path -> client,
-wire -> anything of ours but proto, spark_connector -> the client's inner modules). Pure AST: every import
-counts, also inside functions and under TYPE_CHECKING, relative ones resolved."""
+no arrow points the wrong way (client -> bookie or spark_connector, the bookie's request path (its metrics
+included) -> client, any bookie module -> client.metrics, wire -> anything of ours but proto, spark_connector
+-> the client's inner modules). Pure AST: every import counts, also inside functions and under TYPE_CHECKING,
+relative ones resolved."""
 
 from __future__ import annotations
 
@@ -96,8 +97,8 @@ def test_everything_imports_our_packages_under_the_one_root():
 # It takes the wire and the entry format from `wire`, never from the client.
 REQUEST_PATH = {"bookie.core", "bookie.add_request", "bookie.add_trace", "bookie.bookie", "bookie.config",
                 "bookie.config_keys", "bookie.direct_append", "bookie.entrylog", "bookie.files", "bookie.index",
-                "bookie.journal", "bookie.memory", "bookie.ranges_read", "bookie.records_io", "bookie.request_guard",
-                "bookie.server", "bookie.storage", "bookie.thread_guard"}
+                "bookie.journal", "bookie.memory", "bookie.metrics", "bookie.ranges_read", "bookie.records_io",
+                "bookie.request_guard", "bookie.server", "bookie.storage", "bookie.thread_guard"}
 # What of the client the Spark connector may import: the package itself (what bkledger.client exports), its
 # errors and configuration, the pure log format (client.log.core) and the connector's surface (client.connector).
 SPARK_MAY_IMPORT = {"client", "client.errors", "client.config", "client.connector"}
@@ -204,6 +205,8 @@ def _forbidden(source: str, target: str) -> str | None:
     src, dst = source.split(".")[0], target.split(".")[0]
     if src == "client" and dst in ("bookie", "spark_connector"):
         return f"the client imports {dst}"
+    if src == "bookie" and _in(target, ["client.metrics"]):
+        return "the bookie imports the client's metrics (what both share lives in wire.process_metrics)"
     if _in(source, REQUEST_PATH) and dst == "client":
         return "the bookie's request path imports the client (the wire and entry format live in wire/)"
     if src == "wire" and dst not in ("wire", "proto"):
@@ -230,8 +233,8 @@ def test_our_modules_import_each_other_without_circles():
 
 
 def test_no_import_points_the_wrong_way():
-    """client -> bookie or spark_connector, the bookie's request path -> client, wire -> anything of ours but
-    proto, and spark_connector -> the client's inner modules are all forbidden."""
+    """client -> bookie or spark_connector, the bookie's request path -> client, bookie -> client.metrics, wire ->
+    anything of ours but proto, and spark_connector -> the client's inner modules are all forbidden."""
     violations = _violations(_graph(ROOT))
     assert not violations, "forbidden imports:\n" + "\n".join(violations)
 
@@ -253,8 +256,12 @@ def test_the_graph_walker_sees_every_kind_of_import(tmp_path):
     (tmp_path / "client" / "b.py").write_text("def f():\n    from bkledger.client import a\n")
     (tmp_path / "wire" / "w.py").write_text("from ..client import b\n")
     (tmp_path / "spark_connector" / "s.py").write_text("from bkledger.client.b import f\n")
+    (tmp_path / "client" / "metrics.py").write_text("")
+    (tmp_path / "bookie" / "stats.py").write_text("from bkledger.client.metrics import add_default_collectors\n")
     graph = _graph(tmp_path)
     assert graph["client.a"] == {"client.b"} and graph["client.b"] == {"client.a"}
     assert _circles(graph) == [["client.a", "client.b"]]
-    assert _violations(graph) == ["spark_connector.s -> client.b: Spark imports only the client's public modules",
+    assert _violations(graph) == ["bookie.stats -> client.metrics: the bookie imports the client's metrics (what both "
+                                  "share lives in wire.process_metrics)",
+                                  "spark_connector.s -> client.b: Spark imports only the client's public modules",
                                   "wire.w -> client.b: wire imports nothing of ours but proto"]

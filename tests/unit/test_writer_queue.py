@@ -365,3 +365,105 @@ def test_issue46_the_recovery_driver_refuses_an_event_it_does_not_know() -> None
     assert run._dispatch(machine, FenceAnswer(0, pb.EOK, -1)) == []      # one fenced bookie: no coverage yet
     with pytest.raises(AssertionError):
         run._dispatch(machine, ("fence", (0, pb.EOK, -1)))  # type: ignore[arg-type]
+
+
+class FakeStore:
+    """The metadata store as far as a writer uses it: the writable bookies and the CAS update loop."""
+
+    def __init__(self, md: Any, writable: list[str]) -> None:
+        self.md, self.version, self.writable = md, 0, writable
+
+    def writable_bookies(self) -> list[str]:
+        return list(self.writable)
+
+    def update_ledger(self, ledger_id: int, fn: Any, *, max_attempts: int) -> tuple[Any, int]:
+        new = fn(self.md)
+        if new is not None:
+            self.md, self.version = new, self.version + 1
+        return self.md, self.version
+
+
+def _changing_writer(spare: str) -> tuple[LedgerWriter, dict[str, FakeBookie], FakeStore]:
+    """A writer E=3 Qw=3 Qa=2 whose context also has a store, a placement policy and a pool to connect with."""
+    from bkledger.client.placement import RandomPlacementPolicy
+
+    writer, bookies = _writer(3, 3, 2, window=100)
+    bookies[spare] = FakeBookie()
+    store = FakeStore(writer.md, list(bookies))
+
+    async def get(bookie_id: str) -> FakeBookie:
+        return bookies[bookie_id]
+
+    writer.ctx.pool = types.SimpleNamespace(cached=bookies.get, get=get, tls_error=lambda bookie_id: None)  # type: ignore[assignment]
+    writer.ctx.store = store  # type: ignore[assignment]
+    writer.ctx.placement = RandomPlacementPolicy(seed=1)
+    return writer, bookies, store
+
+
+async def _changes_done(writer: LedgerWriter) -> None:
+    """Wait (bounded) for the ensemble change's steps: each may start the next."""
+    while writer._change_task is not None and not writer._change_task.done():
+        await asyncio.wait_for(asyncio.gather(writer._change_task), 10)
+
+
+def test_r9_the_driver_runs_the_machines_ensemble_change_steps() -> None:
+    """R9 through LedgerWriter: a failed bookie -> the machine's FindReplacements (writable bookies listed)
+    -> StoreEnsembleChange (the CAS through the store) -> resends to the replacement, whose acks complete
+    the adds; the failed bookie, though still listed writable, is never picked back."""
+    async def scenario() -> None:
+        writer, bookies, store = _changing_writer("b3")
+        futures = [_submit(writer, b"p%d" % i) for i in range(2)]
+        await asyncio.sleep(0)
+        _ack(writer, "b0", 0, 1)
+        writer.on_bookie_failed("b1")
+        await _changes_done(writer)
+        assert store.md.last_fragment.ensemble == ("b0", "b3", "b2") and writer.md is store.md
+        assert [e for sent in bookies["b3"].sent for e in sent[0]] == [0, 1]
+        _ack(writer, "b3", 0, 1)
+        assert [f.result(0) for f in futures if f] == [0, 1]
+
+    asyncio.run(scenario())
+
+
+def test_r9_no_free_bookie_below_the_ack_quorum_fails_the_adds_through_the_driver() -> None:
+    """Two bookies of E=3 Qw=3 Qa=2 fail and the only writable one outside the ensemble failed before: the
+    machine decides NotEnoughBookiesError, the driver fails the adds with it and refuses the next."""
+    from bkledger.client.errors import NotEnoughBookiesError
+
+    async def scenario() -> None:
+        writer, _, store = _changing_writer("b3")
+        future = _submit(writer, b"x")
+        await asyncio.sleep(0)
+        writer.machine.bad_bookies.add("b3")
+        writer.on_bookie_failed("b1")
+        writer.on_bookie_failed("b2")
+        await _changes_done(writer)
+        assert future is not None and isinstance(future.exception(0), NotEnoughBookiesError)
+        assert store.version == 0
+        later = _submit(writer, b"later")
+        assert later is not None and isinstance(later.exception(0), NotEnoughBookiesError)
+
+    asyncio.run(scenario())
+
+
+def test_r10_a_close_that_times_out_fails_the_pending_adds_closed_and_closes_at_the_lac() -> None:
+    """R10 through LedgerWriter: the close's wait runs out with an add unanswered; the machine fails it with
+    LedgerClosedError and the CAS closes the ledger at the LAC (entry 0 acknowledged, entry 1 not)."""
+    from bkledger.client.errors import LedgerClosedError
+    from bkledger.client.protocol.metadata import LedgerState
+
+    async def scenario() -> None:
+        writer, _, store = _changing_writer("b3")
+        done = _submit(writer, b"acked")
+        await asyncio.sleep(0)
+        _ack(writer, "b0", 0)
+        _ack(writer, "b1", 0)
+        stuck = _submit(writer, b"never answered")
+        await asyncio.sleep(0)
+        md = await asyncio.wait_for(writer.close(0.05), 10)
+        assert done is not None and done.result(0) == 0
+        assert stuck is not None and isinstance(stuck.exception(0), LedgerClosedError)
+        assert "closed with adds pending" in str(stuck.exception(0))          # the machine's decision
+        assert md.state is LedgerState.CLOSED and md.last_entry_id == 0 and store.md is md
+
+    asyncio.run(scenario())
