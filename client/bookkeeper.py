@@ -290,9 +290,9 @@ class BookKeeper(LogsMixin, TransactionsMixin, OffloadPolicyMixin):
             md, version = await RecoveryRun(self._ctx, md, password, rules).run()
         lac = md.last_entry_id
         if md.state is not LedgerState.CLOSED:
-            from bkledger.client.protocol.digest import make_digest, master_key
+            from bkledger.client.protocol.digest import make_digest
 
-            reader = LedgerReader(self._ctx, md, make_digest(md.digest_type, password), master_key(password))
+            reader = LedgerReader(self._ctx, md, make_digest(md.digest_type, password), password)
             lac = await reader.read_lac()       # R12: no fence (reads.lac_read_fences)
         return LedgerHandle(self._ctx, md, version, password, lac=lac)
 

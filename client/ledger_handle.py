@@ -26,7 +26,7 @@ from bkledger.client.errors import (
     ReadTimeoutError,
 )
 from bkledger.client.protocol.add_timeouts import add_settle_bound
-from bkledger.client.protocol.digest import Buffer, make_digest, master_key
+from bkledger.client.protocol.digest import Buffer, make_digest
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 from bkledger.client.protocol.reads import check_read_range
 from bkledger.client.ranges_reader import RangeRead
@@ -57,7 +57,7 @@ class LedgerHandle:
         self._version = version
         self._password = password
         self._writer = writer
-        self._reader = LedgerReader(ctx, md, make_digest(md.digest_type, password), master_key(password))
+        self._reader = LedgerReader(ctx, md, make_digest(md.digest_type, password), password)
         self._lac = md.last_entry_id if md.state is LedgerState.CLOSED else lac
         self._closed_handle = False
 

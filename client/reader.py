@@ -25,7 +25,7 @@ import lz4.block
 
 from bkledger.client.errors import BKError, BookieUnavailableError, DigestMismatchError
 from bkledger.client.protocol import quorum
-from bkledger.client.protocol.digest import HEADER_LENGTH, MAC_LENGTHS, DigestManager, unpack_entry
+from bkledger.client.protocol.digest import HEADER_LENGTH, MAC_LENGTHS, DigestManager, master_key, unpack_entry
 from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata
 from bkledger.client.protocol.reads import (
     DEFAULT_READER_RULES,
@@ -140,15 +140,16 @@ class ReadChunk:
 
 
 class LedgerReader:
-    """`master_key`: the ledger's, sent only if `rules` made the LAC reads fence (R12: never by default).
-    `rules`: the reader's protocol switches (R7, R11, R12; `reads.ReaderRules`), the defaults but in tests."""
+    """`password`: the ledger's, whose master key goes only with LAC reads that fence (R12: none, unless
+    `rules` say so). `rules`: the reader's protocol switches (R7, R11, R12; `reads.ReaderRules`), the
+    defaults but in tests."""
 
-    def __init__(self, ctx: ClientContext, md: LedgerMetadata, digest: DigestManager, master_key: bytes = b"",
+    def __init__(self, ctx: ClientContext, md: LedgerMetadata, digest: DigestManager, password: bytes = b"",
                  rules: ReaderRules = DEFAULT_READER_RULES):
         self.ctx = ctx
         self.md = md
         self.digest = digest
-        self.master_key = master_key
+        self.password = password
         self.rules = rules
         self.ledger_id = md.ledger_id
         self._entry_bytes = 1024.0          # average packaged entry size seen, to size range requests
@@ -212,7 +213,7 @@ class LedgerReader:
             request.timeout_ms = timeout_ms
         if lac_read_fences(self.rules):
             request.fence = True
-            request.master_key = self.master_key
+            request.master_key = master_key(self.password)
         return request
 
     async def wait_lac(self, previous: int, timeout: float) -> int:

@@ -15,7 +15,7 @@ from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.takeover import DEFAULT_LOG_RULES, LogRules
 from bkledger.client.log.ledgers import seal_tail
 from bkledger.client.protocol import transforms
-from bkledger.client.protocol.digest import make_digest, master_key
+from bkledger.client.protocol.digest import make_digest
 from bkledger.client.protocol.metadata import LedgerState
 from bkledger.client.protocol.reads import DEFAULT_READER_RULES, ReaderRules
 from bkledger.client.protocol.recovery import DEFAULT_RULES, CloseLedger, RecoveryRules
@@ -51,7 +51,7 @@ def test_reader_lac_reads_fence_only_with_the_rule_off(bk: BookKeeper):
     lh = _written(bk)
     md = lh.metadata
     for rules, fences in ((DEFAULT_READER_RULES, False), (ReaderRules(open_never_fences=False), True)):
-        reader = LedgerReader(bk._ctx, md, make_digest(md.digest_type, PASSWORD), master_key(PASSWORD), rules)
+        reader = LedgerReader(bk._ctx, md, make_digest(md.digest_type, PASSWORD), PASSWORD, rules)
         assert bk._ctx.runtime.run(reader.read_lac(), 30) >= 1
         if fences:
             with pytest.raises(BKError):

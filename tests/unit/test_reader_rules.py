@@ -35,7 +35,7 @@ def _md():
 
 def _reader(rules: ReaderRules = DEFAULT_READER_RULES) -> LedgerReader:
     no_context: Any = SimpleNamespace()          # building a request needs no connection
-    return LedgerReader(no_context, _md(), DigestManager(DigestType.CRC32C, b"pw"), master_key(b"pw"), rules)
+    return LedgerReader(no_context, _md(), DigestManager(DigestType.CRC32C, b"pw"), b"pw", rules)
 
 
 def test_lac_bound_switch_lets_an_open_ledger_be_read_past_its_lac():
