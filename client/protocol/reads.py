@@ -74,7 +74,8 @@ def lac_read_fences(rules: ReaderRules = DEFAULT_READER_RULES) -> bool:
 def received_entry(digest: DigestManager, ledger_id: int, entry_id: int | None, body: Buffer,
                    rules: ReaderRules = DEFAULT_READER_RULES) -> Entry:
     """R7: a copy a bookie sent, as the reader may use it: verified by `unpack_entry` (DigestMismatchError
-    on a wrong ledger or entry id, a truncated body or a bad digest; read another replica)."""
+    on a wrong ledger or entry id, a truncated body or a bad digest; read another replica). With
+    `rules.verify_digest` off (a known bug: the no-digest-check mutant) its fields are taken unchecked."""
     if rules.verify_digest:
         return unpack_entry(digest, ledger_id, entry_id, body)
     return parse_entry(digest, body)
