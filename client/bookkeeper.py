@@ -292,7 +292,8 @@ class BookKeeper(LogsMixin, TransactionsMixin, OffloadPolicyMixin):
         if md.state is not LedgerState.CLOSED:
             from bkledger.client.protocol.digest import make_digest
 
-            lac = await LedgerReader(self._ctx, md, make_digest(md.digest_type, password)).read_lac()
+            reader = LedgerReader(self._ctx, md, make_digest(md.digest_type, password), password)
+            lac = await reader.read_lac()       # R12: no fence (reads.lac_read_fences)
         return LedgerHandle(self._ctx, md, version, password, lac=lac)
 
     # ---- the rest ---------------------------------------------------------------------------

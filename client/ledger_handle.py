@@ -57,7 +57,7 @@ class LedgerHandle:
         self._version = version
         self._password = password
         self._writer = writer
-        self._reader = LedgerReader(ctx, md, make_digest(md.digest_type, password))
+        self._reader = LedgerReader(ctx, md, make_digest(md.digest_type, password), password)
         self._lac = md.last_entry_id if md.state is LedgerState.CLOSED else lac
         self._closed_handle = False
 
@@ -163,7 +163,7 @@ class LedgerHandle:
 
     def read_entries(self, first: int, last: int) -> Iterator[LedgerEntry]:
         """Entries first..last in order; refuses to go above the LAC (open) or last entry id (R11)."""
-        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        check_read_range(self.metadata, self.last_add_confirmed, first, last, self._reader.rules)
         position = first
         while position <= last:
             chunk = self._ctx.runtime.run(self._chunk(position, last), self._ctx.config.readTimeout * 12)
@@ -185,14 +185,14 @@ class LedgerHandle:
 
     def read_chunk(self, first: int, last: int) -> ReadChunk:
         """One chunk of entries from `first` (bounded by readBatchBytes): the fast path for bulk readers."""
-        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        check_read_range(self.metadata, self.last_add_confirmed, first, last, self._reader.rules)
         return self._ctx.runtime.run(self._chunk(first, last), self._ctx.config.readTimeout * 12)
 
     def read_chunk_async(self, first: int, last: int) -> concurrent.futures.Future[ReadChunk]:
         """`read_chunk` without waiting: the read runs on the client loop (bounded like read_chunk) and
         the future gives the chunk. Reads of many ledgers can be in flight at once with no thread each
         (a reader of many small ledgers); one at a time per handle."""
-        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        check_read_range(self.metadata, self.last_add_confirmed, first, last, self._reader.rules)
         bound = self._ctx.config.readTimeout * 12
         what = f"the read of ledger {self.ledger_id} from entry {first}"
         return self._ctx.runtime.submit(bounded(self._chunk(first, last), bound, what, ReadTimeoutError))
@@ -200,12 +200,12 @@ class LedgerHandle:
     def range_read(self, first: int, last: int) -> RangeRead:
         """This read as one of many (`BookKeeper.read_chunks_async`): its future gives what read_chunk_async
         would give."""
-        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        check_read_range(self.metadata, self.last_add_confirmed, first, last, self._reader.rules)
         return RangeRead(self._bound_reader(), first, last, functools.partial(self._chunk, first, last),
                          concurrent.futures.Future())
 
     async def read(self, first: int, last: int) -> list[LedgerEntry]:
-        check_read_range(self.metadata, self.last_add_confirmed, first, last)
+        check_read_range(self.metadata, self.last_add_confirmed, first, last, self._reader.rules)
         out: list[LedgerEntry] = []
         position = first
         while position <= last:

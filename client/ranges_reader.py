@@ -257,7 +257,8 @@ def _chunk(read: RangeRead, ids: I64, starts: I64, ends: I64, data: memoryview,
     if checked:
         return read.reader.chunk_of(ids[:run], data, starts[:run], ends[:run])
     try:
-        verify_entries(read.reader.digest, read.reader.ledger_id, ids[:run], starts[:run], ends[:run], data)
+        verify_entries(read.reader.digest, read.reader.ledger_id, ids[:run], starts[:run], ends[:run], data,
+                       read.reader.rules)
     except DigestMismatchError as exc:
         log.warning("ledger %d: ReadRanges answer from %s: %s", read.reader.ledger_id, bookie_id, exc)
         return None

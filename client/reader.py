@@ -25,9 +25,17 @@ import lz4.block
 
 from bkledger.client.errors import BKError, BookieUnavailableError, DigestMismatchError
 from bkledger.client.protocol import quorum
-from bkledger.client.protocol.digest import HEADER_LENGTH, MAC_LENGTHS, DigestManager, unpack_entry
+from bkledger.client.protocol.digest import HEADER_LENGTH, MAC_LENGTHS, DigestManager, master_key, unpack_entry
 from bkledger.client.protocol.metadata import DigestType, Fragment, LedgerMetadata
-from bkledger.client.protocol.reads import fragment_ranges, read_error, read_order
+from bkledger.client.protocol.reads import (
+    DEFAULT_READER_RULES,
+    ReaderRules,
+    fragment_ranges,
+    lac_read_fences,
+    read_error,
+    read_order,
+    received_entry,
+)
 from bkledger.client.protocol.speculative import SequenceRead, stall_deadline, stalled
 from bkledger.client.protocol.status import StatusCode
 from bkledger.client.protocol.write_set import write_set
@@ -132,10 +140,17 @@ class ReadChunk:
 
 
 class LedgerReader:
-    def __init__(self, ctx: ClientContext, md: LedgerMetadata, digest: DigestManager):
+    """`password`: the ledger's, whose master key goes only with LAC reads that fence (R12: none, unless
+    `rules` say so). `rules`: the reader's protocol switches (R7, R11, R12; `reads.ReaderRules`), the
+    defaults but in tests."""
+
+    def __init__(self, ctx: ClientContext, md: LedgerMetadata, digest: DigestManager, password: bytes = b"",
+                 rules: ReaderRules = DEFAULT_READER_RULES):
         self.ctx = ctx
         self.md = md
         self.digest = digest
+        self.password = password
+        self.rules = rules
         self.ledger_id = md.ledger_id
         self._entry_bytes = 1024.0          # average packaged entry size seen, to size range requests
         self._entry_bytes_seen = False      # striped pieces: STRIPE_CHUNK entries until a piece was read
@@ -152,7 +167,7 @@ class LedgerReader:
         lac = response.max_lac
         if response.status == pb.EOK and response.body:
             try:
-                lac = max(lac, unpack_entry(self.digest, self.ledger_id, None, response.body).lac)
+                lac = max(lac, received_entry(self.digest, self.ledger_id, None, response.body, self.rules).lac)
             except DigestMismatchError:
                 return StatusCode.DIGEST_MISMATCH, -1
         return response.status, lac
@@ -161,7 +176,7 @@ class LedgerReader:
         """Ask every bookie of the last fragment for its last entry; the LAC is the highest seen once
         the answers cover every write set (BookKeeper's readLastConfirmed)."""
         fragment = self.md.last_fragment
-        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=-1)
+        request = self.lac_request()
         tasks = {asyncio.ensure_future(self._lac_from(b, request, self.ctx.config.readTimeout)): i
                  for i, b in enumerate(fragment.ensemble)}
         responded: set[int] = set()
@@ -188,11 +203,23 @@ class LedgerReader:
             raise BookieUnavailableError(f"ledger {self.ledger_id}: no bookie of {list(fragment.ensemble)} answered")
         return best
 
+    def lac_request(self, previous: int | None = None, timeout_ms: int = 0) -> pb.ReadRequest:
+        """A LAC read (entry -1) of this reader, a long poll past `previous` if given: without the fence flag
+        (R12, `reads.lac_read_fences`)."""
+        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=-1)
+        if previous is not None:
+            request.has_previous_lac = True
+            request.previous_lac = previous
+            request.timeout_ms = timeout_ms
+        if lac_read_fences(self.rules):
+            request.fence = True
+            request.master_key = master_key(self.password)
+        return request
+
     async def wait_lac(self, previous: int, timeout: float) -> int:
         """Long poll: the first LAC above `previous` any bookie of the last fragment reports, or
         `previous` when none does within `timeout`."""
-        request = pb.ReadRequest(ledger_id=self.ledger_id, entry_id=-1, has_previous_lac=True,
-                                 previous_lac=previous, timeout_ms=int(timeout * 1000))
+        request = self.lac_request(previous, int(timeout * 1000))
         tasks = [asyncio.ensure_future(self._lac_from(b, request, timeout + 5)) for b in self.md.last_fragment.ensemble]
         best = previous
         try:
@@ -261,7 +288,7 @@ class LedgerReader:
         if response.status != pb.EOK:
             return response.status, None
         try:
-            return pb.EOK, unpack_entry(self.digest, self.ledger_id, entry_id, response.body).payload
+            return pb.EOK, received_entry(self.digest, self.ledger_id, entry_id, response.body, self.rules).payload
         except DigestMismatchError:
             log.warning("ledger %d entry %d from %s: digest mismatch", self.ledger_id, entry_id, bookie_id)
             return StatusCode.DIGEST_MISMATCH, None
@@ -361,7 +388,7 @@ class LedgerReader:
                 if len(ends) != len(ids) or int(ends[-1]) != len(data):
                     raise DigestMismatchError(f"ledger {self.ledger_id}: malformed range batch from {bookie_id}")
                 verify_entries(self.digest, self.ledger_id, ids[:contiguous], starts[:contiguous], ends[:contiguous],
-                               data)
+                               data, self.rules)
                 parts.append(self.chunk_of(ids[:contiguous], data, starts[:contiguous], ends[:contiguous]))
                 expected += contiguous
                 size += len(data)
@@ -497,7 +524,7 @@ class LedgerReader:
         if body is None:
             return None
         try:
-            return self._payload(unpack_entry(self.digest, self.ledger_id, entry_id, body).payload)
+            return self._payload(received_entry(self.digest, self.ledger_id, entry_id, body, self.rules).payload)
         except DigestMismatchError:
             return None
 
@@ -523,7 +550,7 @@ class LedgerReader:
                     break
                 mine = owner[ids % self.md.ensemble_size] == position
                 try:
-                    verify_entries(self.digest, self.ledger_id, ids[mine], starts[mine], ends[mine], data)
+                    verify_entries(self.digest, self.ledger_id, ids[mine], starts[mine], ends[mine], data, self.rules)
                 except DigestMismatchError:
                     break
                 out.append((data, ids[mine], starts[mine], ends[mine]))
@@ -593,12 +620,14 @@ def verified_payloads(digest: DigestManager, ledger_id: int, entry_ids: I64, sta
 
 
 def verify_entries(digest: DigestManager, ledger_id: int, entry_ids: I64, starts: I64, ends: I64,
-                   data: Buffer) -> None:
+                   data: Buffer, rules: ReaderRules = DEFAULT_READER_RULES) -> None:
     """Verify the packaged entries data[starts[i]:ends[i]] as `unpack_entry` does (ledger id, entry id,
     digest); their payloads are data[starts[i] + header + digest length:ends[i]]. For CRC32C the ids are
     checked with numpy and the digests with one native call for all (`_crc32c_entries`); any doubt, and
     the other digest types, go entry by entry through `unpack_entry`, which raises DigestMismatchError
-    with the reason."""
+    with the reason. R7 is `rules.verify_digest` (`reads.received_entry` for a single copy)."""
+    if not rules.verify_digest:
+        return
     if digest.digest_type is DigestType.CRC32C and len(entry_ids):
         ok = crc32c_verified(ledger_id, entry_ids, starts, ends, data)
         if ok is not None and bool(ok.all()):

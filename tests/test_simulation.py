@@ -5,9 +5,10 @@ decisions, journal record codec) through `tests.sim`: simulated network, disk an
 faults, the oracle checked after every step. A failing seed prints its replay command
 (`make sim SEED=<seed>`).
 
-The mutant test runs every deliberately broken rule (tests.sim.mutations: a switch in a simulated actor or a
-test-only RecoveryRules) over a fresh random seed range and requires each to violate the oracle in at least
-3% of the seeds (`make sim-mutants` prints the same table for any range).
+The mutant test runs every deliberately broken rule (tests.sim.mutations: a rule switched off in production
+code: BookieRules, WriterRules, RecoveryRules, ReaderRules, LogRules) over a fresh random seed range and
+requires each to violate the oracle in at least 3% of the seeds (`make sim-mutants` prints the same table
+for any range).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from bkledger.client.errors import InvalidOptionError
 from bkledger.client.log.core import meta as lm
 from bkledger.client.log.core.meta import LogMetadata
+from bkledger.client.log.core.takeover import DEFAULT_LOG_RULES, LogRules, TailSeal, tail_seal
 from bkledger.client.log.store import create_log, load_log, now_ms
 
 if TYPE_CHECKING:
@@ -30,16 +31,19 @@ def log_ledger_password(bk: BookKeeper, name: str, given: bytes = b"") -> bytes:
     return lm.ledger_password(got.meta, b"")
 
 
-def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes) -> LogMetadata:
+def seal_tail(bk: BookKeeper, meta: LogMetadata, password: bytes, rules: LogRules = DEFAULT_LOG_RULES
+              ) -> LogMetadata:
     """Fence and recover (open with recovery) every ledger not recorded as sealed: the last two (R28 step 2;
     those recorded as sealed are CLOSED already) and any older one a crashed writer left unrecorded. Their
     entry counts and sizes go into the returned metadata. No password given: each ledger is recovered with
-    the one its metadata holds (the log's own key for the ledgers its writers made)."""
+    the one its metadata holds (the log's own key for the ledgers its writers made). How is the pure rule
+    `client.log.core.takeover.tail_seal` (`rules`: the defaults but in tests)."""
     out = meta
+    recover = tail_seal(rules) is TailSeal.RECOVER
     for led in meta.ledgers:
         if led.sealed:          # recorded only once CLOSED, and CLOSED is terminal: fencing is a no-op
             continue
-        rh = bk.open_ledger(led.ledger_id, password or None, recovery=True)
+        rh = bk.open_ledger(led.ledger_id, password or None, recovery=recover)
         out = lm.with_ledger_sealed(out, led.ledger_id, rh.last_entry_id, rh.metadata.length, now_ms())
     return out
 

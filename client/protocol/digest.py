@@ -193,6 +193,16 @@ def unpack_entry(digest: DigestManager, ledger_id: int, expected_entry_id: int |
     return _verify(digest, ledger_id, expected_entry_id, memoryview(body))
 
 
+def parse_entry(digest: DigestManager, body: Buffer) -> Entry:
+    """The fields of a packaged entry read without any check (ids, digest): what a reader without R7 uses
+    (`reads.received_entry` with its rule off, a known bug). Only a body too short for a header fails."""
+    view = memoryview(body)
+    if len(view) < HEADER_LENGTH + digest.mac_length:
+        raise DigestMismatchError(f"entry body of {len(view)} bytes is shorter than its header and digest")
+    _, entry_id, lac, length = HEADER.unpack_from(view)
+    return Entry(entry_id, lac, length, view[HEADER_LENGTH + digest.mac_length:])
+
+
 def unpack_batch(digest: DigestManager, ledger_id: int, entry_ids: Sequence[int], sizes: Sequence[int],
                  data: Buffer) -> list[memoryview]:
     """Verify entries packed back to back in `data` and return their payloads as memoryviews (no copies)."""

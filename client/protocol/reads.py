@@ -4,10 +4,16 @@ Mirrors the read-side checks of BookKeeper's LedgerHandle / ReadOnlyLedgerHandle
 of an open ledger or the last entry id of a closed one) and the bookie ordering of PendingReadOp with
 `reorderReadSequenceEnabled` (the write set in order, bookies known to be failing tried last). Also
 `EntryReadAttempt`, the "try each bookie of the write set in turn" state of one entry read.
+
+`ReaderRules` are the reader's protocol switches (R7, R11, R12), taken by the functions that decide them
+(`read_bound`, `check_read_range`, `lac_read_fences`, `received_entry`); the real reader (client.reader,
+client.ranges_reader, client.ledger_handle) and the simulated one pass theirs. Anything but the defaults
+is a known bug, injected only by the simulation's mutants (tests.sim.mutations) and their tests.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterator
 
 from bkledger.client.errors import (
@@ -18,26 +24,61 @@ from bkledger.client.errors import (
     ReadBeyondLastEntryError,
     error_for_status,
 )
+from bkledger.client.protocol.digest import Buffer, DigestManager, Entry, parse_entry, unpack_entry
 from bkledger.client.protocol.metadata import Fragment, LedgerMetadata, LedgerState
 from bkledger.client.protocol.status import StatusCode
 from bkledger.client.protocol.write_set import write_set
 
+#: The bound of an open ledger a reader without R11 reads up to: whatever its bookies hold.
+UNBOUNDED = 2**63 - 1
 
-def read_bound(md: LedgerMetadata, lac: int) -> int:
+
+@dataclasses.dataclass(frozen=True)
+class ReaderRules:
+    """Protocol switches of a reader. Anything but the defaults is a known bug, for simulation tests only."""
+
+    lac_bound: bool = True        # R11: an open ledger is read up to its LAC (False: whatever bookies hold)
+    open_never_fences: bool = True  # R12: the LAC reads of an open without recovery carry no fence flag
+    verify_digest: bool = True    # R7: a received copy is returned only once its digest verified
+
+
+DEFAULT_READER_RULES = ReaderRules()
+
+
+def read_bound(md: LedgerMetadata, lac: int, rules: ReaderRules = DEFAULT_READER_RULES) -> int:
     """R11: the highest entry id a reader may return: the last entry id when CLOSED, else the LAC."""
-    return md.last_entry_id if md.state is LedgerState.CLOSED else lac
+    if md.state is LedgerState.CLOSED:
+        return md.last_entry_id
+    return lac if rules.lac_bound else UNBOUNDED
 
 
-def check_read_range(md: LedgerMetadata, lac: int, first_entry_id: int, last_entry_id: int) -> None:
+def check_read_range(md: LedgerMetadata, lac: int, first_entry_id: int, last_entry_id: int,
+                     rules: ReaderRules = DEFAULT_READER_RULES) -> None:
     """R11: refuse a range that reaches above read_bound (ReadBeyondLastEntryError) or is malformed."""
     if first_entry_id < 0 or last_entry_id < first_entry_id:
         raise ValueError(f"bad entry range [{first_entry_id}, {last_entry_id}]: need 0 <= first <= last")
-    bound = read_bound(md, lac)
+    bound = read_bound(md, lac, rules)
     if last_entry_id > bound:
         what = "last entry id" if md.state is LedgerState.CLOSED else "last add confirmed (LAC)"
         raise ReadBeyondLastEntryError(
             f"ledger {md.ledger_id}: entry {last_entry_id} is above the {what} {bound}; read up to {bound}"
             + ("" if md.state is LedgerState.CLOSED else " or refresh the LAC first"))
+
+
+def lac_read_fences(rules: ReaderRules = DEFAULT_READER_RULES) -> bool:
+    """R12: whether a reader's LAC reads (the open without recovery, a LAC refresh) carry the fence flag:
+    never; only recovery fences (R14)."""
+    return not rules.open_never_fences
+
+
+def received_entry(digest: DigestManager, ledger_id: int, entry_id: int | None, body: Buffer,
+                   rules: ReaderRules = DEFAULT_READER_RULES) -> Entry:
+    """R7: a copy a bookie sent, as the reader may use it: verified by `unpack_entry` (DigestMismatchError
+    on a wrong ledger or entry id, a truncated body or a bad digest; read another replica). With
+    `rules.verify_digest` off (a known bug: the no-digest-check mutant) its fields are taken unchecked."""
+    if rules.verify_digest:
+        return unpack_entry(digest, ledger_id, entry_id, body)
+    return parse_entry(digest, body)
 
 
 def read_order(md: LedgerMetadata, entry_id: int, slow: Collection[str] = ()) -> tuple[str, ...]:

@@ -55,6 +55,8 @@ class RecoveryRules:
     unknown_as_negative: bool = False  # R18: an unknown answer is never a negative one
     write_back: bool = True            # R19: recovered entries are written back before the close
     start_at_fragment: bool = True     # R17: start no lower than the last fragment's first entry - 1
+    adopt_stored_close: bool = True    # R20: a close that lost to another recoverer's adopts the stored one
+    #                                    (False: overwrites it, `transforms.decide_recovery_close_conflict`)
 
 
 DEFAULT_RULES = RecoveryRules()

@@ -167,6 +167,7 @@ class ConflictDecision(enum.Enum):
     FAIL_FENCED = "fail_fenced"  # the ledger is being recovered: fail every pending add (LedgerFencedError)
     FAIL_CLOSED = "fail_closed"  # the ledger is closed: fail every pending add (LedgerClosedError)
     ADOPT = "adopt"              # another recoverer closed it: use the stored metadata, never overwrite it
+    OVERWRITE = "overwrite"      # a known bug (RecoveryRules.adopt_stored_close off): write my close over it
 
 
 def decide_writer_close_conflict(stored: LedgerMetadata, my_last_entry_id: int) -> ConflictDecision:
@@ -193,11 +194,13 @@ def decide_ensemble_change_conflict(stored: LedgerMetadata,
     return ConflictDecision.RETRY
 
 
-def decide_recovery_close_conflict(stored: LedgerMetadata) -> ConflictDecision:
+def decide_recovery_close_conflict(stored: LedgerMetadata, adopt_stored_close: bool = True) -> ConflictDecision:
     """R20: CLOSED -> ADOPT the stored result; IN_RECOVERY -> RETRY (re-apply close_after_recovery);
-    OPEN -> ERROR (someone undid IN_RECOVERY: recovery must restart)."""
+    OPEN -> ERROR (someone undid IN_RECOVERY: recovery must restart). `adopt_stored_close` is the rule
+    (`RecoveryRules.adopt_stored_close`); off, a known bug, CLOSED -> OVERWRITE: the recoverer CASes its own
+    close over the stored one on the version it re-read."""
     if stored.state is LedgerState.CLOSED:
-        return ConflictDecision.ADOPT
+        return ConflictDecision.ADOPT if adopt_stored_close else ConflictDecision.OVERWRITE
     if stored.state is LedgerState.IN_RECOVERY:
         return ConflictDecision.RETRY
     return ConflictDecision.ERROR

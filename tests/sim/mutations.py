@@ -1,10 +1,14 @@
 """The deliberately broken protocol variants ("mutants") the simulation must catch, one per plausible bug.
 
-A mutant is a rule switched off in a production machine, injected by the simulator exactly as it injects
-the default rules: `BookieRules` of the bookie's request machine (`bookie.core.machine`), `WriterRules` of
-the writer machine (`client.protocol.writer_machine`, which `client/writer.py` and the simulated writer
-both run), `RecoveryRules` of the recovery machine (`client.protocol.recovery`); or, until their machines
-ship, a switch read by one simulated client actor (reader, log successor).
+A mutant is a rule switched off in production code, injected by the simulator exactly as it injects the
+default rules: `BookieRules` of the bookie's request machine (`bookie.core.machine`), `WriterRules` of the
+writer machine (`client.protocol.writer_machine`, which `client/writer.py` and the simulated writer both
+run), `RecoveryRules` of the recovery machine (`client.protocol.recovery`) and its close
+(`transforms.decide_recovery_close_conflict`), `ReaderRules` of the read decisions (`client.protocol.reads`:
+the bound, the LAC reads' fence flag, the digest check, which `client/reader.py` and the simulated reader
+both take) and `LogRules` of a new log writer's takeover (`client.log.core.takeover`, which
+`client.log.ledgers.seal_tail` and the simulated log successor both follow). No simulated actor has a
+switch of its own.
 `python -m tests.sim.runner --mutation NAME` runs a mutant; `make sim-mutants` measures how often each one
 violates the oracle over a seed range (the bar: at least `BAR` of the seeds).
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 from bkledger.bookie.core.machine import DEFAULT_RULES as BOOKIE_DEFAULTS
 from bkledger.bookie.core.machine import BookieRules
+from bkledger.client.log.core.takeover import DEFAULT_LOG_RULES, LogRules
+from bkledger.client.protocol.reads import DEFAULT_READER_RULES, ReaderRules
 from bkledger.client.protocol.recovery import DEFAULT_RULES, RecoveryRules
 from bkledger.client.protocol.writer_machine import DEFAULT_WRITER_RULES, WriterRules
 
@@ -49,6 +55,7 @@ def recovery_rules(mutation: str) -> RecoveryRules:
         "unknown-as-negative": RecoveryRules(unknown_as_negative=True),
         "no-coverage": RecoveryRules(fencing_coverage=False),
         "no-write-back": RecoveryRules(write_back=False),
+        "close-no-adopt": RecoveryRules(adopt_stored_close=False),
     }.get(mutation, DEFAULT_RULES)
 
 
@@ -71,3 +78,17 @@ def bookie_rules(mutation: str) -> BookieRules:
         "rewrite-allowed": BookieRules(refuse_rewrites=False),
         "flush-drops-fence": BookieRules(keep_fence_on_failed_flush=False),
     }.get(mutation, BOOKIE_DEFAULTS)
+
+
+def reader_rules(mutation: str) -> ReaderRules:
+    """The ReaderRules a mutant injects into the production read decisions (the defaults for the others)."""
+    return {
+        "read-past-lac": ReaderRules(lac_bound=False),
+        "reader-fences": ReaderRules(open_never_fences=False),
+        "no-digest-check": ReaderRules(verify_digest=False),
+    }.get(mutation, DEFAULT_READER_RULES)
+
+
+def log_rules(mutation: str) -> LogRules:
+    """The LogRules a mutant injects into a new log writer's takeover (the defaults for the others)."""
+    return {"log-no-fence": LogRules(fence_previous_tail=False)}.get(mutation, DEFAULT_LOG_RULES)

@@ -5,17 +5,27 @@ the LAC from the bookies of the last fragment (ReadLastConfirmed: entry -1 reads
 `reads.read_bound` (LAC while open, last entry id once closed), tries the bookies of each write set in the
 order `reads.read_order` gives, with the real speculative-read core (`speculative.SequenceRead`: asks the
 next bookie once `speculative_timeout` passed without an answer, the first valid copy wins;
-`BookieHealth`: recently slow bookies are read last) and verifies every copy with `digest.unpack_entry`.
-`mutation` selects a broken reader for mutation tests.
+`BookieHealth`: recently slow bookies are read last) and takes every copy through `reads.received_entry`
+(R7: verified by `digest.unpack_entry`). Its bound, its LAC reads' fence flag and that check are decided
+by the production functions with the `ReaderRules` injected (a mutant's: tests.sim.mutations.reader_rules).
 Every entry it returns goes to the oracle (oracle 2 and 3). The final reader reads a closed ledger whole.
 """
 
 from __future__ import annotations
 
 from bkledger.client.errors import DigestMismatchError
-from bkledger.client.protocol.digest import HEADER_LENGTH, DigestManager, unpack_entry
+from bkledger.client.protocol.digest import DigestManager
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
-from bkledger.client.protocol.reads import EntryReadAttempt, check_read_range, read_bound, read_order
+from bkledger.client.protocol.reads import (
+    DEFAULT_READER_RULES,
+    EntryReadAttempt,
+    ReaderRules,
+    check_read_range,
+    lac_read_fences,
+    read_bound,
+    read_order,
+    received_entry,
+)
 from bkledger.client.protocol.speculative import (
     BookieHealth,
     MarkSlow,
@@ -41,12 +51,12 @@ class Reader(Actor):
 
     def __init__(self, name: str, world: World, net: Network, oracle: Oracle, ledger_id: int,
                  digest: DigestManager, *, final: bool = False, speculative_timeout: int = 15,
-                 key: bytes = b"", mutation: str = "none") -> None:
+                 key: bytes = b"", rules: ReaderRules = DEFAULT_READER_RULES) -> None:
         super().__init__(name, world, net, oracle, ledger_id)
         self.digest = digest
         self.speculative_timeout = speculative_timeout
-        self.key = key                  # the master key: only the reader-fences mutant sends it
-        self.mutation = mutation
+        self.key = key                  # the master key: sent only if the rules make LAC reads fence (R12)
+        self.rules = rules
         self.policy = SpeculativePolicy(speculative_timeout, 4 * speculative_timeout)
         self.health = BookieHealth(expiry=200)    # reorderReadSequenceEnabled: recently slow bookies last
         self.final = final
@@ -90,15 +100,13 @@ class Reader(Actor):
             assert isinstance(payload, ReadResponse)
             answered(payload.lac if payload.status == StatusCode.EOK else None)
 
-        fence = self.mutation == "reader-fences"    # mutation: the open without recovery fences (R12)
+        fence = lac_read_fences(self.rules)        # R12: never (the reader-fences mutant: always)
         for bookie in ensemble:
             self.call(bookie, ReadRequest(self.ledger_id, -1, fence, self.key if fence else b""), reply,
                       lambda: answered(None))
 
     def _read_next(self, md: LedgerMetadata, count: int) -> None:
-        bound = read_bound(md, self.lac)
-        if self.mutation == "read-past-lac" and md.state is not LedgerState.CLOSED:
-            bound = self.lac + BATCH      # mutation: read ahead of the LAC, whatever bookies hold
+        bound = read_bound(md, self.lac, self.rules)
         entry_id = self.next_entry
         if entry_id > bound or (count >= BATCH and not self.final):
             if self.final and entry_id > bound:
@@ -106,8 +114,7 @@ class Reader(Actor):
             else:
                 self._round_over()
             return
-        if self.mutation != "read-past-lac":
-            check_read_range(md, self.lac, entry_id, entry_id)
+        check_read_range(md, self.lac, entry_id, entry_id, self.rules)
         attempt = EntryReadAttempt(self.ledger_id, entry_id, read_order(md, entry_id))
         self._fetch(md, attempt, count)
 
@@ -169,7 +176,5 @@ class Reader(Actor):
         execute(seq.start(self.world.now))
 
     def _payload(self, entry_id: int, body: bytes) -> bytes:
-        """The entry's payload after the digest check (R7); the no-digest-check mutant skips the check."""
-        if self.mutation == "no-digest-check":
-            return bytes(body[HEADER_LENGTH + self.digest.mac_length:])
-        return bytes(unpack_entry(self.digest, self.ledger_id, entry_id, body).payload)
+        """The entry's payload after the digest check (R7; the no-digest-check mutant's rules skip it)."""
+        return bytes(received_entry(self.digest, self.ledger_id, entry_id, body, self.rules).payload)

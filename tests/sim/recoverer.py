@@ -5,17 +5,19 @@ Mirrors BookKeeper's LedgerOpenOp(recovery) + LedgerRecoveryOp: CAS the metadata
 (fencing reads, recovery reads, write-backs with the recovery flag, local ensemble changes) and finally the
 single closing CAS (`transforms.close_after_recovery`), resolving a lost race or a lost answer with
 `decide_recovery_close_conflict` (ADOPT the stored result). A failed attempt is retried a bounded number of
-times. The `RecoveryRules` passed in may be deliberately broken (mutation tests), and `mutation`
-"close-no-adopt" makes a recoverer that lost the close race overwrite the stored close.
+times. The `RecoveryRules` passed in may be deliberately broken (mutation tests; "close-no-adopt" makes a
+recoverer that lost the close race overwrite the stored close).
 
-A log successor (`successor=True`) is the takeover step of a new log writer (R28): it recovers the previous
-tail ledger and then declares it sealed at the recovered last entry (`Oracle.on_tail_sealed`). The
-"log-no-fence" mutant instead reads the LAC without fencing and seals the tail there.
+A log successor (`successor=True`) is the takeover step of a new log writer (R28): it seals the previous
+tail ledger as the log layer's rule says (`client.log.core.takeover.tail_seal`: recover it, then declare it
+sealed at the recovered last entry, `Oracle.on_tail_sealed`). The "log-no-fence" mutant's `LogRules` make it
+read the LAC without fencing and seal the tail there.
 """
 
 from __future__ import annotations
 
 from bkledger.client.errors import BKError
+from bkledger.client.log.core.takeover import DEFAULT_LOG_RULES, LogRules, TailSeal, tail_seal
 from bkledger.client.protocol.digest import DigestManager, master_key
 from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 from bkledger.client.protocol.pending_adds import NeedEnsembleChange
@@ -49,15 +51,15 @@ class Recoverer(Actor):
 
     def __init__(self, name: str, world: World, net: Network, oracle: Oracle, ledger_id: int,
                  bookies: list[str], digest: DigestManager, password: bytes, rules: RecoveryRules, *,
-                 max_attempts: int, mutation: str = "none", successor: bool = False) -> None:
+                 max_attempts: int, successor: bool = False, log_rules: LogRules = DEFAULT_LOG_RULES) -> None:
         super().__init__(name, world, net, oracle, ledger_id)
         self.bookies = bookies
         self.digest = digest
         self.key = master_key(password)
         self.rules = rules
         self.max_attempts = max_attempts
-        self.mutation = mutation
         self.successor = successor
+        self.log_rules = log_rules
         self.attempts = 0
         self.done = False
         self.gave_up = False
@@ -76,13 +78,13 @@ class Recoverer(Actor):
             return
         self.attempts += 1
         self.rec = None
-        if self.successor and self.mutation == "log-no-fence":
+        if self.successor and tail_seal(self.log_rules) is TailSeal.READ_LAC:
             self.read_md(self._seal_at_lac, self._retry)
             return
         self.read_md(self._on_md, self._retry)
 
     def _seal_at_lac(self, _version: int, md: LedgerMetadata) -> None:
-        """The log-no-fence mutant: the previous tail's end is taken from a plain LAC read (no fencing)."""
+        """TailSeal.READ_LAC (the log-no-fence mutant): the previous tail's end is a plain LAC read's."""
         if md.state is LedgerState.CLOSED:
             self._done(md.last_entry_id, "found the tail closed")
             return
@@ -212,10 +214,10 @@ class Recoverer(Actor):
         self.world.hazard("recovery_close_sent", self)
 
     def _close_conflict(self, close: CloseLedger, version: int, stored: LedgerMetadata) -> None:
-        decision = decide_recovery_close_conflict(stored)
+        decision = decide_recovery_close_conflict(stored, self.rules.adopt_stored_close)
         self.world.note(f"{self.name}: close conflict -> {decision.value}")
-        if decision is ConflictDecision.ADOPT and self.mutation == "close-no-adopt":
-            # Mutation: "re-read the version and CAS again" without looking at what is stored.
+        if decision is ConflictDecision.OVERWRITE:
+            # The rule off (close-no-adopt): "re-read the version and CAS again" over what is stored.
             assert self.md is not None
             mine = close_after_recovery(self.md, close.last_entry_id, close.length, close.new_fragments)
             self.call(ZK, MetaCas(self.ledger_id, version, mine),

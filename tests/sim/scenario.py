@@ -22,7 +22,7 @@ from tests.sim.bookie import SimBookie
 from tests.sim.buggy import BuggyClient
 from tests.sim.faults import Faults
 from tests.sim.meta import MetaStore
-from tests.sim.mutations import MUTATIONS, bookie_rules, recovery_rules
+from tests.sim.mutations import MUTATIONS, bookie_rules, log_rules, reader_rules, recovery_rules
 from tests.sim.net import Network
 from tests.sim.oracle import Oracle, SimViolation
 from tests.sim.reader import Reader
@@ -126,7 +126,7 @@ class Simulation:
     def _reader(self, name: str, *, final: bool = False) -> Reader:
         return Reader(name, self.world, self.net, self.oracle, LEDGER_ID, self.digest, final=final,
                       speculative_timeout=self.swarm.speculative_timeout, key=master_key(self.password),
-                      mutation=self.options.mutation)
+                      rules=reader_rules(self.options.mutation))
 
     def _clients(self) -> list[str]:
         return ["writer", "reader"] + [r.name for r in self.recoverers]
@@ -142,7 +142,7 @@ class Simulation:
         name = "recoverer-final" if final else f"{kind}-{len(self.recoverers) + 1}"
         rec = Recoverer(name, self.world, self.net, self.oracle, LEDGER_ID, [b.name for b in self.bookies],
                         self.digest, self.password, self.options.rules, max_attempts=40 if final else 4,
-                        mutation=self.options.mutation, successor=successor)
+                        successor=successor, log_rules=log_rules(self.options.mutation))
         self.recoverers.append(rec)
         rec.start()
         return rec

@@ -63,7 +63,6 @@ class Writer(Actor):
         self.max_adds = max_adds
         self.window = window
         self.add_gap = add_gap
-        self.mutation = mutation
         self.m = WriterMachine(md, add_timeout=world.timeout, change_attempts=CHANGE_ATTEMPTS,
                                rules=writer_rules(mutation), now=world.now)
         self.pa = self.m.pending

@@ -171,3 +171,14 @@ def test_recovery_close_conflict_adopts_a_closed_ledger():
     assert decide_recovery_close_conflict(closed(_md(), 9, 90)) is ConflictDecision.ADOPT
     assert decide_recovery_close_conflict(md) is ConflictDecision.RETRY
     assert decide_recovery_close_conflict(_md()) is ConflictDecision.ERROR
+
+
+def test_recovery_close_conflict_without_the_adopt_rule_overwrites():
+    """R20 as a rule (`RecoveryRules.adopt_stored_close`, the close-no-adopt mutant): switched off, a close
+    that lost to a stored close overwrites it (OVERWRITE) instead of adopting it; the other states decide
+    as with the rule."""
+    md = to_in_recovery(_md())
+    assert decide_recovery_close_conflict(closed(_md(), 9, 90), adopt_stored_close=True) is ConflictDecision.ADOPT
+    assert decide_recovery_close_conflict(closed(_md(), 9, 90), adopt_stored_close=False) is ConflictDecision.OVERWRITE
+    assert decide_recovery_close_conflict(md, adopt_stored_close=False) is ConflictDecision.RETRY
+    assert decide_recovery_close_conflict(_md(), adopt_stored_close=False) is ConflictDecision.ERROR
