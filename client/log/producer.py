@@ -14,8 +14,9 @@ Each commit carries the producer id and a sequence number, recorded in the log b
 (`client.log.core.producers`): a commit retried after an ambiguous ZooKeeper answer finds its sequence
 recorded and appends nothing. The commit is retried (same sequence, same ledger) until it is known to be
 in the log or not, up to `delivery_timeout_s`. A ledger that another commit overtook (R27: a log's ledger
-ids increase; a ledger created before another that committed first cannot follow it) is copied to a new
-ledger and committed as the copy, as the Spark commit does (`client.log.ledger_copy.copy_ledger`).
+ids increase; a ledger created before another that committed first cannot follow it) is replaced by a new
+ledger, the batch written again from the producer's memory (`commit_batch(rewrite=...)`; a caller without
+the batch gets a copy read from the bookies, `client.log.ledger_copy.copy_ledger`, as the Spark commit).
 
 A producer's ledgers carry `bkledger.job` = `producer:<id>` and `bkledger.log` = the log: those of a
 producer that died before committing them are what `bkledger shell sweepjobs` finds and deletes.

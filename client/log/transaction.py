@@ -6,8 +6,10 @@
         tx.ack("orders", "billing-svc", reader.position)
     # here: every record and the ack are visible and durable, or (an exception in the block) none of them
 
-Each log's records go to a ledger of the transaction's own (created at its first append; envelope v2: key,
-timestamp, headers), written as the block runs and CLOSED at commit. The commit is ONE ZooKeeper
+Each log's records go to a ledger of the transaction's own (envelope v2: key, timestamp, headers), created
+in the background from the log's first append on (the ledgers of several logs at once; records appended
+before it exists are queued and added in order), written as the block runs and CLOSED at commit (all of
+them at once). A creation that fails fails the transaction like any other error. The commit is ONE ZooKeeper
 multi-operation: each log's new ledger list checked on its head's version, each cursor's acknowledgement
 set at the version read when `tx.ack` was called, and the creation of the marker znode
 `transactions/<id>`. So readers see all of it or none of it.
