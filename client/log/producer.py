@@ -14,8 +14,9 @@ Each commit carries the producer id and a sequence number, recorded in the log b
 (`client.log.core.producers`): a commit retried after an ambiguous ZooKeeper answer finds its sequence
 recorded and appends nothing. The commit is retried (same sequence, same ledger) until it is known to be
 in the log or not, up to `delivery_timeout_s`. A ledger that another commit overtook (R27: a log's ledger
-ids increase; a ledger created before another that committed first cannot follow it) is copied to a new
-ledger and committed as the copy, as the Spark commit does (`client.log.ledger_copy.copy_ledger`).
+ids increase; a ledger created before another that committed first cannot follow it) is replaced by a new
+ledger, the batch written again from the producer's memory (`commit_batch(rewrite=...)`; a caller without
+the batch gets a copy read from the bookies, `client.log.ledger_copy.copy_ledger`, as the Spark commit).
 
 A producer's ledgers carry `bkledger.job` = `producer:<id>` and `bkledger.log` = the log: those of a
 producer that died before committing them are what `bkledger shell sweepjobs` finds and deletes.
@@ -35,7 +36,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from bkledger.client.errors import (
@@ -55,6 +56,7 @@ from bkledger.client.log.ledgers import JOB_KEY, LOG_KEY, log_ledger_password, s
 from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.store import load_log, now_ms, update_logs
 from bkledger.client.meta.errors import MetadataStoreError
+from bkledger.client.protocol.metadata import LedgerMetadata, LedgerState
 
 if TYPE_CHECKING:
     from bkledger.client.log.facade import BookKeeperFacade as BookKeeper
@@ -266,17 +268,18 @@ class LogProducer:
         return batch
 
     def _write_and_commit(self, batch: list[_Record]) -> None:
-        ledger_id = self._write(batch)
+        written = self._write(batch)
         stamps = [r.timestamp_us for r in batch]
         sequence, self._sequence = self._sequence, self._sequence + 1
         commit = Commit(self.name, self.producer_id, sequence, self._password, self._instance,
                         self._config.bounds, (min(stamps), max(stamps)))
-        final = commit_batch(self._bk, commit, ledger_id, self._config.delivery_timeout_s)
+        final = commit_batch(self._bk, commit, written.ledger_id, self._config.delivery_timeout_s,
+                             written, lambda: self._write(batch))
         for entry_id, record in enumerate(batch):
             record.future.set_result(Position(final, entry_id))
 
-    def _write(self, batch: list[_Record]) -> int:
-        """A new ledger holding the batch, CLOSED; its id."""
+    def _write(self, batch: list[_Record]) -> Written:
+        """A new ledger holding the batch, CLOSED: what the commit lists of it."""
         e, qw, qa = self._config.quorum
         version = max(r.version for r in batch)         # V2 if any record has headers
         custom = {**env.custom_metadata(version), JOB_KEY: f"producer:{self.producer_id}".encode(),
@@ -296,7 +299,7 @@ class LogProducer:
             with contextlib.suppress(Exception):
                 self._bk.delete_ledger(lh.ledger_id)
             raise
-        return lh.ledger_id
+        return _written(lh.metadata)
 
 
 # ---- the commit ---------------------------------------------------------------------------------------
@@ -313,26 +316,50 @@ class Commit:
     time_span: tuple[int, int] | None = None
 
 
-def commit_batch(bk: BookKeeper, commit: Commit, ledger_id: int, timeout_s: float = 120.0) -> int:
-    """Commit the producer's CLOSED ledger as its commit `sequence`, exactly once; the id of the ledger the
-    log lists for it (the ledger itself, or its copy if another commit overtook it). Idempotent: called
-    again for the same commit (a retry) it appends nothing and returns that id. The ledgers it does not
-    list are deleted, unless ZooKeeper's answer stays unknown (MetadataStoreError): then `sweepjobs` does."""
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """A CLOSED ledger a producer wrote, as its handle knows it (no ZooKeeper read to list it)."""
 
-    current, made = ledger_id, []                     # the ledger tried now; the copies made
+    closed: lm.ClosedLedger
+    envelope: int | None
+
+    @property
+    def ledger_id(self) -> int:
+        return self.closed[0]
+
+
+def _written(md: LedgerMetadata) -> Written:
+    """A CLOSED ledger's metadata as a commit lists it."""
+    if md.state is not LedgerState.CLOSED:
+        raise InvalidLogUpdateError(f"ledger {md.ledger_id} is not CLOSED: a producer commits closed ledgers only")
+    return Written((md.ledger_id, md.last_entry_id, md.length, md.ctime_ms), lm.recorded_envelope(md.custom_metadata))
+
+
+def commit_batch(bk: BookKeeper, commit: Commit, ledger_id: int, timeout_s: float = 120.0,
+                 written: Written | None = None, rewrite: Callable[[], Written] | None = None) -> int:
+    """Commit the producer's CLOSED ledger as its commit `sequence`, exactly once; the id of the ledger the
+    log lists for it (the ledger itself, or a new one if another commit overtook it: `rewrite()`, the batch
+    written again from memory, else a copy read from the bookies). Idempotent: called again for the same
+    commit (a retry) it appends nothing and returns that id. The ledgers it does not list are deleted,
+    unless ZooKeeper's answer stays unknown (MetadataStoreError): then `sweepjobs` does. `written`: the
+    ledger as its writer knows it (else its metadata is read)."""
+
+    current, made = ledger_id, []                     # the ledger tried now; the new ledgers made
+    known = written if written is not None and written.ledger_id == ledger_id else None
     deadline = time.monotonic() + timeout_s
     try:
         for _ in range(COMMIT_ATTEMPTS):
             try:
-                listed = _commit_once(bk, commit, current, deadline)
+                listed = _commit_once(bk, commit, current, deadline, known)
             except InvalidLogUpdateError:
                 got = load_log(bk.store, commit.name, whole=False)
                 if got is None or not lm.late_ledgers({commit.name: got.meta}, {commit.name: [current]}):
                     raise
-                current = copy_ledger(bk, current, commit.password)
+                known = rewrite() if rewrite is not None else None
+                current = known.ledger_id if known is not None else copy_ledger(bk, current, commit.password)
                 made.append(current)
-                log.info("producer %s: ledger %d was overtaken by another commit into log %r: copied to %d",
-                         commit.producer_id, ledger_id, commit.name, current)
+                log.info("producer %s: ledger %d was overtaken by another commit into log %r: %s to %d",
+                         commit.producer_id, ledger_id, commit.name, "rewritten" if known else "copied", current)
                 continue
             bk.delete_ledgers([i for i in [ledger_id, *made] if i != listed])
             return listed
@@ -360,12 +387,14 @@ def _listed_for(bk: BookKeeper, commit: Commit) -> int | None:
     return None if done is None else done.ledger_id
 
 
-def _commit_once(bk: BookKeeper, commit: Commit, ledger_id: int, deadline: float) -> int:
+def _commit_once(bk: BookKeeper, commit: Commit, ledger_id: int, deadline: float,
+                 known: Written | None = None) -> int:
     """One CAS loop of the commit, repeated while ZooKeeper's answer is unknown (the commit is idempotent,
     so a repeat after a lost answer is safe). The ledger id the log lists for the commit."""
-    md = bk.ledger_metadata(ledger_id)
-    closed: lm.ClosedLedger = (ledger_id, md.last_entry_id, md.length, md.ctime_ms)
-    envelopes = {ledger_id: lm.recorded_envelope(md.custom_metadata)}
+    if known is None:
+        known = _written(bk.ledger_metadata(ledger_id))
+    closed = known.closed
+    envelopes = {ledger_id: known.envelope}
     spans = {ledger_id: commit.time_span} if commit.time_span is not None else None
     listed = [ledger_id]
     name = commit.name

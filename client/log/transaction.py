@@ -6,8 +6,10 @@
         tx.ack("orders", "billing-svc", reader.position)
     # here: every record and the ack are visible and durable, or (an exception in the block) none of them
 
-Each log's records go to a ledger of the transaction's own (created at its first append; envelope v2: key,
-timestamp, headers), written as the block runs and CLOSED at commit. The commit is ONE ZooKeeper
+Each log's records go to a ledger of the transaction's own (envelope v2: key, timestamp, headers), created
+in the background from the log's first append on (the ledgers of several logs at once; records appended
+before it exists are queued and added in order), written as the block runs and CLOSED at commit (all of
+them at once). A creation that fails fails the transaction like any other error. The commit is ONE ZooKeeper
 multi-operation: each log's new ledger list checked on its head's version, each cursor's acknowledgement
 set at the version read when `tx.ack` was called, and the creation of the marker znode
 `transactions/<id>`. So readers see all of it or none of it.
@@ -32,11 +34,12 @@ import contextlib
 import dataclasses
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bkledger.client.errors import (
     BKError,
@@ -57,6 +60,7 @@ from bkledger.client.log.liveness import check_live_writer
 from bkledger.client.log.store import LogChange, commit_changes, load_log, now_ms, prepare_change, unborn_log
 from bkledger.client.meta.errors import NoSuchNodeError, ZNodeExistsError
 from bkledger.client.meta.zksession import ZkOp
+from bkledger.client.protocol.metadata import LedgerState
 
 if TYPE_CHECKING:
     from bkledger.client.ledger_handle import LedgerHandle
@@ -67,6 +71,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkledger.transaction")
 
 ADD_TIMEOUT_S = 120.0
+CREATE_TIMEOUT_S = 120.0
+_T = TypeVar("_T")
 JOB_PREFIX = "transaction:"
 
 
@@ -82,14 +88,58 @@ class TransactionOutcomeUnknownError(BKError):
 
 @dataclasses.dataclass
 class _LogPart:
-    """One log's share of the transaction: its ledger, the adds in flight, the record time span."""
+    """One log's share of the transaction: its ledger (created in the background: `creating`, so that the
+    ledgers of several logs are created at once and appends need not wait), the records appended before it
+    existed, the adds in flight, the record time span."""
 
     name: str
-    password: bytes
-    handle: LedgerHandle
+    creating: concurrent.futures.Future[tuple[bytes, LedgerHandle]]
+    queued: list[bytes] = dataclasses.field(default_factory=list)
     pending: list[concurrent.futures.Future[int]] = dataclasses.field(default_factory=list)
     span: tuple[int, int] | None = None
-    ledger_id: int = -1                     # the ledger to list (the handle's, or its copy)
+    listed: int = -1                        # the ledger to list: the handle's, or its copy (-1: not known yet)
+
+    def ready(self) -> LedgerHandle:
+        """The ledger, once created (raises what its creation raised); records queued meanwhile are added
+        first, in order."""
+        _, handle = self.creating.result(CREATE_TIMEOUT_S)
+        if self.listed < 0:
+            self.listed = handle.ledger_id
+        if self.queued:
+            self.pending.extend(handle.add_entry_async(entry) for entry in self.queued)
+            self.queued.clear()
+        return handle
+
+    @property
+    def handle(self) -> LedgerHandle:
+        return self.ready()
+
+    @property
+    def password(self) -> bytes:
+        return self.creating.result(CREATE_TIMEOUT_S)[0]
+
+    @property
+    def ledger_id(self) -> int:
+        self.ready()
+        return self.listed
+
+    @ledger_id.setter
+    def ledger_id(self, value: int) -> None:
+        self.listed = value
+
+
+def _started(name: str, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
+    """`fn()` run in a thread of its own; its result or exception in the future (no thread dies silently)."""
+    future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:    # noqa: BLE001 - handed to whoever waits for the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +185,10 @@ class Transaction:
         from bkledger.client.log.core import envelope as env
 
         entry, span = records.enveloped(env.V2, value, key, timestamp, headers, time.time_ns() // 1000)
-        part.pending.append(part.handle.add_entry_async(entry))
+        if part.creating.done():
+            part.pending.append(part.ready().add_entry_async(entry))
+        else:
+            part.queued.append(entry)           # added, in order, once its ledger exists
         part.span = records.widened(part.span, span)
 
     def ack(self, log_name: str, cursor: str, position: Position) -> None:
@@ -159,18 +212,22 @@ class Transaction:
         self._acks[(log_name, cursor)] = _Ack(merged, version if earlier is None else earlier.version)
 
     def _new_part(self, name: str) -> _LogPart:
+        check_log_name(name, new=True)
+        part = _LogPart(name, _started(f"tx-{self.transaction_id[:8]}-create", lambda: self._create(name)))
+        self._parts[name] = part
+        return part
+
+    def _create(self, name: str) -> tuple[bytes, LedgerHandle]:
+        """The log's ledger password and a new ledger for the transaction's records to it (a thread's)."""
         from bkledger.client.log.core import envelope as env  # numpy: not at the client's import
 
-        check_log_name(name, new=True)
         password = log_ledger_password(self._bk, name)
         custom = {**env.custom_metadata(env.V2), JOB_KEY: f"{JOB_PREFIX}{self.transaction_id}".encode(),
                   LOG_KEY: name.encode()}
         e, qw, qa = self._quorum
         handle = self._bk.create_ledger(e, qw, qa, digest_type=self._digest, password=password,
                                         custom_metadata=custom)
-        part = _LogPart(name, password, handle, ledger_id=handle.ledger_id)
-        self._parts[name] = part
-        return part
+        return password, handle
 
     # ---- ending -----------------------------------------------------------------------------------
     def __enter__(self) -> Transaction:
@@ -212,20 +269,38 @@ class Transaction:
         self._forget_marker()
 
     def _close_ledgers(self) -> dict[str, lm.ClosedLedger]:
+        """Every part's ledger, its adds acknowledged, CLOSED: the ledgers closed at once (one thread each
+        but the last)."""
+        entries: dict[str, list[int]] = {}
+        for name, part in self._parts.items():
+            part.ready()                            # created, its queued records added
+            entries[name] = [f.result(ADD_TIMEOUT_S) for f in part.pending]
+        handles = [part.handle for part in self._parts.values()]
+        closing = [_started(f"tx-{self.transaction_id[:8]}-close", h.close) for h in handles[:-1]]
+        for handle in handles[-1:]:
+            handle.close()
+        for future in closing:
+            future.result(ADD_TIMEOUT_S)
         out: dict[str, lm.ClosedLedger] = {}
         for name, part in self._parts.items():
-            entries = [f.result(ADD_TIMEOUT_S) for f in part.pending]
-            part.handle.close()
-            md = self._bk.ledger_metadata(part.ledger_id)
+            md = part.handle.metadata
+            if md.state is not LedgerState.CLOSED:
+                md = self._bk.ledger_metadata(part.ledger_id)
             out[name] = (part.ledger_id, md.last_entry_id, md.length, md.ctime_ms)
-            self.positions[name] = [Position(part.ledger_id, e) for e in entries]
+            self.positions[name] = [Position(part.ledger_id, e) for e in entries[name]]
         return out
 
     def _delete_ledgers(self) -> None:
         for part in self._parts.values():
+            try:
+                handle = part.ready()              # a creation still running: wait for it, delete its ledger
+            except Exception as exc:  # noqa: BLE001 - a ledger never created has nothing to delete
+                log.warning("transaction %s: the ledger for log %r was not created: %s", self.transaction_id,
+                            part.name, exc)
+                continue
             with contextlib.suppress(Exception):
-                part.handle.close()
-            for ledger_id in {part.handle.ledger_id, part.ledger_id}:
+                handle.close()
+            for ledger_id in {handle.ledger_id, part.listed}:
                 with contextlib.suppress(NoSuchLedgerError):
                     self._bk.delete_ledger(ledger_id)
 

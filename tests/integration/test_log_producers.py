@@ -22,7 +22,7 @@ from bkledger.client.errors import NoSuchLedgerError
 from bkledger.client.log.core import producers as pr
 from bkledger.client.log.core.meta import Position
 from bkledger.client.log.logs import JOB_KEY, LOG_KEY, delete_uncommitted, uncommitted_job_ledgers
-from bkledger.client.log.producer import Commit, commit_batch
+from bkledger.client.log.producer import Commit, Written, commit_batch
 from bkledger.spark_connector import envelope as env
 from bkledger.spark_connector.log_commit import commit_ledgers
 from tests.integration.zk_drop_proxy import DropProxy
@@ -139,6 +139,37 @@ def test_a_retried_commit_lands_once(bk: BookKeeper, name: str):
     assert bk.ledger_metadata(first).last_entry_id == 1     # the listed ledger was not deleted
     with pytest.raises(NoSuchLedgerError):
         bk.ledger_metadata(retry_copy)                      # the retry's unlisted ledger was
+
+
+def test_an_overtaken_batch_is_rewritten_from_memory_once(bk: BookKeeper, name: str):
+    """R27: a producer's ledger that another commit overtook (created before the ledger that committed
+    first) is not read back from the bookies and copied: the producer writes the batch again from memory
+    (`rewrite`), once, and the log lists that ledger above the other; the overtaken one is deleted."""
+    password = bk.log_ledger_password(name)
+
+    def written(value: bytes) -> Written:
+        lh = bk.create_ledger(3, 2, 2, password=password, custom_metadata=env.custom_metadata(env.V1))
+        lh.add_entry(env.encode(None, None, value))
+        lh.close()
+        md = lh.metadata
+        return Written((lh.ledger_id, md.last_entry_id, md.length, md.ctime_ms), env.V1)
+
+    mine = written(b"mine")
+    other = written(b"other")
+    assert commit_batch(bk, Commit(name, "pb", 0, password), other.ledger_id) == other.ledger_id
+    rewrites: list[int] = []
+
+    def rewrite() -> Written:
+        again = written(b"mine")
+        rewrites.append(again.ledger_id)
+        return again
+
+    listed = commit_batch(bk, Commit(name, "pa", 0, password), mine.ledger_id, 30.0, mine, rewrite)
+    assert rewrites == [listed] and listed > other.ledger_id
+    assert bk.log_metadata(name).ledger_ids == [other.ledger_id, listed]
+    assert [v for _, _, v in read_all(bk, name)] == [b"other", b"mine"]
+    with pytest.raises(NoSuchLedgerError):
+        bk.ledger_metadata(mine.ledger_id)                  # the overtaken ledger is deleted
 
 
 def test_commit_whose_answer_zookeeper_lost_lands_once(cluster, bk: BookKeeper, name: str):

@@ -21,9 +21,10 @@ import pytest
 from bkledger.client import BookKeeper
 from bkledger.client.errors import InvalidOptionError, NoSuchLedgerError
 from bkledger.client.log.core.meta import Position
-from bkledger.client.log.core.transactions import CursorMovedBackError, TransactionStateError
+from bkledger.client.log.core.transactions import CursorMovedBackError, Phase, TransactionStateError
 from bkledger.client.log.cursors import read_cursor
 from bkledger.client.log.logs import delete_uncommitted, uncommitted_job_ledgers
+from bkledger.client.log.store import log_path
 from bkledger.client.log.transaction import TransactionConflictError, TransactionOutcomeUnknownError, sweep_markers
 from tests.integration.conftest import start_cluster
 from tests.integration.zk_drop_proxy import DropProxy
@@ -147,6 +148,24 @@ def test_an_aborted_or_crashed_transaction_leaves_nothing_and_is_swept(bk: BookK
     assert sorted(delete_uncommitted(bk, found)) == sorted(left)
     assert values(bk, b) == [] and values(bk, c) == []
     reader.close()
+
+
+def test_a_transaction_whose_concurrent_ledger_creation_half_fails_leaves_nothing(bk: BookKeeper):
+    """R27: a transaction's ledgers are created at once, in the background, while the block appends; the
+    creation for one log fails (its head znode holds no log) while the other's succeeds: nothing becomes
+    visible, and the ledger that was created is deleted (none of the transaction's ledgers is left)."""
+    bad, good = names("bad", "good")
+    bk.store.create(log_path(bk.store, bad), b"\xffnot a log", makepath=True)
+    with pytest.raises(Exception) as caught, bk.transaction() as tx:
+        tx.append(bad, b"one")                      # the failing part first: the good one is cleaned after it
+        for i in range(50):
+            tx.append(good, b"r%02d" % i)
+    assert not isinstance(caught.value, TransactionOutcomeUnknownError)
+    assert tx.phase is Phase.ABORTED
+    assert bk.store.get(log_path(bk.store, good)) is None or values(bk, good) == []
+    job = f"transaction:{tx.transaction_id}"
+    assert [u for u in uncommitted_job_ledgers(bk, 0.0) if u.job == job] == []
+    assert not bk.store.exists(bk.store.layout.transaction(tx.transaction_id))
 
 
 def test_markers_left_by_a_crash_at_commit_are_swept(bk: BookKeeper):
