@@ -263,7 +263,10 @@ class BookieServer:
         if self.store.connected:
             await call_bounded("unregister", lambda: self.store.unregister_bookie(self.config.bookie_id), 5)
         else:
-            log.info("ZooKeeper is not connected: the registration ends with the session")
+            log.warning("ZooKeeper is not connected: the registration ends with the session; skipped unregistering "
+                        "%s (it goes when ZooKeeper expires the session, after zkTimeout=%d ms)",
+                        self.store.layout.bookie(self.config.bookie_id, self.service is not None
+                                                 and self.service.read_only), self.config.zkTimeout)
         self.store.interrupt()     # garbage collection waiting for an absent ZooKeeper ends at its next retry
         if self.server is not None:
             await self.server.stop(grace=2)

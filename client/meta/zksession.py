@@ -228,6 +228,9 @@ class ZkSession:
         while True:
             yield attempt
             attempt += 1
+            if self._interrupted.is_set():
+                raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts}: stopped retrying after {attempt} attempts "
+                                         "(interrupted: the process is stopping)")
             if time.monotonic() > deadline:
                 raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts} unreachable{self.trouble.why()}; gave "
                                          f"up after {attempt} attempts: check that it runs and is reachable")

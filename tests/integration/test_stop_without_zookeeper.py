@@ -1,0 +1,104 @@
+"""Daemons whose ZooKeeper is gone still stop on SIGTERM, within a bound their configuration gives, exit 0 and
+say what they skipped; a bookie keeps what it acknowledged (R8, R22) and serves it once restarted."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.zookeeper import stop_pid
+from bkledger.client import BookKeeper
+from tests.integration.bookie_util import wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+ZK_TIMEOUT_MS = 8000
+
+
+def stop_zookeeper(cluster: LocalCluster) -> None:
+    stop_pid(cluster.zk_pid)
+    cluster.zk_pid = 0
+    cluster.save()
+
+
+def test_bookie_with_zookeeper_gone_stops_within_its_session_timeout_and_keeps_what_it_acknowledged(tmp_path):
+    """R8, R22: ZooKeeper stopped under a bookie with a client's streams open; SIGTERM stops it (exit 0) before
+    ZooKeeper would even have expired its session (zkTimeout, the bound: the gRPC grace of 2 s plus the
+    journal's close fit in it); its log names the unregistration it skipped (the registration goes with
+    the session). Started again with ZooKeeper back, it serves every entry it acknowledged."""
+    cluster = LocalCluster(tmp_path / "own-zk")
+    conf = {"gcWaitTime": "1000", "zkTimeout": str(ZK_TIMEOUT_MS)}
+    try:
+        cluster.up(1, conf, autorecovery=False)
+        bookie = cluster.bookies[0]
+        bk = BookKeeper(cluster.metadata_service_uri)
+        try:
+            lh = bk.create_ledger(1, 1, 1)
+            acked = [lh.add_entry(b"entry-%d" % i) for i in range(30)]       # acknowledged: fsync'd
+            stop_zookeeper(cluster)
+            log_path = Path(bookie.log)
+            wait_for(lambda: "still unreachable after 2 attempts" in log_path.read_text(), 30,
+                     "the bookie to see ZooKeeper gone")
+            start = time.monotonic()
+            code = cluster.stop_bookie(0, timeout=60)        # SIGTERM; SIGKILL only after 60 s (code -9)
+            took = time.monotonic() - start
+        finally:
+            bk.close()
+        assert code == 0
+        assert took < ZK_TIMEOUT_MS / 1000, took
+        text = log_path.read_text().rsplit("got SIGTERM", 1)[-1]
+        assert f"skipped unregistering /ledgers/available/{bookie.bookie_id}" in text, text[-1500:]
+        assert f"bookie {bookie.bookie_id} stopped" in text, text[-1500:]
+        cluster.down()                                      # keeps the state: ZooKeeper's port, the bookie's id
+        cluster = LocalCluster(tmp_path / "own-zk")
+        cluster.up(1, conf, autorecovery=False)              # ZooKeeper back, the same bookie on its data
+        with BookKeeper(cluster.metadata_service_uri) as reader:
+            rh = reader.open_ledger(lh.ledger_id, recovery=True)
+            assert rh.last_entry_id == acked[-1] == 29
+            assert [e.payload for e in rh.read_entries(0, 29)] == [b"entry-%d" % i for i in range(30)]
+    finally:
+        cluster.down()
+
+
+def test_offloader_with_zookeeper_gone_stops_at_once_on_sigterm(tmp_path):
+    """`bkledger offloader` in a round waiting for an absent ZooKeeper: SIGTERM interrupts the wait, so it
+    exits 0 within a few seconds, not once every ZooKeeper call of the round has run out its retry
+    deadline (2 x zkTimeout each: 17 s for one log here before the stop interrupted them)."""
+    cluster = LocalCluster(tmp_path / "own-zk")
+    try:
+        cluster.up(1, {"gcWaitTime": "0"}, autorecovery=False)
+        daemon = subprocess.Popen([sys.executable, "-m", "bkledger.bookie.cli", "offloader", "--uri",
+                                   cluster.metadata_service_uri, "--store", str(tmp_path / "store"),
+                                   "--interval", "0.2"], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        try:
+            out: list[str] = []
+            while not any("offloader started" in line for line in out):
+                line = daemon.stdout.readline() if daemon.stdout else ""
+                assert line, "".join(out)[-2000:]
+                out.append(line)
+            stop_zookeeper(cluster)
+            while not any("still unreachable after 2 attempts" in line for line in out):
+                line = daemon.stdout.readline() if daemon.stdout else ""
+                assert line, "".join(out)[-2000:]
+                out.append(line)
+            start = time.monotonic()
+            daemon.send_signal(signal.SIGTERM)
+            rest, _ = daemon.communicate(timeout=60)
+            took = time.monotonic() - start
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait(10)
+        text = "".join(out) + rest
+        assert daemon.returncode == 0, text[-2000:]
+        assert took < 5, (took, text[-2000:])
+        assert "offloader stopping (SIGTERM" in text and "offloader stopped" in text, text[-2000:]
+    finally:
+        cluster.down()
