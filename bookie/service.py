@@ -38,7 +38,7 @@ from bkledger.bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_sign
 from bkledger.bookie.thread_guard import FAILURES
 from bkledger.bookie.tls import server_credentials
 from bkledger.client.errors import InvalidOptionError
-from bkledger.client.meta.errors import RegistrationAbandonedError
+from bkledger.client.meta.errors import MetadataStoreError
 from bkledger.client.meta.store import MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
 
@@ -236,7 +236,8 @@ class BookieServer:
     async def _registered(self, read_only: bool) -> bool:
         """The first registration; False if a stop signal came first. After a crash the bookie waits
         for its earlier session's node to expire (up to the session timeout, as BookKeeper does), and
-        SIGTERM must not wait with it."""
+        SIGTERM must not wait with it, nor (ZooKeeper gone meanwhile) for that wait's ZooKeeper calls to run
+        out their retry deadline (2 x zkTimeout: exit 1 after 19 s with the default zkTimeout)."""
         registering = asyncio.ensure_future(asyncio.to_thread(self.registrar.register_now, read_only))
         stopping = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait({registering, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -245,8 +246,11 @@ class BookieServer:
             registering.result()
             return True
         self.registrar.stop()      # ends the wait at its next look (RegistrationAbandonedError)
-        with contextlib.suppress(RegistrationAbandonedError):
+        self.store.interrupt()     # and a ZooKeeper call waiting for an absent server (MetadataStoreError)
+        try:
             await registering
+        except MetadataStoreError as exc:     # RegistrationAbandonedError, or the interrupted call's
+            log.info("bookie %s: stopped before it registered: %s", self.config.bookie_id, exc)
         return False
 
     def _on_stop_signal(self, what: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import LocalCluster, accepts
 from bkledger.bookie.local.zookeeper import stop_pid
 from bkledger.client import BookKeeper
 from tests.integration.bookie_util import wait_for
@@ -100,5 +100,33 @@ def test_offloader_with_zookeeper_gone_stops_at_once_on_sigterm(tmp_path):
         assert daemon.returncode == 0, text[-2000:]
         assert took < 5, (took, text[-2000:])
         assert "offloader stopping (SIGTERM" in text and "offloader stopped" in text, text[-2000:]
+    finally:
+        cluster.down()
+
+
+def test_bookie_restarted_after_kill9_stops_at_once_when_zookeeper_goes_while_it_waits_to_register(tmp_path):
+    """A bookie started again after kill -9 waits for its earlier session's registration to expire; ZooKeeper
+    stopped in that wait, a SIGTERM stopped it only once the wait's ZooKeeper call had run out its retry
+    deadline (2 x zkTimeout: 19 s, exit 1 with a traceback). The stop interrupts that call now: exit 0,
+    well within zkTimeout, and its log says it stopped before it registered."""
+    cluster = LocalCluster(tmp_path / "own-zk")
+    try:
+        cluster.up(1, {"gcWaitTime": "0", "zkTimeout": str(ZK_TIMEOUT_MS)}, autorecovery=False)
+        bookie = cluster.bookies[0]
+        cluster.kill_bookie(0)
+        cluster.start_bookie(0)
+        log_path = Path(bookie.log)
+        wait_for(lambda: accepts(bookie.port), 30, "the restarted bookie to listen (it does before registering)")
+        stop_zookeeper(cluster)
+        wait_for(lambda: "still unreachable after 2 attempts" in log_path.read_text(), 30,
+                 "the bookie to see ZooKeeper gone")
+        start = time.monotonic()
+        code = cluster.stop_bookie(0, timeout=60)
+        took = time.monotonic() - start
+        text = log_path.read_text().rsplit("got SIGTERM", 1)[-1]
+        assert code == 0, text[-2000:]
+        assert took < ZK_TIMEOUT_MS / 1000, took
+        assert "stopped before it registered" in text and f"bookie {bookie.bookie_id} stopped" in text, text[-2000:]
+        assert "serving" not in text, text[-2000:]
     finally:
         cluster.down()
