@@ -66,16 +66,18 @@ def test_bookie_with_zookeeper_gone_stops_within_its_session_timeout_and_keeps_w
         cluster.down()
 
 
-def test_offloader_with_zookeeper_gone_stops_at_once_on_sigterm(tmp_path):
-    """`bkledger offloader` in a round waiting for an absent ZooKeeper: SIGTERM interrupts the wait, so it
-    exits 0 within a few seconds, not once every ZooKeeper call of the round has run out its retry
-    deadline (2 x zkTimeout each: 17 s for one log here before the stop interrupted them)."""
+@pytest.mark.parametrize("logs", [[], ["orders"]], ids=["every-log", "named-log"])
+def test_offloader_with_zookeeper_gone_stops_at_once_on_sigterm(tmp_path, logs):
+    """`bkledger offloader` in a round waiting for an absent ZooKeeper (listing the logs; or, with --logs,
+    taking a log's lock: a create, retried as "maybe written"): SIGTERM interrupts the wait, so it exits 0
+    within a few seconds, not once every ZooKeeper call of the round has run out its retry deadline
+    (2 x zkTimeout each: 17-20 s here before the stop interrupted them)."""
     cluster = LocalCluster(tmp_path / "own-zk")
     try:
         cluster.up(1, {"gcWaitTime": "0"}, autorecovery=False)
         daemon = subprocess.Popen([sys.executable, "-m", "bkledger.bookie.cli", "offloader", "--uri",
                                    cluster.metadata_service_uri, "--store", str(tmp_path / "store"),
-                                   "--interval", "0.2"], cwd=ROOT, stdout=subprocess.PIPE,
+                                   "--interval", "0.2", *(["--logs", *logs] if logs else [])], cwd=ROOT, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
         try:
             out: list[str] = []
