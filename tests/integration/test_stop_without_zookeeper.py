@@ -77,8 +77,8 @@ def test_offloader_with_zookeeper_gone_stops_at_once_on_sigterm(tmp_path, logs):
         cluster.up(1, {"gcWaitTime": "0"}, autorecovery=False)
         daemon = subprocess.Popen([sys.executable, "-m", "bkledger.bookie.cli", "offloader", "--uri",
                                    cluster.metadata_service_uri, "--store", str(tmp_path / "store"),
-                                   "--interval", "0.2", *(["--logs", *logs] if logs else [])], cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+                                   "--interval", "0.2", *(["--logs", *logs] if logs else [])], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             out: list[str] = []
             while not any("offloader started" in line for line in out):
