@@ -31,7 +31,8 @@ def test_bookie_with_zookeeper_gone_stops_within_its_session_timeout_and_keeps_w
     """R8, R22: ZooKeeper stopped under a bookie with a client's streams open; SIGTERM stops it (exit 0) before
     ZooKeeper would even have expired its session (zkTimeout, the bound: the gRPC grace of 2 s plus the
     journal's close fit in it); its log names the unregistration it skipped (the registration goes with
-    the session). Started again with ZooKeeper back, it serves every entry it acknowledged."""
+    the session). Started again with ZooKeeper back, it serves every entry it acknowledged. Before that,
+    SIGUSR1 dumps its threads' stacks into its log (how to see where a stop hangs) and it goes on serving."""
     cluster = LocalCluster(tmp_path / "own-zk")
     conf = {"gcWaitTime": "1000", "zkTimeout": str(ZK_TIMEOUT_MS)}
     try:
@@ -41,8 +42,12 @@ def test_bookie_with_zookeeper_gone_stops_within_its_session_timeout_and_keeps_w
         try:
             lh = bk.create_ledger(1, 1, 1)
             acked = [lh.add_entry(b"entry-%d" % i) for i in range(30)]       # acknowledged: fsync'd
-            stop_zookeeper(cluster)
             log_path = Path(bookie.log)
+            cluster.signal_bookie(0, signal.SIGUSR1)        # the stacks of its threads to the log; it goes on
+            wait_for(lambda: "Thread 0x" in log_path.read_text(), 30, "the thread dump in the bookie's log")
+            assert lh.add_entry(b"after the dump") == 30
+            acked.append(30)
+            stop_zookeeper(cluster)
             wait_for(lambda: "still unreachable after 2 attempts" in log_path.read_text(), 30,
                      "the bookie to see ZooKeeper gone")
             start = time.monotonic()
@@ -60,8 +65,9 @@ def test_bookie_with_zookeeper_gone_stops_within_its_session_timeout_and_keeps_w
         cluster.up(1, conf, autorecovery=False)              # ZooKeeper back, the same bookie on its data
         with BookKeeper(cluster.metadata_service_uri) as reader:
             rh = reader.open_ledger(lh.ledger_id, recovery=True)
-            assert rh.last_entry_id == acked[-1] == 29
-            assert [e.payload for e in rh.read_entries(0, 29)] == [b"entry-%d" % i for i in range(30)]
+            assert rh.last_entry_id == acked[-1] == 30
+            assert [e.payload for e in rh.read_entries(0, 30)] == [b"entry-%d" % i for i in range(30)] + [
+                b"after the dump"]
     finally:
         cluster.down()
 
