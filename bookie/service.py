@@ -18,6 +18,7 @@ import contextlib
 import logging
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -194,9 +195,10 @@ class BookieServer:
             self._loop.add_signal_handler(sig, self._on_stop_signal, FALLBACK.format(sig.name))
         cfg = self.config
         check_ports(cfg)
-        self.store.start()
-        self.store.init_cluster()
-        check_cookies(cfg, self.store)
+        if not await self._unless_stopped(self._join_cluster, "it joined the cluster in ZooKeeper"):
+            await call_bounded("close the ZooKeeper session", self.store.close, 5)
+            log.info("bookie %s stopped", cfg.bookie_id)
+            return
         self.bookie.start()
         self.service = BookieService(self.bookie, cfg.bookie_id, self._loop)
         self.service.read_only = cfg.forceReadOnlyBookie or self.bookie.journal_failed
@@ -219,6 +221,30 @@ class BookieServer:
         monitor = asyncio.create_task(self._disk_monitor())
         await self._stop.wait()
         await self._shutdown(monitor)
+
+    def _join_cluster(self) -> None:
+        """Connect to ZooKeeper, create the cluster's znodes if missing, check the cookies (R24)."""
+        self.store.start()
+        self.store.init_cluster()
+        check_cookies(self.config, self.store)
+
+    async def _unless_stopped(self, work: Callable[[], None], what: str) -> bool:
+        """Run `work` (ZooKeeper calls) off the loop: True once it is done, False if a stop signal came first.
+        The stop interrupts its ZooKeeper waits: with ZooKeeper away it would wait out the connect timeout
+        (15 s) or the retry deadline (2 x zkTimeout) and end in a traceback, the SIGTERM unheard meanwhile."""
+        working = asyncio.ensure_future(asyncio.to_thread(work))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if working.done():
+            stopping.cancel()
+            working.result()
+            return True
+        self.store.interrupt()
+        try:
+            await working
+        except MetadataStoreError as exc:
+            log.info("bookie %s: stopped before %s: %s", self.config.bookie_id, what, exc)
+        return False
 
     async def _bind(self, address: str) -> None:
         """Bind the gRPC port; taken since check_ports (a race): close what was opened, PortInUseError."""
@@ -298,4 +324,7 @@ def run_bookie(config: BookieConfig) -> int:
     except (ConfigError, InvalidOptionError) as exc:
         log.error("bad configuration: %s", exc)
         return 2
+    except MetadataStoreError as exc:      # ZooKeeper unreachable at start, say: one line, no traceback
+        log.error("cannot start: %s", exc)
+        return 1
     return 0

@@ -138,3 +138,29 @@ def test_bookie_restarted_after_kill9_stops_at_once_when_zookeeper_goes_while_it
         assert "serving" not in text, text[-2000:]
     finally:
         cluster.down()
+
+
+def test_bookie_started_while_zookeeper_is_gone_stops_at_once_on_sigterm(tmp_path):
+    """A bookie (re)started while its ZooKeeper is down waits to connect; SIGTERM in that wait ended it only
+    once the connect timeout (15 s) had passed, with exit 1 and a traceback. The stop interrupts the wait
+    now: exit 0 within a few seconds, one line saying it stopped before it joined the cluster."""
+    cluster = LocalCluster(tmp_path / "own-zk")
+    try:
+        cluster.up(1, {"gcWaitTime": "0", "zkTimeout": str(ZK_TIMEOUT_MS)}, autorecovery=False)
+        bookie = cluster.bookies[0]
+        assert cluster.stop_bookie(0) == 0
+        stop_zookeeper(cluster)
+        log_path = Path(bookie.log)
+        cluster.start_bookie(0)
+        wait_for(lambda: log_path.read_text().count(f"bookie id {bookie.bookie_id}: advertising") == 2, 30,
+                 "the bookie to start again (then it connects to ZooKeeper)")
+        start = time.monotonic()
+        code = cluster.stop_bookie(0, timeout=60)
+        took = time.monotonic() - start
+        text = log_path.read_text().rsplit("got SIGTERM", 1)[-1]
+        assert code == 0, text[-2000:]
+        assert took < 5, took
+        assert "stopped before it joined the cluster in ZooKeeper" in text, text[-2000:]
+        assert f"bookie {bookie.bookie_id} stopped" in text and "Traceback" not in text, text[-2000:]
+    finally:
+        cluster.down()
