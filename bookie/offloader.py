@@ -13,7 +13,8 @@ prunes the log's table (files truncation or retention dropped: removed, then vac
 failure of one log is logged with its traceback and counted (`bkledger_offloader_failures_total`), the
 loop goes on with the next log and retries the failed one next round. Metrics on `--metrics-port`
 (127.0.0.1; off by default): rounds, runs, bytes and entries offloaded, ledgers deleted, failures, logs
-skipped because another offloader held them.
+skipped because another offloader held them. SIGTERM ends the round before its next log and interrupts a
+ZooKeeper wait, so the daemon stops at once also with ZooKeeper gone.
 """
 
 from __future__ import annotations

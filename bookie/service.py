@@ -8,7 +8,10 @@ keeps it, off the event loop). A disk-usage check turns the bookie read-only abo
 and back below `diskUsageLwmThreshold` (R25), re-registering it under `available/readonly`; a failed
 journal or failed ledger storage (checkpoints failing, `Bookie.storage_failed`) also makes it read-only.
 A garbage-collection thread (`bookie.gc`) runs every `gcWaitTime` ms.
-SIGTERM unregisters, stops the server and GC, and checkpoints.
+SIGTERM unregisters, stops the server and GC, and checkpoints. With ZooKeeper away it waits for none of
+it: a stop during the start or the first registration interrupts the ZooKeeper wait, and the
+unregistration is skipped (logged: the registration ends with the session); the journal is still
+closed. `kill -USR1` dumps every thread's stack to the log (bookie.cli).
 """
 
 from __future__ import annotations
