@@ -241,9 +241,15 @@ DAEMONS = frozenset({"bookie", "autorecovery", "offloader"})
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words and words[0] in DAEMONS:
+        import faulthandler
+        import signal
+
         from bkledger.bookie.stop_signals import block_stop_signals
 
         block_stop_signals()
+        # `kill -USR1 PID`: every thread's stack to stderr (the log), the daemon goes on (a stop that hangs
+        # says where)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = build_parser().parse_args(argv)
     try:
         code = int(args.func(args))

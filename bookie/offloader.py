@@ -13,7 +13,8 @@ prunes the log's table (files truncation or retention dropped: removed, then vac
 failure of one log is logged with its traceback and counted (`bkledger_offloader_failures_total`), the
 loop goes on with the next log and retries the failed one next round. Metrics on `--metrics-port`
 (127.0.0.1; off by default): rounds, runs, bytes and entries offloaded, ledgers deleted, failures, logs
-skipped because another offloader held them.
+skipped because another offloader held them. SIGTERM ends the round before its next log and interrupts a
+ZooKeeper wait, so the daemon stops at once also with ZooKeeper gone.
 """
 
 from __future__ import annotations
@@ -61,9 +62,12 @@ class Offloader:
         chosen, self._next = op.next_round(names, self._next, self.max_logs)
         return chosen
 
-    def run_once(self) -> list[PolicyRun]:
+    def run_once(self, stop: threading.Event | None = None) -> list[PolicyRun]:
+        """One round; with `stop` set (SIGTERM) it ends before the next log."""
         done: list[PolicyRun] = []
         for name in self._chosen():
+            if stop is not None and stop.is_set():
+                break
             got = self._run_log(name)
             if got is not None:
                 done.append(got)
@@ -103,8 +107,10 @@ class Offloader:
         """Rounds until `stop` is set; a round's surprise is logged and counted, never the end of the loop."""
         while not stop.is_set():
             try:
-                self.run_once()
+                self.run_once(stop)
             except (BKError, OSError, TimeoutError) as exc:
+                if stop.is_set():
+                    break                   # the stop interrupted ZooKeeper waits: not a failure
                 log.warning("offloader round failed (retried next round): %s", exc)
                 self._count(failures=1)
             except Exception:  # noqa: BLE001 - the daemon survives a surprise and says what it was
@@ -176,6 +182,7 @@ def cmd_offloader(args: argparse.Namespace) -> int:
         def on_stop(what: str) -> None:
             log.info("offloader stopping (%s)", what)
             stop.set()
+            bk.store.interrupt()      # a run waiting for an absent ZooKeeper ends now, not at its retry deadline
 
         watch_stop_signals(on_stop)
         install_fallback_handlers(on_stop)
@@ -184,6 +191,7 @@ def cmd_offloader(args: argparse.Namespace) -> int:
         daemon.run_forever(stop, args.interval)
         if http is not None:
             http.stop()
+    log.info("offloader stopped")
     return 0
 
 

@@ -8,7 +8,10 @@ keeps it, off the event loop). A disk-usage check turns the bookie read-only abo
 and back below `diskUsageLwmThreshold` (R25), re-registering it under `available/readonly`; a failed
 journal or failed ledger storage (checkpoints failing, `Bookie.storage_failed`) also makes it read-only.
 A garbage-collection thread (`bookie.gc`) runs every `gcWaitTime` ms.
-SIGTERM unregisters, stops the server and GC, and checkpoints.
+SIGTERM unregisters, stops the server and GC, and checkpoints. With ZooKeeper away it waits for none of
+it: a stop during the start or the first registration interrupts the ZooKeeper wait, and the
+unregistration is skipped (logged: the registration ends with the session); the journal is still
+closed. `kill -USR1` dumps every thread's stack to the log (bookie.cli).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import logging
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -38,7 +42,7 @@ from bkledger.bookie.stop_signals import FALLBACK, STOP_SIGNALS, block_stop_sign
 from bkledger.bookie.thread_guard import FAILURES
 from bkledger.bookie.tls import server_credentials
 from bkledger.client.errors import InvalidOptionError
-from bkledger.client.meta.errors import RegistrationAbandonedError
+from bkledger.client.meta.errors import MetadataStoreError
 from bkledger.client.meta.store import MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
 
@@ -194,9 +198,10 @@ class BookieServer:
             self._loop.add_signal_handler(sig, self._on_stop_signal, FALLBACK.format(sig.name))
         cfg = self.config
         check_ports(cfg)
-        self.store.start()
-        self.store.init_cluster()
-        check_cookies(cfg, self.store)
+        if not await self._unless_stopped(self._join_cluster, "it joined the cluster in ZooKeeper"):
+            await call_bounded("close the ZooKeeper session", self.store.close, 5)
+            log.info("bookie %s stopped", cfg.bookie_id)
+            return
         self.bookie.start()
         self.service = BookieService(self.bookie, cfg.bookie_id, self._loop)
         self.service.read_only = cfg.forceReadOnlyBookie or self.bookie.journal_failed
@@ -220,6 +225,30 @@ class BookieServer:
         await self._stop.wait()
         await self._shutdown(monitor)
 
+    def _join_cluster(self) -> None:
+        """Connect to ZooKeeper, create the cluster's znodes if missing, check the cookies (R24)."""
+        self.store.start()
+        self.store.init_cluster()
+        check_cookies(self.config, self.store)
+
+    async def _unless_stopped(self, work: Callable[[], None], what: str) -> bool:
+        """Run `work` (ZooKeeper calls) off the loop: True once it is done, False if a stop signal came first.
+        The stop interrupts its ZooKeeper waits: with ZooKeeper away it would wait out the connect timeout
+        (15 s) or the retry deadline (2 x zkTimeout) and end in a traceback, the SIGTERM unheard meanwhile."""
+        working = asyncio.ensure_future(asyncio.to_thread(work))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if working.done():
+            stopping.cancel()
+            working.result()
+            return True
+        self.store.interrupt()
+        try:
+            await working
+        except MetadataStoreError as exc:
+            log.info("bookie %s: stopped before %s: %s", self.config.bookie_id, what, exc)
+        return False
+
     async def _bind(self, address: str) -> None:
         """Bind the gRPC port; taken since check_ports (a race): close what was opened, PortInUseError."""
         assert self.server is not None
@@ -236,7 +265,8 @@ class BookieServer:
     async def _registered(self, read_only: bool) -> bool:
         """The first registration; False if a stop signal came first. After a crash the bookie waits
         for its earlier session's node to expire (up to the session timeout, as BookKeeper does), and
-        SIGTERM must not wait with it."""
+        SIGTERM must not wait with it, nor (ZooKeeper gone meanwhile) for that wait's ZooKeeper calls to run
+        out their retry deadline (2 x zkTimeout: exit 1 after 19 s with the default zkTimeout)."""
         registering = asyncio.ensure_future(asyncio.to_thread(self.registrar.register_now, read_only))
         stopping = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait({registering, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -245,8 +275,11 @@ class BookieServer:
             registering.result()
             return True
         self.registrar.stop()      # ends the wait at its next look (RegistrationAbandonedError)
-        with contextlib.suppress(RegistrationAbandonedError):
+        self.store.interrupt()     # and a ZooKeeper call waiting for an absent server (MetadataStoreError)
+        try:
             await registering
+        except MetadataStoreError as exc:     # RegistrationAbandonedError, or the interrupted call's
+            log.info("bookie %s: stopped before it registered: %s", self.config.bookie_id, exc)
         return False
 
     def _on_stop_signal(self, what: str) -> None:
@@ -263,7 +296,10 @@ class BookieServer:
         if self.store.connected:
             await call_bounded("unregister", lambda: self.store.unregister_bookie(self.config.bookie_id), 5)
         else:
-            log.info("ZooKeeper is not connected: the registration ends with the session")
+            log.warning("ZooKeeper is not connected: the registration ends with the session; skipped unregistering "
+                        "%s (it goes when ZooKeeper expires the session, after zkTimeout=%d ms)",
+                        self.store.layout.bookie(self.config.bookie_id, self.service is not None
+                                                 and self.service.read_only), self.config.zkTimeout)
         self.store.interrupt()     # garbage collection waiting for an absent ZooKeeper ends at its next retry
         if self.server is not None:
             await self.server.stop(grace=2)
@@ -291,4 +327,7 @@ def run_bookie(config: BookieConfig) -> int:
     except (ConfigError, InvalidOptionError) as exc:
         log.error("bad configuration: %s", exc)
         return 2
+    except MetadataStoreError as exc:      # ZooKeeper unreachable at start, say: one line, no traceback
+        log.error("cannot start: %s", exc)
+        return 1
     return 0

@@ -115,16 +115,23 @@ class ZkSession:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def _connect(self) -> None:
-        """Connect, bounded by connect_timeout. A closed session cannot be started again."""
-        try:
-            self._zk.start(timeout=self.connect_timeout)
-        except KazooTimeoutError as exc:
-            self._zk.stop()
+        """Connect, bounded by connect_timeout and ended early by `interrupt()` (a bookie stopped while it
+        starts with ZooKeeper away). A closed session cannot be started again."""
+        connected = self._zk.start_async()
+        deadline = time.monotonic() + self.connect_timeout
+        while not connected.wait(INTERRUPT_POLL_S):
+            if self._interrupted.is_set() or time.monotonic() >= deadline:
+                break
+        if not self._zk.connected:
+            with contextlib.suppress(KazooException):
+                self._zk.stop()
             self._zk.close()
+            if self._interrupted.is_set():
+                raise MetadataStoreError(f"stopped connecting to ZooKeeper at {self.uri.hosts}{self.trouble.why()} "
+                                         "(interrupted: the process is stopping)")
             raise MetadataStoreError(
                 f"cannot connect to ZooKeeper at {self.uri.hosts} within {self.connect_timeout:.0f}s"
-                f"{self.trouble.why()}: is it running (bkledger local up) and is metadataServiceUri right?"
-            ) from exc
+                f"{self.trouble.why()}: is it running (bkledger local up) and is metadataServiceUri right?")
         self._started = True
 
     def _on_state(self, state: str) -> None:
@@ -228,6 +235,9 @@ class ZkSession:
         while True:
             yield attempt
             attempt += 1
+            if self._interrupted.is_set():
+                raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts}: stopped retrying after {attempt} attempts "
+                                         "(interrupted: the process is stopping)")
             if time.monotonic() > deadline:
                 raise MetadataStoreError(f"ZooKeeper at {self.uri.hosts} unreachable{self.trouble.why()}; gave "
                                          f"up after {attempt} attempts: check that it runs and is reachable")

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 
 from bkledger.bookie.offloader import Offloader
@@ -20,10 +21,13 @@ from bkledger.client import BookKeeper
 from bkledger.client.errors import NoSuchLedgerError
 from bkledger.client.log import offloader
 from bkledger.client.log.core import offload as ol
+from bkledger.client.log.core.meta import Position
+from bkledger.client.log.offload_store import TableStore, committed_files, table_store
 from bkledger.client.log.store import log_path
 from tests.integration.conftest import start_cluster
 from tests.integration.test_log_offload import read_all, table_rows, write
 from tests.integration.test_log_offload_crash import folder_matches_table
+from tests.integration.test_log_offload_s3 import BUCKET, s3_endpoint, s3_env  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,36 +155,64 @@ def test_kill_9_of_the_daemon_mid_run_then_a_rerun_keeps_every_record_once(bk, c
     folder_matches_table(bk, name, store)
 
 
-def table_files(bk: BookKeeper, name: str) -> tuple[list[str], list[str]]:
-    """(files the log's Delta table names, Parquet files in its folder)."""
-    from deltalake import DeltaTable
+@pytest.fixture(params=["local", "s3"])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A table store: a local folder, or a fresh prefix of a bucket on moto_server (skipped without it)."""
+    if request.param == "local":
+        return str(tmp_path / "store")
+    endpoint = request.getfixturevalue("s3_endpoint")
+    request.getfixturevalue("s3_env")                      # credentials in the environment, the bucket made
+    return f"s3://{BUCKET}/t-{uuid.uuid4().hex[:8]}?endpoint_override={endpoint}&scheme=http"
 
-    from bkledger.client.log.offload_store import committed_files, table_store
 
+def log_table(bk: BookKeeper, name: str) -> TableStore:
     uri = ol.state(bk.log_metadata(name)).uri
     assert uri is not None
-    table = table_store(uri, name)
-    return sorted(committed_files(DeltaTable(table.uri))), sorted(p.name for p in Path(table.root).glob("*.parquet"))
+    return table_store(uri, name)
 
 
-def test_truncation_and_retention_take_files_off_the_table_and_vacuum_deletes_them_after_the_lag(bk, tmp_path):
-    """A truncation into offloaded history takes the dropped records' files off the table (a remove action)
-    and leaves them on disk (lag 4 h: a reader that planned them still reads them from where the log's
-    records it loaded say); a cut whose prune
+def table_files(bk: BookKeeper, name: str) -> tuple[list[str], list[str]]:
+    """(files the log's Delta table names, Parquet files in its folder), on whichever store it is."""
+    from deltalake import DeltaTable
+
+    table = log_table(bk, name)
+    found = table.fs.get_file_info(pafs.FileSelector(table.root, allow_not_found=True))
+    return (sorted(committed_files(DeltaTable(table.uri, storage_options=dict(table.options)))),
+            sorted(f.base_name for f in found if f.base_name.endswith(".parquet")))
+
+
+def table_positions(bk: BookKeeper, name: str) -> list[Position]:
+    """The positions of the rows a Delta reader sees in the log's table (the rows of its current version)."""
+    from deltalake import DeltaTable
+
+    table = log_table(bk, name)
+    dt = DeltaTable(table.uri, storage_options=dict(table.options))
+    rows = dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(table.root, table.fs)).to_table()
+    return sorted(Position(lid, eid) for lid, eid in zip(rows.column("ledger_id").to_pylist(),
+                                                         rows.column("entry_id").to_pylist(), strict=True))
+
+
+def test_truncation_and_retention_take_files_off_the_table_and_vacuum_deletes_them_after_the_lag(bk, store_uri):
+    """A truncation into offloaded history takes the dropped records' files off the table (a remove action:
+    a Delta reader no longer sees their rows) and leaves them in the store (lag 4 h: a reader that planned
+    them still reads them from where the log's records it loaded say); a cut whose prune
     never ran (a crash after its CAS) is pruned by the offloader's next run, once; with lag 0 that run
-    also vacuums the files away. Retention does the same. delete_log deletes the table."""
+    also vacuums the files away. Retention does the same. delete_log deletes the table. The same on a
+    local folder and on S3 (moto_server)."""
     from bkledger.client.log.core import meta as lm
     from bkledger.client.log.offload_store import read_log_file
     from bkledger.client.log.store import update_log
 
     name, _ = new_log(bk, 60)
-    bk.offload_log(name, str(tmp_path / "store"), max_file_bytes=1)        # a file a ledger: 18 files
+    bk.offload_log(name, store_uri, max_file_bytes=1)                      # a file a ledger: 18 files
     before = read_all(bk, name)
     files = [f for f, *_ in ol.offloaded_files(bk.log_metadata(name))]    # in log order
     assert table_files(bk, name) == (sorted(files), sorted(files)) and len(files) == 18
+    assert table_positions(bk, name) == [p for p, _ in before[:54]]
     planned = bk.log_metadata(name)                                        # what a reader planned before the cut
     assert bk.truncate_log(name, before[12][0])                            # drops 4 ledgers: 4 files
     assert table_files(bk, name) == (sorted(files[4:]), sorted(files))
+    assert table_positions(bk, name) == [p for p, _ in before[12:54]]
     assert read_log_file(planned, files[0]).num_rows == 3                  # still readable where it was planned
     assert read_all(bk, name) == before[12:]
     update_log(bk.store, name, lambda m: lm.truncated_before(m, before[24][0])[0])    # a cut, no prune (crash)
@@ -190,13 +222,16 @@ def test_truncation_and_retention_take_files_off_the_table_and_vacuum_deletes_th
     bk.set_log_offload(name, after_bytes=10**12, deletion_lag_seconds=0)
     run = offloader.run_policy(bk, name)
     assert len(run.vacuumed) == 8 and table_files(bk, name) == (sorted(files[8:]), sorted(files[8:]))
+    assert table_positions(bk, name) == [p for p, _ in before[24:54]]
     bk.set_log_retention(name, max_bytes=1)
     bk.apply_log_retention(name)
     assert table_files(bk, name)[0] == [] and read_all(bk, name) == before[-3:]
-    root = Path(str(ol.state(bk.log_metadata(name)).uri)) / ol.table_dir(name)
-    assert root.exists()
+    assert table_positions(bk, name) == []
+    table = log_table(bk, name)
+    assert table.fs.get_file_info(table.root).type == pafs.FileType.Directory
     bk.delete_log(name)
-    assert not root.exists()
+    assert table.fs.get_file_info(table.root).type == pafs.FileType.NotFound
+    assert table.fs.get_file_info(pafs.FileSelector(table.root, recursive=True, allow_not_found=True)) == []
 
 
 def test_cli_offload_policy_shows_sets_keeps_what_is_not_given_and_clears(bk, cluster, capsys):
