@@ -297,8 +297,8 @@ def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group:
             first = session.cluster.bookies[0]
             floor = probes.enter_context(tails.FloorProbe(data_dir or Path(first.journal_dir), floor_group, seconds,
                                                           first.metrics_port))
+            probes.enter_context(_frozen_heap())    # before GcPauses: its own full collection is not the run's
             gc_pauses, steal = probes.enter_context(tails.GcPauses()), probes.enter_context(tails.CpuSteal())
-            probes.enter_context(_frozen_heap())
             start = time.perf_counter() + 0.05
             timer = threading.Thread(target=_schedule, args=(lh, payload, rate, count, start, done, errors),
                                      name="bench-open-loop")

@@ -31,6 +31,7 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, assert_never
 
+from bkledger.client.add_future import set_results
 from bkledger.client.add_trace import AddTrace, SlowAddLog
 from bkledger.client.errors import (
     BKError,
@@ -547,10 +548,14 @@ class LedgerWriter:
         self.lac_length = self._length_at(last)
         futures = self._futures
         done = 0
+        ready: list[concurrent.futures.Future[int]] = []
+        ids: list[int] = []
         while futures and futures[0][0] <= last:
             entry_id, fut, slots = futures.popleft()
             done += slots
-            fut.set_result(entry_id)
+            ready.append(fut)
+            ids.append(entry_id)
+        set_results(ready, ids)
         if self._trace_ids:
             self._finish_traces(last, completed)
         self._release_window(done)

@@ -105,3 +105,16 @@ def test_r6_waits_that_expire_raise_a_typed_timeout(cluster_factory, bk_factory)
     finally:
         for index in (0, 1):
             cluster.signal_bookie(index, signal.SIGCONT)
+
+
+def test_cancelling_an_add_future_cancels_nothing_and_fails_nothing(cluster_factory, bk_factory):
+    """A caller's `future.cancel()` on queued adds (a hostile or careless caller): the adds are on their
+    way, so cancel() answers False and each future still gets its entry id; the writer goes on. (A future
+    that could be cancelled made the writer's completion raise and fail every add of the ledger.)"""
+    cluster = cluster_factory(3)
+    lh = bk_factory(cluster.metadata_service_uri).create_ledger(3, 3, 2)
+    futures = [lh.add_entry_async(b"entry %d" % i) for i in range(200)]
+    assert not any(f.cancel() for f in futures)
+    assert [f.result(30) for f in futures] == list(range(200))
+    assert lh.add_entry(b"after") == 200
+    assert bytes(list(lh.read_entries(0, 200))[-1].payload) == b"after"

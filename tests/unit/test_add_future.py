@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bkledger.client.add_future import AddFuture
+from bkledger.client.add_future import AddFuture, set_results
 
 
 def test_result_and_exception_once_done() -> None:
@@ -56,11 +56,66 @@ def test_timeout_is_kept_despite_wakeups() -> None:
         mine.exception(0)
 
 
-def test_cancel_callbacks_wait_and_asyncio() -> None:
-    cancelled = AddFuture()
-    assert cancelled.cancel()
-    with pytest.raises(concurrent.futures.CancelledError):
-        cancelled.result(1)
+def test_an_add_cannot_be_cancelled_and_its_result_still_arrives() -> None:
+    """A queued add may already be on a bookie's disk: cancel() refuses, as for a running future (a
+    cancelled future would make the writer's set_result raise and fail every add of the ledger)."""
+    future = AddFuture()
+    assert future.running() and not future.cancel() and not future.cancelled()
+    set_results([future], [4])
+    assert future.result(0) == 4
+
+    async def cancelled_awaiter() -> None:         # asyncio cancelling its wrapper cancels nothing
+        task = asyncio.ensure_future(asyncio.wrap_future(future_b))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    future_b = AddFuture()
+    asyncio.run(cancelled_awaiter())
+    assert not future_b.done()
+    set_results([future_b], [5])
+    assert future_b.result(0) == 5
+
+
+def test_set_results_completes_waiters_callbacks_and_mixed_futures_in_order() -> None:
+    """One lock round per run of futures sharing a Condition, and everything set_result does: waiters
+    (result() in another thread, concurrent.futures.wait) woken, callbacks run in order, a plain Future and
+    another thread's AddFutures completed too, a future already done left alone."""
+    mine = [AddFuture() for _ in range(3)]
+    theirs: list[AddFuture] = []
+    maker = threading.Thread(target=lambda: theirs.extend(AddFuture() for _ in range(2)))
+    maker.start()
+    maker.join()
+    plain: concurrent.futures.Future[int] = concurrent.futures.Future()
+    already = AddFuture()
+    already.set_result(99)
+    futures = [mine[0], mine[1], theirs[0], plain, theirs[1], already, mine[2]]
+    order: list[int] = []
+    for f in futures:
+        f.add_done_callback(lambda done: order.append(done.result()))
+    order.clear()                                  # `already` ran its callback at once
+    got: list[int] = []
+    started = threading.Event()
+
+    def wait_for_last() -> None:
+        started.set()
+        got.append(mine[2].result(30))
+
+    waiter = threading.Thread(target=wait_for_last)
+    waiter.start()
+    started.wait(30)
+    pool_wait = concurrent.futures.ThreadPoolExecutor(1).submit(concurrent.futures.wait, futures[:5], 30)
+    set_results(futures, [0, 1, 2, 3, 4, 5, 6])
+    waiter.join(30)
+    assert got == [6]
+    done, not_done = pool_wait.result(30)
+    assert len(done) == 5 and not not_done
+    assert [f.result(0) for f in futures] == [0, 1, 2, 3, 4, 99, 6]
+    assert order == [0, 1, 2, 3, 4, 6]
+
+
+def test_callbacks_wait_and_asyncio() -> None:
     seen: list[int] = []
     futures = [AddFuture() for _ in range(3)]
     futures[0].add_done_callback(lambda f: seen.append(f.result()))

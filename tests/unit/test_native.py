@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bkledger.client.errors import DigestMismatchError
-from bkledger.client.protocol import bulk
+from bkledger.client.protocol import bulk, digest
 from bkledger.client.protocol.bulk import package_bulk
-from bkledger.client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch
+from bkledger.client.protocol.digest import HEADER_LENGTH, DigestManager, package_batch, package_entry
 from bkledger.client.protocol.metadata import DigestType
 from bkledger.client.reader import crc32c_verified, verify_entries
 from bkledger.wire.native import NATIVE
@@ -50,7 +50,13 @@ def test_r7_native_packaging_is_byte_for_byte_the_per_entry_packaging(
     offsets = offsets[skip:] if skip < len(offsets) - 1 else offsets     # a bulk need not start at 0
     native, packaged = package_bulk(CRC, 7, 100, lac, 5000, data, offsets)
     payloads = [data[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
-    assert native == package_batch(CRC, 7, 100, lac, 5000, payloads)[0]
+    per_entry, length = [], 5000
+    for i, payload in enumerate(payloads):
+        length += len(payload)
+        per_entry.append(package_entry(CRC, 7, 100 + i, lac, length, payload))
+    assert native == b"".join(per_entry)
+    batch, batch_sizes = package_batch(CRC, 7, 100, lac, 5000, payloads)    # the single adds' path
+    assert batch == native and batch_sizes == [len(e) for e in per_entry]
     assert int(packaged[-1]) == len(native)
     starts, ends = packaged[:-1].copy(), packaged[1:].copy()
     verify_entries(CRC, 7, np.arange(100, 100 + len(payloads), dtype=np.int64), starts, ends, native)
@@ -64,8 +70,13 @@ def test_r7_native_packaging_is_byte_for_byte_the_per_entry_packaging(
 def test_r7_the_fallback_packages_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     data, offsets = entries_of([10, 0, 999, 33], 1)
     native = package_bulk(CRC, 3, 0, -1, 0, data, offsets)[0]
+    payloads = [bytes(data[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
+    mixed = [payloads[0], bytearray(payloads[1]), memoryview(payloads[2]), payloads[3]]
+    assert package_batch(CRC, 3, 0, -1, 0, mixed)[0] == native
     monkeypatch.setattr(bulk, "NATIVE", None)
+    monkeypatch.setattr(digest, "NATIVE", None)
     assert package_bulk(CRC, 3, 0, -1, 0, data, offsets)[0] == native
+    assert package_batch(CRC, 3, 0, -1, 0, mixed)[0] == native
 
 
 @pytest.mark.parametrize("where", [0, 9, HEADER_LENGTH, HEADER_LENGTH + 2, HEADER_LENGTH + 4, -1])
