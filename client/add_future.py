@@ -15,6 +15,7 @@ batch) taking each shared Condition once, not once per add.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -26,6 +27,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _DONE = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
+_LAZY_LISTS = frozenset(("_waiters", "_done_callbacks"))
 _local = threading.local()
 
 
@@ -44,8 +46,21 @@ class AddFuture(concurrent.futures.Future[int]):
         self._state = RUNNING       # queued is running: never cancelled (see the module docstring)
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        """`_waiters` and `_done_callbacks` are made on first use (always under the Condition: by
+        add_done_callback, concurrent.futures.wait, set_exception): most adds never have either, and these
+        two lists were two of the five objects per add that the garbage collector walked while the add
+        was in flight."""
+        if name in _LAZY_LISTS:
+            made: list[Any] = []
+            self.__dict__[name] = made
+            return made
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _invoke_callbacks(self) -> None:
+        if "_done_callbacks" in self.__dict__:
+            super()._invoke_callbacks()        # type: ignore[misc]
 
     def _wait_done(self, timeout: float | None) -> None:
         """Return once this future is done, or once `timeout` seconds have passed."""
@@ -95,7 +110,7 @@ def set_results(futures: Sequence[concurrent.futures.Future[int]], results: Sequ
                               results[end])
                 else:
                     future._result, future._state = results[end], FINISHED
-                    for waiter in future._waiters:
+                    for waiter in future.__dict__.get("_waiters", ()):
                         waiter.add_result(future)
                 end += 1
             condition.notify_all()
@@ -109,3 +124,73 @@ def _set_one(future: concurrent.futures.Future[int], result: int) -> None:
         future.set_result(result)
     except concurrent.futures.InvalidStateError as exc:     # cancelled or set by someone else
         log.error("an add's future was already done (%s): its result %d is not set", exc, result)
+
+
+class PendingFutures:
+    """The futures of a writer's pending adds and bulks, in entry order, each with the last entry id it
+    waits for and the window slots it holds (a single add: its entry and one slot; a bulk: its last entry
+    and its slots). Ids and futures are kept in two deques and the slots of bulks in a dict, so an add in
+    flight costs no object of its own here (a tuple per add was one more object per add for the garbage
+    collector to walk, tens of thousands of times a second)."""
+
+    def __init__(self) -> None:
+        self._ids: collections.deque[int] = collections.deque()
+        self._futures: collections.deque[concurrent.futures.Future[int]] = collections.deque()
+        self._slots: dict[int, int] = {}             # last entry id -> slots, where not 1
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def entry_ids(self) -> list[int]:
+        return list(self._ids)
+
+    def holds(self) -> set[int]:
+        """The id()s of the futures held (to tell which of a drain's adds were registered)."""
+        return {id(future) for future in self._futures}
+
+    def add_run(self, first_entry_id: int, futures: Sequence[concurrent.futures.Future[int]]) -> None:
+        """Single adds with consecutive entry ids from first_entry_id, one slot each."""
+        self._ids.extend(range(first_entry_id, first_entry_id + len(futures)))
+        self._futures.extend(futures)
+
+    def add(self, last_entry_id: int, future: concurrent.futures.Future[int], slots: int = 1) -> None:
+        self._ids.append(last_entry_id)
+        self._futures.append(future)
+        if slots != 1:
+            self._slots[last_entry_id] = slots
+
+    def complete_through(self, last_add_confirmed: int) -> int:
+        """Complete (in order) every future whose last entry is at or below the LAC; the slots they held."""
+        ids, futures = self._ids, self._futures
+        ready: list[concurrent.futures.Future[int]] = []
+        ready_ids: list[int] = []
+        while ids and ids[0] <= last_add_confirmed:
+            ready_ids.append(ids.popleft())
+            ready.append(futures.popleft())
+        set_results(ready, ready_ids)
+        return self._slots_of(ready_ids)
+
+    def fail_from(self, lowest: int, error: BaseException) -> int:
+        """Fail every future whose last entry is at or above `lowest` (the later ones with it); the slots
+        they held."""
+        ids, futures = self._ids, self._futures
+        failing_ids: list[int] = []
+        failing: list[concurrent.futures.Future[int]] = []
+        while ids and ids[-1] >= lowest:
+            failing_ids.append(ids.pop())
+            failing.append(futures.pop())
+        for future in reversed(failing):
+            _fail_one(future, error)
+        return self._slots_of(failing_ids)
+
+    def _slots_of(self, entry_ids: list[int]) -> int:
+        if not self._slots:
+            return len(entry_ids)
+        return sum(self._slots.pop(entry_id, 1) for entry_id in entry_ids)
+
+
+def _fail_one(future: concurrent.futures.Future[int], error: BaseException) -> None:
+    try:
+        future.set_exception(error)
+    except concurrent.futures.InvalidStateError as exc:
+        log.error("an add's future was already done (%s): its failure %r is not set", exc, error)

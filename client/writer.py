@@ -31,7 +31,7 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, assert_never
 
-from bkledger.client.add_future import set_results
+from bkledger.client.add_future import PendingFutures
 from bkledger.client.add_trace import AddTrace, SlowAddLog
 from bkledger.client.errors import (
     BKError,
@@ -100,9 +100,9 @@ class LedgerWriter:
         self._window_waiters = 0
         self._bulk_waiters = 0
         self._window_space = threading.Condition(self._lock)
-        # (last entry id, future, window slots) of every pending add or bulk, ascending: a future
-        # completes once its last entry does (R6), and a bulk has one future for all its entries
-        self._futures: collections.deque[tuple[int, concurrent.futures.Future[int], int]] = collections.deque()
+        # the future of every pending add or bulk, ascending: a future completes once its last entry does
+        # (R6), and a bulk has one future for all its entries
+        self._futures = PendingFutures()
         self._sent: collections.deque[_SentBatch] = collections.deque()   # pending entries, packaged
         self._length = 0                 # cumulative payload bytes of every entry given an id
         self.lac_length = 0              # cumulative length at the LAC
@@ -276,7 +276,7 @@ class LedgerWriter:
         """Something raised while adds were being sent: fail the adds taken from the queue (sent or not) and
         every pending one; the writer takes no more adds (entry ids may have been given out)."""
         error = self._typed(exc)
-        registered = {id(fut) for _, fut, _ in self._futures}
+        registered = self._futures.holds()
         self._fail_items([item for item in items if id(item[1]) not in registered and not item[1].done()], error)
         self._fail_writer(error)
 
@@ -297,7 +297,7 @@ class LedgerWriter:
             log.error("ledger %d: failing the pending adds raised", self.ledger_id, exc_info=exc)
             actions = []
         if not any(isinstance(a, FailAdds) and a.entry_ids for a in actions):
-            actions.append(FailAdds(tuple(e for e, _, _ in self._futures), error))
+            actions.append(FailAdds(tuple(self._futures.entry_ids()), error))
         self._execute(actions)
 
     def _guard(self, what: str, exc: Exception) -> None:
@@ -330,7 +330,7 @@ class LedgerWriter:
         data, sizes = package_batch(self.digest, self.ledger_id, first, lac, self._length, payloads)
         self._length += sum(map(len, payloads))
         self._sent.append(_SentBatch(first, data, _offsets_of(sizes)))
-        self._futures.extend(zip(sends.entry_ids, [f for _, f in items], itertools.repeat(1)))
+        self._futures.add_run(first, [f for _, f in items])
         traces = self._start_traces(first, marks) if marks else None
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
             entry_ids = list(sends.entry_ids)
@@ -371,12 +371,12 @@ class LedgerWriter:
         for payload, fut in items:
             if isinstance(payload, bytes):
                 run.append(payload)
-                self._futures.append((entry_id + len(run) - 1, fut, 1))
+                self._futures.add(entry_id + len(run) - 1, fut)
                 continue
             flush_run()
             batches += self._package_bulk(payload, entry_id, lac)
             entry_id += payload.count
-            self._futures.append((entry_id - 1, fut, _bulk_slots(payload.count, self._window_limit)))
+            self._futures.add(entry_id - 1, fut, _bulk_slots(payload.count, self._window_limit))
         flush_run()
         self._sent.extend(batches)
 
@@ -546,16 +546,7 @@ class LedgerWriter:
         last = action.last_add_confirmed
         completed = time.perf_counter_ns() if self._trace_ids else 0
         self.lac_length = self._length_at(last)
-        futures = self._futures
-        done = 0
-        ready: list[concurrent.futures.Future[int]] = []
-        ids: list[int] = []
-        while futures and futures[0][0] <= last:
-            entry_id, fut, slots = futures.popleft()
-            done += slots
-            ready.append(fut)
-            ids.append(entry_id)
-        set_results(ready, ids)
+        done = self._futures.complete_through(last)
         if self._trace_ids:
             self._finish_traces(last, completed)
         self._release_window(done)
@@ -585,15 +576,7 @@ class LedgerWriter:
         if not entry_ids:
             return
         lowest = min(entry_ids)
-        futures = self._futures
-        kept: list[tuple[int, concurrent.futures.Future[int], int]] = []
-        while futures and futures[0][0] < lowest:
-            kept.append(futures.popleft())
-        failing, self._futures = futures, collections.deque(kept)
-        failed = 0
-        for _, fut, slots in failing:
-            failed += slots
-            fut.set_exception(error)
+        failed = self._futures.fail_from(lowest, error)
         if self._trace_ids and self._trace_ids[-1] >= lowest:     # the failed adds' traces go
             keep = bisect.bisect_left(self._trace_ids, lowest)
             for entry_id in self._trace_ids[keep:]:
@@ -754,7 +737,7 @@ class LedgerWriter:
             self._bulk_queued = False
         self._fail_items(items, error)
         if self._futures:
-            self._fail([entry_id for entry_id, _, _ in self._futures], error)
+            self._fail(self._futures.entry_ids(), error)
 
 
 class _SentBatch:

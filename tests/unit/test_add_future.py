@@ -134,3 +134,39 @@ def test_callbacks_wait_and_asyncio() -> None:
         return await asyncio.wrap_future(future)
 
     assert asyncio.run(awaited()) == 5
+
+
+def test_a_pending_add_future_holds_no_container_of_its_own() -> None:
+    """The collector walks what an add in flight holds (tens of thousands of them at a time): an AddFuture
+    makes its waiter and callback lists only when someone waits or adds a callback."""
+    import gc
+
+    future = AddFuture()
+    own = {name: value for name, value in vars(future).items() if name != "_condition"}   # shared per thread
+    assert not any(gc.is_tracked(value) for value in own.values()), own
+    seen: list[int] = []
+    future.add_done_callback(lambda f: seen.append(f.result()))
+    set_results([future], [3])
+    assert seen == [3]
+
+
+def test_pending_futures_complete_in_order_and_fail_from_an_entry_on_with_their_slots() -> None:
+    """R6: a future completes once the LAC reaches its last entry; a bulk's future (many slots) fails
+    whole when one of its entries fails, with every later future; the slots given back are exact."""
+    from bkledger.client.add_future import PendingFutures
+
+    pending = PendingFutures()
+    singles = [AddFuture() for _ in range(3)]
+    pending.add_run(0, singles)                       # entries 0, 1, 2
+    bulk, after = AddFuture(), AddFuture()
+    pending.add(9, bulk, slots=7)                     # entries 3..9
+    pending.add(10, after)
+    assert len(pending) == 5 and pending.entry_ids() == [0, 1, 2, 9, 10]
+    assert pending.complete_through(1) == 2
+    assert [f.result(0) for f in singles[:2]] == [0, 1] and not singles[2].done()
+    assert pending.complete_through(5) == 1          # entry 2; the bulk waits for entry 9
+    assert not bulk.done()
+    error = RuntimeError("bookie gone")
+    assert pending.fail_from(8, error) == 8           # the bulk (7 slots) and the add after it
+    assert bulk.exception(0) is error and after.exception(0) is error
+    assert len(pending) == 0 and pending.complete_through(100) == 0
