@@ -28,7 +28,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, assert_never
 
 from bkledger.client.add_future import PendingFutures
@@ -90,7 +90,7 @@ class LedgerWriter:
                                      change_attempts=ctx.config.ensembleChangeMaxAttempts, rules=rules,
                                      now=time.monotonic())
         self.pending = self.machine.pending
-        self._incoming: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]] = []
+        self._incoming = _Incoming()
         self._bulk_queued = False                # some item of _incoming is a Bulk
         self._lock = threading.Lock()            # guards _incoming, _scheduled, _parked and the window
         self._scheduled = False
@@ -156,7 +156,7 @@ class LedgerWriter:
             self._in_window += 1
             if self._trace_every:
                 self._mark_locked()
-            self._incoming.append((payload, future))
+            self._incoming.append(payload, future)
             wake = self._claim_drain_locked()
         if wake:
             self.ctx.runtime.call_soon(self._drain)
@@ -184,7 +184,7 @@ class LedgerWriter:
                     future.set_exception(self._refusal())
                     return
             self._in_window += slots
-            self._incoming.append((bulk, future))
+            self._incoming.append(bulk, future)
             self._bulk_queued = True
             wake = self._claim_drain_locked()
         if wake:
@@ -218,7 +218,7 @@ class LedgerWriter:
 
     def _drain(self) -> None:
         with self._lock:
-            items, self._incoming = self._incoming, []
+            items, self._incoming = self._incoming, _Incoming()
             marks, self._incoming_marks = self._incoming_marks, []
             bulk, self._bulk_queued = self._bulk_queued, False
             self._scheduled = self._parked = False
@@ -263,7 +263,7 @@ class LedgerWriter:
         self._scheduled = self._scheduled or wake
         return wake
 
-    def _drain_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool,
+    def _drain_items(self, items: _Incoming, bulk: bool,
                      marks: list[tuple[int, int]] | None = None) -> None:
         if self.error is None and self.pending.error is not None:
             self.error = self.pending.error              # the machine failed: it takes no more adds
@@ -272,12 +272,16 @@ class LedgerWriter:
             return
         self._send_items(items, bulk, marks)
 
-    def _fail_held(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], exc: Exception) -> None:
+    def _fail_held(self, items: _Incoming, exc: Exception) -> None:
         """Something raised while adds were being sent: fail the adds taken from the queue (sent or not) and
         every pending one; the writer takes no more adds (entry ids may have been given out)."""
         error = self._typed(exc)
         registered = self._futures.holds()
-        self._fail_items([item for item in items if id(item[1]) not in registered and not item[1].done()], error)
+        left = _Incoming()
+        for payload, future in items.pairs():
+            if id(future) not in registered and not future.done():
+                left.append(payload, future)
+        self._fail_items(left, error)
         self._fail_writer(error)
 
     def _typed(self, exc: BaseException) -> BKError:
@@ -310,14 +314,14 @@ class LedgerWriter:
         """What an add gets once the writer failed or is closing."""
         return self.error or LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
 
-    def _fail_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], error: BKError) -> None:
+    def _fail_items(self, items: _Incoming, error: BKError) -> None:
         """Fail queued adds that were never sent, giving back their window slots."""
         self._release_window(sum(1 if isinstance(p, bytes) else _bulk_slots(p.count, self._window_limit)
-                                 for p, _ in items))
-        for _, fut in items:
+                                 for p in items.payloads))
+        for fut in items.futures:
             fut.set_exception(error)
 
-    def _send_items(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]], bulk: bool,
+    def _send_items(self, items: _Incoming, bulk: bool,
                     marks: list[tuple[int, int]] | None = None) -> None:
         self._idle.clear()
         if bulk:
@@ -325,12 +329,12 @@ class LedgerWriter:
             return
         sends = self.machine.on_adds(len(items), time.monotonic())
         first = sends.first_entry_id
-        payloads: list[bytes] = [p for p, _ in items]  # type: ignore[misc]  # no Bulk in this drain
+        payloads: list[bytes] = items.payloads  # type: ignore[assignment]  # no Bulk in this drain
         lac = self.pending.last_add_confirmed
         data, sizes = package_batch(self.digest, self.ledger_id, first, lac, self._length, payloads)
         self._length += sum(map(len, payloads))
         self._sent.append(_SentBatch(first, data, _offsets_of(sizes)))
-        self._futures.add_run(first, [f for _, f in items])
+        self._futures.add_run(first, items.futures)
         traces = self._start_traces(first, marks) if marks else None
         if not sends.skip and self.md.ensemble_size == self.md.write_quorum:
             entry_ids = list(sends.entry_ids)
@@ -349,10 +353,10 @@ class LedgerWriter:
             self._trace_ids.append(trace.entry_id)
         return traces
 
-    def _drain_mixed(self, items: list[tuple[bytes | Bulk, concurrent.futures.Future[int]]]) -> None:
+    def _drain_mixed(self, items: _Incoming) -> None:
         """A drain holding bulks: single adds and bulks in their order, packaged as consecutive entries;
         a bulk is packaged in chunks (no Python object per entry) and has one future, for its last entry."""
-        count = sum(1 if isinstance(p, bytes) else p.count for p, _ in items)
+        count = sum(1 if isinstance(p, bytes) else p.count for p in items.payloads)
         sends = self.machine.on_adds(count, time.monotonic())
         lac = self.pending.last_add_confirmed
         entry_id = sends.first_entry_id
@@ -368,7 +372,7 @@ class LedgerWriter:
                 entry_id += len(run)
                 run.clear()
 
-        for payload, fut in items:
+        for payload, fut in items.pairs():
             if isinstance(payload, bytes):
                 run.append(payload)
                 self._futures.add(entry_id + len(run) - 1, fut)
@@ -681,7 +685,7 @@ class LedgerWriter:
         machine's decision), then CAS the ledger CLOSED at the LAC (R10, the machine's `close_metadata`).
         Adds submitted from here on fail with LedgerClosedError."""
         with self._lock:
-            items, self._incoming = self._incoming, []
+            items, self._incoming = self._incoming, _Incoming()
             marks, self._incoming_marks = self._incoming_marks, []
             bulk, self._bulk_queued = self._bulk_queued, False
             self._scheduled = self._parked = False
@@ -732,12 +736,33 @@ class LedgerWriter:
         """Fail every add still queued or in flight: nothing will answer them now (a close gave up on them,
         or the client is closing). Callers blocked on the window wake and fail too."""
         with self._lock:
-            items, self._incoming = self._incoming, []
+            items, self._incoming = self._incoming, _Incoming()
             self._incoming_marks = []
             self._bulk_queued = False
         self._fail_items(items, error)
         if self._futures:
             self._fail(self._futures.entry_ids(), error)
+
+
+class _Incoming:
+    """Adds queued by callers and not yet drained, in order: payloads (bytes, or a Bulk) and their futures,
+    in two lists rather than a tuple per add (one object less per add for the garbage collector)."""
+
+    __slots__ = ("payloads", "futures")
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes | Bulk] = []
+        self.futures: list[concurrent.futures.Future[int]] = []
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def append(self, payload: bytes | Bulk, future: concurrent.futures.Future[int]) -> None:
+        self.payloads.append(payload)
+        self.futures.append(future)
+
+    def pairs(self) -> Iterator[tuple[bytes | Bulk, concurrent.futures.Future[int]]]:
+        return zip(self.payloads, self.futures, strict=True)
 
 
 class _SentBatch:
