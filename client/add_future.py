@@ -27,7 +27,6 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _DONE = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
-_LAZY_LISTS = frozenset(("_waiters", "_done_callbacks"))
 _local = threading.local()
 
 
@@ -46,20 +45,31 @@ class AddFuture(concurrent.futures.Future[int]):
         self._state = RUNNING       # queued is running: never cancelled (see the module docstring)
         self._result: Any = None
         self._exception: BaseException | None = None
+        self._waiting: list[Any] | None = None
+        self._callbacks: list[Any] | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        """`_waiters` and `_done_callbacks` are made on first use (always under the Condition: by
-        add_done_callback, concurrent.futures.wait, set_exception): most adds never have either, and these
-        two lists were two of the five objects per add that the garbage collector walked while the add
-        was in flight."""
-        if name in _LAZY_LISTS:
-            made: list[Any] = []
-            self.__dict__[name] = made
-            return made
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    @property
+    def _waiters(self) -> list[Any]:
+        """Made on first use (always under the Condition: by concurrent.futures.wait and as_completed):
+        most adds are never waited on this way, and a list per add was one more object per add in flight
+        for the garbage collector to walk."""
+        if self._waiting is None:
+            self._waiting = []
+        return self._waiting
+
+    @_waiters.setter
+    def _waiters(self, waiters: list[Any]) -> None:
+        self._waiting = waiters
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        """Made on first use (by add_done_callback, under the Condition), as `_waiters`."""
+        if self._callbacks is None:
+            self._callbacks = []
+        return self._callbacks
 
     def _invoke_callbacks(self) -> None:
-        if "_done_callbacks" in self.__dict__:
+        if self._callbacks:
             super()._invoke_callbacks()        # type: ignore[misc]
 
     def _wait_done(self, timeout: float | None) -> None:
@@ -110,8 +120,9 @@ def set_results(futures: Sequence[concurrent.futures.Future[int]], results: Sequ
                               results[end])
                 else:
                     future._result, future._state = results[end], FINISHED
-                    for waiter in future.__dict__.get("_waiters", ()):
-                        waiter.add_result(future)
+                    if future._waiting:
+                        for waiter in future._waiting:
+                            waiter.add_result(future)
                 end += 1
             condition.notify_all()
         for future in futures[index:end]:
