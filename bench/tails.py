@@ -223,18 +223,29 @@ def _cpu_times() -> list[int] | None:
 
 
 class CpuSteal:
-    """`with CpuSteal() as s: ...` then `s.fraction`: the share of all CPU time stolen by the hypervisor."""
+    """`with CpuSteal() as s: ...` then `s.fraction`: the share of all CPU time stolen by the hypervisor;
+    `s.busy`: the share of all CPU time not idle (nor waiting for I/O), and `s.process_cores`: this
+    process's CPU-seconds per second meanwhile. The client of one process runs Python on one core at a
+    time (the GIL), so process_cores near 1 says the client itself was the limit of the run."""
 
     def __init__(self) -> None:
         self.fraction: float | None = None
         self.seconds = 0.0
+        self.busy: float | None = None
+        self.process_cores: float | None = None
         self._before: list[int] | None = None
+        self._process_before = (0.0, 0.0)
 
     def __enter__(self) -> CpuSteal:
         self._before = _cpu_times()
+        self._process_before = (_process_seconds(), time.perf_counter())
         return self
 
     def __exit__(self, *exc: object) -> None:
+        process_seconds, began = self._process_before
+        wall = time.perf_counter() - began
+        if wall > 0:
+            self.process_cores = (_process_seconds() - process_seconds) / wall
         after = _cpu_times()
         if self._before is None or after is None or len(after) < 8:
             return
@@ -243,11 +254,19 @@ class CpuSteal:
         if total > 0:
             self.fraction = delta[7] / total
             self.seconds = delta[7] / os.sysconf("SC_CLK_TCK")
+            self.busy = 1 - (delta[3] + delta[4]) / total
 
     def describe(self) -> str:
         if self.fraction is None:
             return "steal unknown (no /proc/stat)"
-        return f"CPU steal {self.fraction:.1%} ({self.seconds:.2f} CPU-s)"
+        busy = f"; the machine {self.busy:.0%} busy" if self.busy is not None else ""
+        cores = f", the client's process {self.process_cores:.2f} cores" if self.process_cores is not None else ""
+        return f"CPU steal {self.fraction:.1%} ({self.seconds:.2f} CPU-s){busy}{cores}"
+
+
+def _process_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 # ---- attribution -------------------------------------------------------------------------------
@@ -350,7 +369,9 @@ def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
                                    (("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))}
                       if run.floor is not None and run.floor.latencies else None,
                       "gc_pauses_ms": [x * 1000 for x in run.gc.pauses] if run.gc is not None else None,
-                      "steal_fraction": run.steal.fraction if run.steal is not None else None})
+                      "steal_fraction": run.steal.fraction if run.steal is not None else None,
+                      "machine_busy": run.steal.busy if run.steal is not None else None,
+                      "client_process_cores": run.steal.process_cores if run.steal is not None else None})
     for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
         values = sorted(_ms(r.latencies, fraction) for r in runs)
         rows.append(Row("add_latency", f"{label}: {name} spread", statistics.median(values), "ms", None,

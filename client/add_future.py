@@ -126,7 +126,8 @@ def set_results(futures: Sequence[concurrent.futures.Future[int]], results: Sequ
                 end += 1
             condition.notify_all()
         for future in futures[index:end]:
-            future._invoke_callbacks()      # type: ignore[attr-defined]
+            if future._callbacks:           # type: ignore[attr-defined]  # an AddFuture: most have none
+                future._invoke_callbacks()  # type: ignore[attr-defined]
         index = end
 
 

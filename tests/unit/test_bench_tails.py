@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from typing import Any
 
 from bench.tails import attribute, describe_attribution, percentile
@@ -39,3 +41,30 @@ def test_no_logged_batch_says_so():
     assert att["on_bookie"] == 0
     assert "no deciding bookie logged them" in describe_attribution(att, 10, 2.0)
     assert percentile([], 0.99) == 0.0 and percentile([1.0, 2.0, 3.0], 0.5) == 2.0
+
+
+def test_the_floor_probe_keeps_to_its_byte_budget(tmp_path) -> None:
+    """At 80% of peak the journal's groups are megabytes: the probe must measure the disk, not load it
+    (unbudgeted it wrote 600 MB/s beside journals writing 200). Groups of 4 MiB for 0.5 s: at most
+    FLOOR_BYTES_PER_S for the time, one group more, not one every FLOOR_INTERVAL (100 groups)."""
+    from bench import tails
+
+    handler = signal.getsignal(signal.SIGTERM)        # the probe process stops on SIGTERM: restore ours
+    try:
+        found = tails._probe(str(tmp_path), 4 * 1024 * 1024, tails.FLOOR_INTERVAL, 0.5)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    written = sum(found["groups"])
+    assert len(found["groups"]) >= 1 and written <= tails.FLOOR_BYTES_PER_S * 0.5 + 4 * 1024 * 1024
+
+
+def test_cpu_watch_reports_this_process_and_the_machine() -> None:
+    from bench import tails
+
+    with tails.CpuSteal() as watch:
+        deadline = time.perf_counter() + 0.2
+        while time.perf_counter() < deadline:     # busy: this process uses about one core meanwhile
+            pass
+    assert watch.process_cores is not None and 0.0 < watch.process_cores < 1.5     # one busy thread (shared CPUs)
+    assert watch.busy is not None and 0.0 < watch.busy <= 1.0
+    assert "the client's process" in watch.describe()
