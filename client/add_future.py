@@ -41,7 +41,7 @@ class AddFuture(concurrent.futures.Future[int]):
     """The entry id of one add, once acknowledged (R6); shares its creating thread's Condition."""
 
     def __init__(self) -> None:  # no super().__init__(): it would build a Condition per future
-        self._condition = _thread_condition()
+        self._condition = getattr(_local, "condition", None) or _thread_condition()
         self._state = RUNNING       # queued is running: never cancelled (see the module docstring)
         self._result: Any = None
         self._exception: BaseException | None = None

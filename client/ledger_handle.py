@@ -60,6 +60,8 @@ class LedgerHandle:
         self._reader = LedgerReader(ctx, md, make_digest(md.digest_type, password), password)
         self._lac = md.last_entry_id if md.state is LedgerState.CLOSED else lac
         self._closed_handle = False
+        self._lz4 = md.compression == "lz4"        # a ledger's compression never changes
+        self._max_entry = ctx.config.maxEntrySize
 
     # ---- state ------------------------------------------------------------------------------
     @property
@@ -97,10 +99,9 @@ class LedgerHandle:
         if self._writer is None:
             raise LedgerClosedError(f"ledger {self.ledger_id} was opened for reading; create a ledger to write")
         data = bytes(payload)
-        if len(data) > self._ctx.config.maxEntrySize:
-            raise EntryTooLargeError(
-                f"entry of {len(data)} bytes exceeds maxEntrySize={self._ctx.config.maxEntrySize}; split it")
-        if self.metadata.compression == "lz4":
+        if len(data) > self._max_entry:
+            raise EntryTooLargeError(f"entry of {len(data)} bytes exceeds maxEntrySize={self._max_entry}; split it")
+        if self._lz4:
             data = lz4.block.compress(data, store_size=True)
         return data
 
