@@ -231,10 +231,12 @@ class BookieServer:
         self.store.init_cluster()
         check_cookies(self.config, self.store)
 
-    async def _unless_stopped(self, work: Callable[[], None], what: str) -> bool:
+    async def _unless_stopped(self, work: Callable[[], None], what: str,
+                              on_stop: Callable[[], None] | None = None) -> bool:
         """Run `work` (ZooKeeper calls) off the loop: True once it is done, False if a stop signal came first.
-        The stop interrupts its ZooKeeper waits: with ZooKeeper away it would wait out the connect timeout
-        (15 s) or the retry deadline (2 x zkTimeout) and end in a traceback, the SIGTERM unheard meanwhile."""
+        The stop interrupts its ZooKeeper waits (`on_stop` first, for a wait of its own): with ZooKeeper
+        away it would wait out the connect timeout (15 s) or the retry deadline (2 x zkTimeout) and end in
+        a traceback, the SIGTERM unheard meanwhile."""
         working = asyncio.ensure_future(asyncio.to_thread(work))
         stopping = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -242,10 +244,12 @@ class BookieServer:
             stopping.cancel()
             working.result()
             return True
+        if on_stop is not None:
+            on_stop()
         self.store.interrupt()
         try:
             await working
-        except MetadataStoreError as exc:
+        except MetadataStoreError as exc:     # the interrupted call's, or RegistrationAbandonedError
             log.info("bookie %s: stopped before %s: %s", self.config.bookie_id, what, exc)
         return False
 
@@ -266,21 +270,10 @@ class BookieServer:
         """The first registration; False if a stop signal came first. After a crash the bookie waits
         for its earlier session's node to expire (up to the session timeout, as BookKeeper does), and
         SIGTERM must not wait with it, nor (ZooKeeper gone meanwhile) for that wait's ZooKeeper calls to run
-        out their retry deadline (2 x zkTimeout: exit 1 after 19 s with the default zkTimeout)."""
-        registering = asyncio.ensure_future(asyncio.to_thread(self.registrar.register_now, read_only))
-        stopping = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({registering, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if registering.done():
-            stopping.cancel()
-            registering.result()
-            return True
-        self.registrar.stop()      # ends the wait at its next look (RegistrationAbandonedError)
-        self.store.interrupt()     # and a ZooKeeper call waiting for an absent server (MetadataStoreError)
-        try:
-            await registering
-        except MetadataStoreError as exc:     # RegistrationAbandonedError, or the interrupted call's
-            log.info("bookie %s: stopped before it registered: %s", self.config.bookie_id, exc)
-        return False
+        out their retry deadline (2 x zkTimeout: exit 1 after 19 s with the default zkTimeout). A stop ends
+        the registrar's wait at its next look (RegistrationAbandonedError)."""
+        return await self._unless_stopped(lambda: self.registrar.register_now(read_only), "it registered",
+                                          on_stop=self.registrar.stop)
 
     def _on_stop_signal(self, what: str) -> None:
         log.info("bookie %s got %s", self.config.bookie_id, what)
