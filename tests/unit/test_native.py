@@ -71,7 +71,8 @@ def test_r7_the_fallback_packages_the_same_bytes(monkeypatch: pytest.MonkeyPatch
     data, offsets = entries_of([10, 0, 999, 33], 1)
     native = package_bulk(CRC, 3, 0, -1, 0, data, offsets)[0]
     payloads = [bytes(data[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
-    mixed = [payloads[0], bytearray(payloads[1]), memoryview(payloads[2]), payloads[3]]
+    mixed: list[bytes | bytearray | memoryview] = [payloads[0], bytearray(payloads[1]), memoryview(payloads[2]),
+                                                   payloads[3]]
     assert package_batch(CRC, 3, 0, -1, 0, mixed)[0] == native
     monkeypatch.setattr(bulk, "NATIVE", None)
     monkeypatch.setattr(digest, "NATIVE", None)
