@@ -44,9 +44,10 @@ def parse_add_request(raw: bytes) -> list[AddBatchView]:
 
 
 def parse_add_batch(buf: memoryview) -> AddBatchView:
-    batch = AddBatchView()
     ids: list[npt.NDArray[np.uint64]] = []
     sizes: list[npt.NDArray[np.uint64]] = []
+    # the arrays and the data are given to the constructor: its default factories cost a few us a batch
+    batch = AddBatchView(entry_ids=_NO_IDS, sizes=_NO_IDS, data=_NO_DATA)
     for number, _wire_type, value in wire.fields(buf):
         if isinstance(value, int):
             _scalar(batch, number, value, ids, sizes)
@@ -61,6 +62,11 @@ def parse_add_batch(buf: memoryview) -> AddBatchView:
     if sizes:
         batch.sizes = (wire.joined(sizes) & np.uint64(wire.UINT32)).astype(np.int64)   # uint32: its low 32 bits
     return batch
+
+
+_NO_IDS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)    # read-only: shared by every batch without any
+_NO_IDS.flags.writeable = False
+_NO_DATA = memoryview(b"")
 
 
 def _scalar(batch: AddBatchView, number: int, value: int, ids: list[npt.NDArray[np.uint64]],
