@@ -128,11 +128,11 @@ def _check_headers_vector(
     """check_headers for a large batch: gathers the headers' first three fields from one big-endian view
     (compared as they are: no conversion of each to native order)."""
     starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
+    np.add.accumulate(sizes[:-1], out=starts[1:])
     every = be64_view(data)      # element i: the big-endian int64 at byte i (check_batch_shape: each entry fits)
     lids, eids = every[starts], every[starts + 8]     # ledgerId | entryId | lastAddConfirmed
     bad = (lids != ledger_id) | (eids != np.asarray(entry_ids, dtype=np.int64))
-    if bad.any():
+    if np.logical_or.reduce(bad):
         i = int(np.argmax(bad))
         return _header_mismatch(int(lids[i]), int(eids[i]), ledger_id, int(entry_ids[i])), -1
     return "", max(-1, int(np.maximum.reduce(every[starts + 16])))
