@@ -310,8 +310,8 @@ class Journal:
         finally:
             with self._cond:
                 self._committing, self._inline_committer = False, 0
-                if self._queue or self._checkpoints or self._closing:
-                    self._cond.notify_all()     # the journal thread takes what came meanwhile
+                if self._queue or self._checkpoints or self._closing or self._unsynced:
+                    self._cond.notify_all()     # the journal thread takes what came meanwhile, or times a flush
 
     def request_checkpoint(self, fn: Callable[[LogMark], None]) -> None:
         """Run fn(mark) on the journal thread after the current group; mark covers applied records."""

@@ -94,11 +94,13 @@ def test_deferred_sync_skips_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     j.close()
 
 
+@pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("sync_data", [False, True])
 def test_unsynced_data_is_flushed_within_the_page_cache_flush_interval(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_data: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_data: bool, inline: bool) -> None:
     """journalPageCacheFlushIntervalMSec: with journalSyncData=false (or a deferred-sync add) the ack
-    comes before any fdatasync, and an idle journal still syncs that data within the interval."""
+    comes before any fdatasync, and an idle journal still syncs that data within the interval, also when
+    the record was committed on the appending thread (`inline`)."""
     synced = threading.Event()
     calls: list[int] = []
 
@@ -110,7 +112,7 @@ def test_unsynced_data_is_flushed_within_the_page_cache_flush_interval(
     j = Journal(tmp_path, sync_data=sync_data, page_cache_flush_interval_ms=50)
     j.start()
     w = Waiter()
-    j.append([_fence(1)], w, sync=False)
+    j.append([_fence(1)], w, sync=False, inline=inline)
     assert w.wait(1) == [None]
     assert synced.wait(5), "unsynced journal data was never flushed"
     assert len(calls) == 1
