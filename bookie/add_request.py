@@ -7,11 +7,14 @@ as long as anything holds it), and its entry ids and sizes are numpy arrays. The
 generated parser gives (tests/unit/test_add_request.py holds the two to each other): repeated integers
 packed or not, later scalars overriding earlier ones, unknown fields passed over, and what protobuf
 refuses refused with ValueError, which gRPC answers as a request it could not deserialize.
+`parse_add_request_wide` also finds, in the same pass, a varint wider than 64 bits (which protobuf would cut
+silently: `request_checks.wide_varint`, whose second walk over each request cost as much as the parse).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -38,16 +41,40 @@ class AddBatchView:
 
 def parse_add_request(raw: bytes) -> list[AddBatchView]:
     """The batches of a serialized AddRequest (its txn_id is not used by the bookie)."""
-    return [parse_add_batch(value) for number, wire_type, value in wire.fields(raw)
-            if number == ADD_REQUEST_BATCHES and wire_type == wire.LENGTH_DELIMITED
-            and isinstance(value, memoryview)]
+    return parse_add_request_wide(raw)[0]
+
+
+Wide = tuple[str, int] | None     # the first varint wider than 64 bits: (message, field number), or None
+
+
+def parse_add_request_wide(raw: bytes) -> tuple[list[AddBatchView], Wide]:
+    """The batches, and where the first varint wider than 64 bits is, walking as `request_checks.wide_varint`
+    walks (the request's fields in order, each batch's where it lies): ("AddRequest" or "AddBatch", number)."""
+    batches: list[AddBatchView] = []
+    wide: Wide = None
+    for number, wire_type, value, too_wide in _fields(raw):
+        if too_wide and wide is None:
+            wide = ("AddRequest", number)
+        if number == ADD_REQUEST_BATCHES and wire_type == wire.LENGTH_DELIMITED and isinstance(value, memoryview):
+            batch, inner = _parse_batch(value)
+            batches.append(batch)
+            wide = wide or inner
+    return batches, wide
 
 
 def parse_add_batch(buf: memoryview) -> AddBatchView:
-    batch = AddBatchView()
+    return _parse_batch(buf)[0]
+
+
+def _parse_batch(buf: memoryview) -> tuple[AddBatchView, Wide]:
     ids: list[npt.NDArray[np.uint64]] = []
     sizes: list[npt.NDArray[np.uint64]] = []
-    for number, _wire_type, value in wire.fields(buf):
+    # the arrays and the data are given to the constructor: its default factories cost a few us a batch
+    batch = AddBatchView(entry_ids=_NO_IDS, sizes=_NO_IDS, data=_NO_DATA)
+    wide: Wide = None
+    for number, _wire_type, value, too_wide in _fields(buf):
+        if too_wide and wide is None:
+            wide = ("AddBatch", number)
         if isinstance(value, int):
             _scalar(batch, number, value, ids, sizes)
         elif number in (ENTRY_IDS, SIZES):
@@ -60,7 +87,44 @@ def parse_add_batch(buf: memoryview) -> AddBatchView:
         batch.entry_ids = wire.joined(ids).view(np.int64)       # int64: two's complement of the varint
     if sizes:
         batch.sizes = (wire.joined(sizes) & np.uint64(wire.UINT32)).astype(np.int64)   # uint32: its low 32 bits
-    return batch
+    return batch, wide
+
+
+def _fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview, bool]]:
+    """`wire.fields`, each field with whether it is a varint wider than 64 bits (its value is then cut to
+    64 bits, as protobuf and `wire.fields` cut it). The same refusals, with ValueError."""
+    view = memoryview(buf)
+    pos, size = 0, len(view)
+    while pos < size:
+        key, end = wire.read_varint(view, pos)
+        if end - pos > wire.MAX_TAG_BYTES or key > wire.MAX_TAG:
+            raise ValueError("field tag longer than five bytes or beyond 32 bits (field number over 2**29 - 1)")
+        pos = end
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if wire_type == wire.VARINT:
+            start = pos
+            value, pos = wire.read_varint(view, pos)
+            # wider than 64 bits: ten bytes (the most read_varint takes) whose last carries more than bit 63
+            yield number, wire_type, value, pos - start == wire.MAX_VARINT_BYTES and view[pos - 1] > 1
+        elif wire_type == wire.LENGTH_DELIMITED:
+            length, pos = wire.read_varint(view, pos)
+            if pos + length > size:
+                raise ValueError(f"field {number} of {length} bytes cut off at {size - pos}")
+            yield number, wire_type, view[pos : pos + length], False
+            pos += length
+        elif wire_type in (wire.FIXED64, wire.FIXED32):
+            pos += 8 if wire_type == wire.FIXED64 else 4
+            if pos > size:
+                raise ValueError(f"fixed-size field {number} cut off")
+        else:
+            raise ValueError(f"wire type {wire_type} of field {number} is not read here")
+
+
+_NO_IDS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)    # read-only: shared by every batch without any
+_NO_IDS.flags.writeable = False
+_NO_DATA = memoryview(b"")
 
 
 def _scalar(batch: AddBatchView, number: int, value: int, ids: list[npt.NDArray[np.uint64]],

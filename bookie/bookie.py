@@ -8,11 +8,14 @@ thread only writes, syncs and answers: done in its callback, the storage work le
 cycle (at 38k adds/s the bookie took 20 ms per add against 5-7 ms this way). The storage work runs on
 one `storage` thread, which also queues every other journal record (fence, explicit LAC, force), so
 the journal holds them in the order they were decided: an add accepted before a fence is durable
-before the fence is answered. An entry stored but not yet durable is one the bookie has not
-acknowledged, like any entry a crash takes before its fsync. At start the journal is replayed from the
-last checkpoint (LastLogMark) before anything is served (R22, R23). The storage thread also refuses an
-add that would change the bytes of an entry already stored (`decisions.check_rewrites`: records cannot
-be rewritten, even with the master key).
+before the fence is answered. With nothing more queued for it, the storage thread commits an add's
+record to the journal itself when the journal thread is idle (`Journal.append(inline=True)`): at low load
+that saves the hand-off to the journal thread and its wake-up; under load the journal thread groups as
+before. An entry stored but not yet durable is one the bookie has not acknowledged, like any entry a
+crash takes before its fsync. At start the journal is replayed from the last checkpoint (LastLogMark)
+before anything is served (R22, R23). The storage thread also refuses an add that would change the
+bytes of an entry already stored (`decisions.check_rewrites`: records cannot be rewritten, even with the
+master key).
 A checkpoint that fails, with any exception, keeps the journal and is counted (`checkpoint_failures`, the time
 of the last good one in `last_checkpoint_time`); checkpointFailuresBeforeReadOnly failures in a row mark the
 ledger storage failed and the bookie read-only until restarted, as BookKeeper does on a failed disk.
@@ -283,7 +286,7 @@ class Bookie:
                 log.error("storing an add to ledger %d failed: %r", ledger_id, exc)
                 done(NotStoredError(f"storing the add failed: {exc!r}"))
                 return
-            journal.append([*payloads, *record], done, sync=sync, trace=trace)
+            journal.append([*payloads, *record], done, sync=sync, trace=trace, inline=self._ordered.empty())
 
         self._in_order(store_then_journal)
 

@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 import grpc
 from google.protobuf.message import Message
 
-from bkledger.bookie.add_request import AddBatchView, parse_add_request
+from bkledger.bookie.add_request import AddBatchView, parse_add_request_wide
 from bkledger.bookie.core import request_checks
 from bkledger.bookie.core.request_checks import Malformed
 from bkledger.proto import bookie_pb2 as pb
@@ -43,13 +43,17 @@ ONE_MESSAGE_METHODS: dict[str, tuple[type[Message], type[Message]]] = {
 
 
 def parse_add_stream(raw: bytes) -> list[AddBatchView] | Malformed:
-    """An AddRequest's batches, or Malformed (the stream is then ended with INVALID_ARGUMENT)."""
+    """An AddRequest's batches, or Malformed (the stream is then ended with INVALID_ARGUMENT); a varint wider
+    than 64 bits is found by the parse itself, and named as `request_checks.wide_varint` names it."""
     try:
-        batches = parse_add_request(raw)
+        batches, wide = parse_add_request_wide(raw)
     except ValueError as exc:
         return Malformed(f"the AddRequest does not parse: {exc}")
-    wide = request_checks.wide_varint(memoryview(raw), pb.AddRequest.DESCRIPTOR, prescan=False)
-    return Malformed(f"the AddRequest has {wide}") if wide else batches
+    if wide is None:
+        return batches
+    message, number = wide
+    field = getattr(pb, message).DESCRIPTOR.fields_by_number.get(number)
+    return Malformed(f"the AddRequest has a value wider than 64 bits in {field.name if field else f'field {number}'}")
 
 
 def guard(handlers: dict[str, grpc.RpcMethodHandler], message_limit: int) -> None:

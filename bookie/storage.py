@@ -63,7 +63,7 @@ ViewBatch = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], memoryview]     
 def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Offset of each entry inside a blob of the entries back to back."""
     starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
+    sizes[:-1].cumsum(out=starts[1:])       # the method: np.cumsum is a Python wrapper around it
     return starts
 
 
@@ -297,7 +297,7 @@ class LedgerStorage:
         self, led: LedgerIndex, ids: Slots, log_id: int, offsets: Slots, sizes: Slots
     ) -> None:
         """Point the slots of `ids` at (log_id, offsets, sizes), keeping the per-log usage right."""
-        if len(ids) and bool((ids[1:] > ids[:-1]).all()):
+        if len(ids) and bool(np.logical_and.reduce(ids[1:] > ids[:-1])):
             self._put_ascending_locked(led, ids, log_id, offsets, sizes)
             return
         for page_no, sel in self._geometry.split(ids):
@@ -326,13 +326,13 @@ class LedgerStorage:
             a, b = int(ids[lo]) - base, int(ids[hi - 1]) - base
             rows = slice(a, b + 1) if b - a == hi - lo - 1 else ids[lo:hi] - base
             slots = page.slots
-            if slots[rows, 0].any():
+            if np.logical_or.reduce(slots[rows, 0] != 0):
                 led.count(slots[rows], -1)     # entries stored before (a replay, a recovery's write-back)
             slots[rows, 0] = log_id
             slots[rows, 1] = offsets[lo:hi]
             slots[rows, 2] = sizes[lo:hi]
             self._pages.changed((led.ledger_id, page_no), page)
-        led.count_log(log_id, len(ids), int(sizes.sum()))
+        led.count_log(log_id, len(ids), int(np.add.reduce(sizes)))
         led.last_entry = max(led.last_entry, int(ids[-1]))
 
     def _held_locked(self, led: LedgerIndex, first: int, last: int) -> tuple[Slots, Slots]:
@@ -412,7 +412,7 @@ class LedgerStorage:
         """
         ids = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
         szs = np.asarray(sizes, dtype=np.int64).reshape(-1)
-        if len(ids) and int(ids.min()) < 0:
+        if len(ids) and int(np.minimum.reduce(ids)) < 0:
             raise ValueError(f"ledger {ledger_id}: negative entry id")
         if record is None:
             record = add_batch_parts(ledger_id, ids, szs, data)  # also checks sizes against data
@@ -565,7 +565,7 @@ class LedgerStorage:
         ids = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
         with self._lock:
             led = self._ledgers.get(ledger_id)
-            if led is None or not len(ids) or int(ids.min()) > led.last_entry:
+            if led is None or not len(ids) or int(np.minimum.reduce(ids)) > led.last_entry:
                 return {}
             slots = self._slots_locked(led, ids)
             logger = self._logs[led.dir_index]

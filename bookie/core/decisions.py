@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkledger.bookie.core.index_pages import PageGeometry
-from bkledger.bookie.core.records import be64_at
+from bkledger.bookie.core.records import be64_view
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.entry import HEADER, HEADER_SIZE
 
@@ -61,7 +61,7 @@ def check_batch_shape(
         return f"{len(entry_ids)} entry ids but {len(sizes)} sizes"
     if not len(entry_ids):
         return "empty batch"
-    _, lowest_id, _ = _sum_min_max(entry_ids)
+    lowest_id = lowest(entry_ids)
     total, smallest, largest = _sum_min_max(sizes)
     if total != data_len:
         return f"sizes add up to {total} but the data has {data_len} bytes"
@@ -75,13 +75,24 @@ def check_batch_shape(
 
 
 def _sum_min_max(values: Sequence[int] | IntArray) -> tuple[int, int, int]:
-    """Of a non-empty vector: numpy for a long one, Python ints for a short one (cheaper there)."""
+    """Of a non-empty vector: numpy for a long one, Python ints for a short one (cheaper there). The ufuncs'
+    reduce is called directly: `ndarray.sum()` and its kin go through two Python functions each."""
     if isinstance(values, np.ndarray):
         if len(values) >= _VECTOR_MIN:
             vector = values.astype(np.int64, copy=False)
-            return int(vector.sum()), int(vector.min()), int(vector.max())
+            return int(np.add.reduce(vector)), int(np.minimum.reduce(vector)), int(np.maximum.reduce(vector))
         values = values.tolist()
     return sum(values), min(values), max(values)
+
+
+def lowest(values: Sequence[int] | IntArray) -> int:
+    """The smallest of a non-empty vector."""
+    return int(np.minimum.reduce(values)) if isinstance(values, np.ndarray) else min(values)
+
+
+def highest(values: Sequence[int] | IntArray) -> int:
+    """The largest of a non-empty vector."""
+    return int(np.maximum.reduce(values)) if isinstance(values, np.ndarray) else max(values)
 
 
 def check_headers(
@@ -114,15 +125,17 @@ _VECTOR_MIN = 16                          # from this many entries, check the he
 def _check_headers_vector(
     ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray, data: bytes | memoryview
 ) -> tuple[str, int]:
-    """check_headers for a large batch: gathers the headers' first three fields in one go."""
+    """check_headers for a large batch: gathers the headers' first three fields from one big-endian view
+    (compared as they are: no conversion of each to native order)."""
     starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    lids, eids = be64_at(data, starts), be64_at(data, starts + 8)     # ledgerId | entryId | lastAddConfirmed
+    np.add.accumulate(sizes[:-1], out=starts[1:])
+    every = be64_view(data)      # element i: the big-endian int64 at byte i (check_batch_shape: each entry fits)
+    lids, eids = every[starts], every[starts + 8]     # ledgerId | entryId | lastAddConfirmed
     bad = (lids != ledger_id) | (eids != np.asarray(entry_ids, dtype=np.int64))
-    if bad.any():
+    if np.logical_or.reduce(bad):
         i = int(np.argmax(bad))
         return _header_mismatch(int(lids[i]), int(eids[i]), ledger_id, int(entry_ids[i])), -1
-    return "", max(-1, int(be64_at(data, starts + 16).max()))
+    return "", max(-1, int(np.maximum.reduce(every[starts + 16])))
 
 
 def max_entry_id(max_index_file_bytes: int, geometry: PageGeometry) -> int:

@@ -22,8 +22,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-import numpy as np
-
 from bkledger.bookie.core import decisions
 from bkledger.proto import bookie_pb2 as pb
 
@@ -164,9 +162,8 @@ class BookieMachine(Generic[T]):
         if not why:
             why, max_lac = decisions.check_headers(ledger_id, entry_ids, sizes, data)
         if not why:
-            highest = int(np.max(entry_ids))
-            why = decisions.check_entry_range(highest, known_last, max_lac, self.limits.entry_id_window,
-                                              self.limits.max_entry_id)
+            why = decisions.check_entry_range(decisions.highest(entry_ids), known_last, max_lac,
+                                              self.limits.entry_id_window, self.limits.max_entry_id)
         if why:
             return [Reply(token, pb.EBADREQ, why)]
         if self.failed:

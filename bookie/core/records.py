@@ -48,8 +48,13 @@ def be64_at(blob: bytes | bytearray | memoryview, positions: npt.NDArray[np.int6
         if len(positions):
             raise IndexError(f"no int64 fits in {size} bytes")
         return np.zeros(0, dtype=np.int64)
-    every = np.ndarray(shape=(size - 7,), dtype=">i8", buffer=blob, strides=(1,))
-    return every[positions].astype(np.int64)
+    return be64_view(blob)[positions].astype(np.int64)
+
+
+def be64_view(blob: bytes | bytearray | memoryview) -> npt.NDArray[Any]:
+    """A view of `blob` (at least 8 bytes) whose element i is the big-endian int64 at byte i (stride 1)."""
+    size = len(blob) if isinstance(blob, bytes | bytearray) else blob.nbytes
+    return np.ndarray(shape=(size - 7,), dtype=">i8", buffer=blob, strides=(1,))
 
 
 @dataclass(frozen=True, order=True)

@@ -7,6 +7,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bkledger.bookie.add_request import parse_add_request
+from bkledger.bookie.core.request_checks import Malformed, wide_varint
+from bkledger.bookie.request_guard import parse_add_stream
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire import codec as wire
 from tests.unit.protobuf_oracle import assert_read_as_protobuf_reads
@@ -70,3 +72,42 @@ def test_a_batch_data_is_a_view_of_the_request_not_a_copy() -> None:
 @example(b"\x98\x80\x80\x80\x80\x00\x00")          # ... in six: refused
 def test_garbage_is_refused_where_protobuf_refuses_it_and_read_alike_where_it_is_not(raw: bytes) -> None:
     assert_read_as_protobuf_reads(raw, lambda r: [as_parsed(b) for b in pb.AddRequest.FromString(r).batches], parsed)
+
+
+def _varint_field(number: int, value: int) -> bytes:
+    """A varint field of any width up to 70 bits, written as protobuf's encoder would not (ten bytes at most)."""
+    out = bytearray(wire.varint(number << 3))
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+VARINTS = st.integers(min_value=0, max_value=2**70 - 1)
+BATCH_FIELDS = st.lists(st.one_of(
+    st.builds(_varint_field, st.integers(min_value=1, max_value=9), VARINTS),
+    st.builds(lambda n, b: wire.field_prefix(n, len(b)) + b, st.sampled_from([2, 6, 7, 8, 12]), st.binary(max_size=12)),
+), max_size=6).map(b"".join)
+
+
+@given(st.lists(st.one_of(st.builds(_varint_field, st.sampled_from([1, 2, 5]), VARINTS),
+                          BATCH_FIELDS.map(lambda b: wire.field_prefix(2, len(b)) + b)), max_size=4).map(b"".join))
+@example(b"\x12\x0b\x08" + b"\x80" * 9 + b"\x02")        # ledger id 2**64 in a batch
+@example(b"\x12\x0b\x08" + b"\x80" * 9 + b"\x01")        # 2**63: ten bytes, not wider than 64 bits
+@example(b"\x08" + b"\xff" * 9 + b"\x7f" + b"\x12\x00")   # txn id 2**70 - 1
+@example(b"\x08" + b"\xff" * 9 + b"\x7f" + b"\x12\x0b\x08" + b"\x80" * 9 + b"\x02")   # the first named: txn_id
+def test_a_varint_wider_than_64_bits_is_found_in_the_parse_as_request_checks_finds_it(raw: bytes) -> None:
+    """R26: the parse's own width check (one pass) refuses exactly what `request_checks.wide_varint` refuses,
+    naming the same field; everything else parses as before."""
+    try:
+        parse_add_request(raw)
+    except ValueError:
+        assert isinstance(parse_add_stream(raw), Malformed)
+        return
+    expected = wide_varint(memoryview(raw), pb.AddRequest.DESCRIPTOR, prescan=False)
+    got = parse_add_stream(raw)
+    if expected:
+        assert isinstance(got, Malformed) and got.why == f"the AddRequest has {expected}"
+    else:
+        assert not isinstance(got, Malformed)

@@ -94,11 +94,13 @@ def test_deferred_sync_skips_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     j.close()
 
 
+@pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("sync_data", [False, True])
 def test_unsynced_data_is_flushed_within_the_page_cache_flush_interval(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_data: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_data: bool, inline: bool) -> None:
     """journalPageCacheFlushIntervalMSec: with journalSyncData=false (or a deferred-sync add) the ack
-    comes before any fdatasync, and an idle journal still syncs that data within the interval."""
+    comes before any fdatasync, and an idle journal still syncs that data within the interval, also when
+    the record was committed on the appending thread (`inline`)."""
     synced = threading.Event()
     calls: list[int] = []
 
@@ -110,7 +112,7 @@ def test_unsynced_data_is_flushed_within_the_page_cache_flush_interval(
     j = Journal(tmp_path, sync_data=sync_data, page_cache_flush_interval_ms=50)
     j.start()
     w = Waiter()
-    j.append([_fence(1)], w, sync=False)
+    j.append([_fence(1)], w, sync=False, inline=inline)
     assert w.wait(1) == [None]
     assert synced.wait(5), "unsynced journal data was never flushed"
     assert len(calls) == 1
@@ -293,6 +295,93 @@ def test_close_from_a_callback_does_not_deadlock(tmp_path: Path) -> None:
         w(err)
 
     j.append([_fence(1)], closing)
+    assert w.wait(1) == [None]
+    j.close()
+    got, _ = _replay(tmp_path)
+    assert len(got) == 1
+
+
+def test_inline_append_commits_on_the_callers_thread_after_fdatasync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R8 with `inline`: an idle journal writes, syncs and answers the record on the appending thread, the
+    callback after the fdatasync, before append returns; the journal thread did none of it."""
+    events: list[str] = []
+    real = os.fdatasync
+
+    def fake_fdatasync(fd: int) -> None:
+        real(fd)
+        events.append(f"fsync:{threading.current_thread().name}")
+
+    j = Journal(tmp_path)
+    j.start()
+    monkeypatch.setattr(jmod.os, "fdatasync", fake_fdatasync)
+    j.append([_fence(1)], lambda err: events.append(f"cb:{err}:{threading.current_thread().name}"), inline=True)
+    assert events == ["fsync:MainThread", "cb:None:MainThread"]
+    assert j.stats.groups == 1 and j.stats.fsyncs == 1
+    j.close()
+    got, _ = _replay(tmp_path)
+    assert [r for _, _, r in got] == [rec.FenceRecord(1)]
+
+
+def test_inline_append_waits_its_turn_behind_queued_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the journal thread writes a group (its fdatasync held up here), an inline append is queued
+    behind it, not written past it: records reach the file and are answered in append order."""
+    j = Journal(tmp_path)
+    j.start()
+    release, syncing = threading.Event(), threading.Event()
+    real = os.fdatasync
+    order: list[int] = []
+
+    def slow_fdatasync(fd: int) -> None:
+        if threading.current_thread().name == "journal" and not release.is_set():
+            syncing.set()
+            assert release.wait(5)
+        real(fd)
+
+    monkeypatch.setattr(jmod.os, "fdatasync", slow_fdatasync)
+    j.append([_fence(1)], lambda err: order.append(1))          # queued: the journal thread takes it
+    assert syncing.wait(5)
+    j.append([_fence(2)], lambda err: order.append(2), inline=True)   # the journal is busy: queued
+    assert order == []
+    release.set()
+    w = Waiter()
+    j.append([], w, inline=True)
+    assert w.wait(1) == [None]
+    assert order == [1, 2]
+    j.close()
+    got, _ = _replay(tmp_path)
+    assert [r for _, _, r in got] == [rec.FenceRecord(1), rec.FenceRecord(2)]
+
+
+def test_inline_append_is_queued_when_the_journal_gathers_groups(tmp_path: Path) -> None:
+    """With a group wait (journalFlushWhenQueueEmpty=false) the journal thread gathers the group: no inline commit."""
+    j = Journal(tmp_path, flush_when_queue_empty=False, max_group_wait_ms=1.0)
+    j.start()
+    names: list[str] = []
+    w = Waiter()
+
+    def cb(err: BaseException | None) -> None:
+        names.append(threading.current_thread().name)
+        w(err)
+
+    j.append([_fence(1)], cb, inline=True)
+    assert w.wait(1) == [None] and names == ["journal"]
+    j.close()
+
+
+def test_close_from_an_inline_callback_does_not_deadlock(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    j.start()
+    w = Waiter()
+
+    def closing(err: BaseException | None) -> None:
+        j.close()
+        w(err)
+
+    appender = threading.Thread(target=lambda: j.append([_fence(1)], closing, inline=True), daemon=True)
+    appender.start()
+    appender.join(5)
+    assert not appender.is_alive(), "close() from the inline committer's callback waits for itself"
     assert w.wait(1) == [None]
     j.close()
     got, _ = _replay(tmp_path)
