@@ -5,10 +5,13 @@ down or paused (what a call leaves unanswered is read ledger by ledger, with spe
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client.bookie_client import BookieClient
+from tests.integration.conftest import start_cluster
 from tests.integration.test_speculative_reads import paused
 
 pytestmark = pytest.mark.integration
@@ -60,6 +63,23 @@ def expected(made: list[tuple[int, int]], first: int = 0) -> dict[int, list[byte
             for i, (ledger_id, entries) in enumerate(made)}
 
 
+@pytest.fixture(scope="module")
+def shared3(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
+    """Three bookies shared by the tests that neither kill nor reconfigure one (a pause ends with its test)."""
+    made = start_cluster(tmp_path_factory.mktemp("ranges"), zookeeper, 3)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+@pytest.fixture
+def cluster(shared3: LocalCluster) -> LocalCluster:
+    """The shared bookies, each registered and serving again."""
+    shared3.wait_registered(30.0)
+    return shared3
+
+
 class CallCounts:
     """Counts the calls a client makes (the calls themselves go to the bookies as usual)."""
 
@@ -76,12 +96,12 @@ class CallCounts:
         return counted
 
 
-def test_r13_many_ledgers_read_at_once_give_what_one_read_each_gives(cluster3, bk_factory, monkeypatch):
+def test_r13_many_ledgers_read_at_once_give_what_one_read_each_gives(cluster, bk_factory, monkeypatch):
     """90 closed ledgers of 1-5 entries (mirrored and striped): their first chunks come from a few
     ReadRanges calls (at most one per bookie here) and no call per ledger, and every entry is the one
     written, from entry 0 and from entry 2 on."""
-    made = small_ledgers(bk_factory(cluster3.metadata_service_uri), 90)
-    reader = bk_factory(cluster3.metadata_service_uri)
+    made = small_ledgers(bk_factory(cluster.metadata_service_uri), 90)
+    reader = bk_factory(cluster.metadata_service_uri)
     handles = reader.open_ledgers([ledger_id for ledger_id, _ in made])
     calls = CallCounts(monkeypatch)
     futures = reader.read_chunks_async([(handles[ledger_id], 0, n - 1) for ledger_id, n in made])
@@ -104,17 +124,17 @@ def test_r13_a_killed_bookie_leaves_its_ledgers_to_the_others(cluster3, bk_facto
     assert read_all(reader, made) == expected(made)
 
 
-def test_r13_a_paused_bookie_does_not_stall_a_read_of_many_ledgers(cluster3, bk_factory):
+def test_r13_a_paused_bookie_does_not_stall_a_read_of_many_ledgers(cluster, bk_factory):
     """A bookie SIGSTOPped: its share of the ledgers is read elsewhere after the speculative timeout (200
     ms), not after the call's timeout (20 s); the bookie is then remembered as slow."""
-    made = small_ledgers(bk_factory(cluster3.metadata_service_uri), 30)
-    reader = bk_factory(cluster3.metadata_service_uri, **SPECULATIVE)
+    made = small_ledgers(bk_factory(cluster.metadata_service_uri), 30)
+    reader = bk_factory(cluster.metadata_service_uri, **SPECULATIVE)
     start = time.monotonic()
     assert read_all(reader, made) == expected(made)
     healthy = time.monotonic() - start
-    victim = cluster3.bookies[0].bookie_id
-    reader = bk_factory(cluster3.metadata_service_uri, **SPECULATIVE)
-    with paused(cluster3, victim):
+    victim = cluster.bookies[0].bookie_id
+    reader = bk_factory(cluster.metadata_service_uri, **SPECULATIVE)
+    with paused(cluster, victim):
         start = time.monotonic()
         assert read_all(reader, made) == expected(made)
         elapsed = time.monotonic() - start
@@ -122,11 +142,11 @@ def test_r13_a_paused_bookie_does_not_stall_a_read_of_many_ledgers(cluster3, bk_
     assert elapsed < healthy + BOUND, f"the read waited for the paused bookie: {elapsed:.1f}s (healthy {healthy:.2f}s)"
 
 
-def test_r7_a_bad_digest_in_a_batch_sends_only_that_ledger_alone(cluster3, bk_factory, monkeypatch):
+def test_r7_a_bad_digest_in_a_batch_sends_only_that_ledger_alone(cluster, bk_factory, monkeypatch):
     """A ReadRanges batch whose entry of one ledger has a flipped payload byte (as a bad disk or wire would
     give): the batch's other ledgers are taken from it (their digests checked together), and that ledger
     is read on its own, correctly, from a bookie of its write set."""
-    made = small_ledgers(bk_factory(cluster3.metadata_service_uri), 12)
+    made = small_ledgers(bk_factory(cluster.metadata_service_uri), 12)
     victim = made[4][0]
     original = BookieClient.read_ranges_views
     flipped: list[int] = []
@@ -142,7 +162,7 @@ def test_r7_a_bad_digest_in_a_batch_sends_only_that_ledger_alone(cluster3, bk_fa
             yield batch
 
     monkeypatch.setattr(BookieClient, "read_ranges_views", corrupting)
-    reader = bk_factory(cluster3.metadata_service_uri)
+    reader = bk_factory(cluster.metadata_service_uri)
     calls = CallCounts(monkeypatch)
     assert read_all(reader, made) == expected(made)
     assert flipped == [victim] and calls.reads + calls.range_reads >= 1      # the victim, read alone

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from bkledger.bookie.local.cluster import LocalCluster
+from tests.integration.conftest import start_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +37,25 @@ def paused(cluster: LocalCluster, bookie_id: str) -> Iterator[None]:
         cluster.signal_bookie(index, signal.SIGCONT)
 
 
+@pytest.fixture(scope="module")
+def shared3(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
+    """Three bookies shared by the module's tests (one start instead of one per test): a test only pauses a
+    bookie within `paused`, which resumes it, and writes ledgers of its own; none kills or reconfigures."""
+    made = start_cluster(tmp_path_factory.mktemp("speculative"), zookeeper, 3)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+@pytest.fixture
+def cluster(shared3: LocalCluster) -> LocalCluster:
+    """The shared bookies, each registered and serving again (a bookie paused by the test before may still be
+    registering again after its ZooKeeper session expired)."""
+    shared3.wait_registered(30.0)
+    return shared3
+
+
 def _closed_ledger(bk, e: int, qw: int, qa: int, count: int) -> tuple[int, tuple[str, ...]]:
     lh = bk.create_ledger(e, qw, qa)
     for future in [lh.add_entry_async(payload(i)) for i in range(count)]:
@@ -54,11 +74,10 @@ def _timed_read(bk, ledger_id: int, count: int) -> float:
 
 
 @pytest.mark.parametrize("reorder", [True, False])
-def test_r13_range_read_with_a_paused_bookie_speculates(cluster_factory, bk_factory, reorder):
+def test_r13_range_read_with_a_paused_bookie_speculates(cluster, bk_factory, reorder):
     """800 entries of a closed ledger (E=3 Qw=3): the first bookie of the read order is paused; the
     read takes about the healthy time plus a speculative timeout, not the 20 s request timeout. The
     paused bookie is then remembered as slow and read from last (reorderReadSequenceEnabled)."""
-    cluster = cluster_factory(3)
     writer = bk_factory(cluster.metadata_service_uri)
     ledger_id, ensemble = _closed_ledger(writer, 3, 3, 2, 800)
     healthy = _timed_read(bk_factory(cluster.metadata_service_uri, **SPECULATIVE), ledger_id, 800)
@@ -74,11 +93,10 @@ def test_r13_range_read_with_a_paused_bookie_speculates(cluster_factory, bk_fact
     assert again < healthy + BOUND
 
 
-def test_a_new_connection_to_a_paused_bookie_is_passed_over_without_waiting(cluster_factory, bk_factory):
+def test_a_new_connection_to_a_paused_bookie_is_passed_over_without_waiting(cluster, bk_factory):
     """A paused bookie's kernel accepts the connection but the bookie never finishes the gRPC handshake: a
     fresh client reads past it at once (client.speculative_read.probe_connections) instead of waiting out
     speculativeReadTimeout, here 10 s so that waiting would show."""
-    cluster = cluster_factory(3)
     ledger_id, ensemble = _closed_ledger(bk_factory(cluster.metadata_service_uri), 3, 3, 2, 800)
     with paused(cluster, ensemble[0]):
         reader = bk_factory(cluster.metadata_service_uri, speculativeReadTimeout=10_000, readTimeout=30.0)
@@ -88,13 +106,12 @@ def test_a_new_connection_to_a_paused_bookie_is_passed_over_without_waiting(clus
 
 
 @pytest.mark.parametrize(("e", "qw"), [(3, 3), (3, 2)])
-def test_r13_a_bookie_paused_between_reads_of_one_client_is_passed_over_without_waiting(cluster_factory, bk_factory,
+def test_r13_a_bookie_paused_between_reads_of_one_client_is_passed_over_without_waiting(cluster, bk_factory,
                                                                                     e, qw):
     """A reader that read from every bookie a moment ago (READY connections, as a Spark worker's shared
     client has) and then meets a paused one: the bookie has been quiet, so its first answer is awaited
     only the quiet wait (client.protocol.speculative), not speculativeReadTimeout (10 s here)."""
     from bkledger.client.protocol.speculative import QUIET_AFTER
-    cluster = cluster_factory(3)
     ledger_id, ensemble = _closed_ledger(bk_factory(cluster.metadata_service_uri), e, qw, 2, 3000)
     reader = bk_factory(cluster.metadata_service_uri, speculativeReadTimeout=10_000, readTimeout=30.0)
     _timed_read(reader, ledger_id, 3000)
@@ -112,10 +129,9 @@ def test_r13_a_bookie_paused_between_reads_of_one_client_is_passed_over_without_
     assert elapsed < 5.0, f"the read waited for the paused bookie: {elapsed:.1f}s"
 
 
-def test_r13_single_entry_reads_with_a_paused_bookie(cluster_factory, bk_factory):
+def test_r13_single_entry_reads_with_a_paused_bookie(cluster, bk_factory):
     """Single entries, each from a fresh client (no failure history): every one speculates past the
     paused bookie instead of waiting for it."""
-    cluster = cluster_factory(3)
     ledger_id, ensemble = _closed_ledger(bk_factory(cluster.metadata_service_uri), 3, 3, 2, 30)
     with paused(cluster, ensemble[0]):
         for entry_id in (0, 3, 29):
@@ -128,10 +144,9 @@ def test_r13_single_entry_reads_with_a_paused_bookie(cluster_factory, bk_factory
             assert elapsed < BOUND, f"entry {entry_id} took {elapsed:.1f}s"
 
 
-def test_r13_striped_read_with_a_paused_covering_bookie(cluster_factory, bk_factory):
+def test_r13_striped_read_with_a_paused_covering_bookie(cluster, bk_factory):
     """E > Qw (3, 2): the covering streams run in parallel; a paused covering bookie is given up after
     the speculative timeout and its entries come from the other bookie of each write set."""
-    cluster = cluster_factory(3)
     ledger_id, ensemble = _closed_ledger(bk_factory(cluster.metadata_service_uri), 3, 2, 2, 3000)
     healthy = _timed_read(bk_factory(cluster.metadata_service_uri, **SPECULATIVE), ledger_id, 3000)
     for victim in (ensemble[1], ensemble[2]):       # covering indices of E=3 Qw=2 are 1 and 2
@@ -140,10 +155,9 @@ def test_r13_striped_read_with_a_paused_covering_bookie(cluster_factory, bk_fact
         assert elapsed < healthy + BOUND, f"striped read without {victim} took {elapsed:.1f}s"
 
 
-def test_r12_lac_read_and_long_poll_with_a_paused_bookie(cluster_factory, bk_factory):
+def test_r12_lac_read_and_long_poll_with_a_paused_bookie(cluster, bk_factory):
     """R12: a tailing reader opened while a bookie of the ensemble is paused learns the LAC, and a
     long poll returns as soon as the writer's next entries are confirmed, without waiting for it."""
-    cluster = cluster_factory(3)
     writer = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0)
     lh = writer.create_ledger(3, 3, 2)
     for i in range(100):
@@ -166,11 +180,10 @@ def test_r12_lac_read_and_long_poll_with_a_paused_bookie(cluster_factory, bk_fac
         assert [en.payload for en in rh.read_entries(lac + 1, newer)] == [payload(i) for i in range(lac + 1, newer + 1)]
 
 
-def test_r18_recovery_and_read_with_a_paused_bookie(cluster_factory, bk_factory):
+def test_r18_recovery_and_read_with_a_paused_bookie(cluster, bk_factory):
     """R16-R20 unchanged: with a bookie of the ensemble paused, recovery (fencing coverage, reads of
     the whole write set) closes at the last acknowledged entry, and the recovered ledger reads back
     fully within the speculative bound."""
-    cluster = cluster_factory(3)
     writer = bk_factory(cluster.metadata_service_uri)
     lh = writer.create_ledger(3, 3, 2)
     for future in [lh.add_entry_async(payload(i)) for i in range(500)]:
@@ -185,7 +198,7 @@ def test_r18_recovery_and_read_with_a_paused_bookie(cluster_factory, bk_factory)
         assert time.monotonic() - start < 10.0
 
 
-def test_r13_a_cold_healthy_striped_read_reads_no_entry_one_at_a_time(cluster_factory, bk_factory, monkeypatch):
+def test_r13_a_cold_healthy_striped_read_reads_no_entry_one_at_a_time(cluster, bk_factory, monkeypatch):
     """E > Qw (3, 2), every bookie healthy, a client that has not read from them yet: a bookie slow to send
     its first batch (a cold read from disk, a busy CPU) may be passed over by the quick quiet-bookie rule,
     but the second round, which streams what it left out from the others, waits the full speculative
@@ -195,7 +208,6 @@ def test_r13_a_cold_healthy_striped_read_reads_no_entry_one_at_a_time(cluster_fa
 
     from bkledger.client.reader import LedgerReader
 
-    cluster = cluster_factory(3)
     count = 40_000
     sizes = (np.arange(count, dtype=np.int64) * 7919) % 900 + 100
     offsets = np.concatenate(([0], np.cumsum(sizes)))

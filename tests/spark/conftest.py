@@ -1,4 +1,4 @@
-"""Fixtures of the Spark tests: one real local SparkSession for the session, one bookie cluster per module.
+"""Fixtures of the Spark tests: one real local SparkSession and one bookie cluster for the session.
 
 The session is `local[2]` on 127.0.0.1 with the UI off and few shuffle partitions; its Python workers
 run this interpreter. Spark's auto-registration of `pyspark_*` modules runs the lookup with the default
@@ -61,9 +61,12 @@ def no_shared_clients_left() -> Iterator[None]:
     clients.close_all()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    """Three real bookies shared by the tests of one module."""
+    """Three real bookies shared by the Spark tests of the session (a start and stop of three bookie
+    processes per module cost ~2.5 s each): no Spark test kills, pauses or reconfigures them (those that do
+    start their own), each writes logs and ledgers of fresh names, and what a test counts of the cluster's
+    ledgers it counts as a difference from before."""
     made = start_cluster(tmp_path_factory.mktemp("spark-cluster"), zookeeper, 3)
     yield made
     made.down()
