@@ -70,6 +70,27 @@ def cluster3(cluster_factory) -> LocalCluster:
 
 
 @pytest.fixture(scope="module")
+def shared3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, zookeeper
+            ) -> Iterator[LocalCluster]:
+    """Three bookies shared by one module's tests that only pause bookies (a pause ends with its test) and
+    write ledgers of their own; none kills or reconfigures one: one start per module, not one per test.
+    Tests take it through `registered3`."""
+    made = start_cluster(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]), zookeeper, 3)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+@pytest.fixture
+def registered3(shared3: LocalCluster) -> LocalCluster:
+    """The module's shared bookies, each registered and serving again (a bookie paused by an earlier test
+    may still be registering again after its ZooKeeper session expired)."""
+    shared3.wait_registered(30.0)
+    return shared3
+
+
+@pytest.fixture(scope="module")
 def shared_cluster5(tmp_path_factory, zookeeper) -> Iterator[LocalCluster]:
     """Five bookies shared by the non-destructive tests of one module."""
     cluster = start_cluster(tmp_path_factory.mktemp("shared5"), zookeeper, 5)

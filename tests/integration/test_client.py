@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client import (
     BadPasswordError,
     EntryTooLargeError,
@@ -25,7 +24,6 @@ from bkledger.client import (
 from bkledger.client.errors import ClientClosedError, LedgerClosedError
 from bkledger.client.protocol.metadata import LedgerState
 from tests.integration.bookie_util import wait_for
-from tests.integration.conftest import start_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -41,24 +39,6 @@ def closed_ledger(bk, ensemble: int, write_quorum: int, ack_quorum: int, count: 
         future.result(30)
     lh.close()
     return lh
-
-
-@pytest.fixture(scope="module")
-def shared3(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    """Three bookies shared by the tests that pause them all within `bookies_paused` (which resumes them) and
-    neither kill nor reconfigure one: one start instead of one per test."""
-    made = start_cluster(tmp_path_factory.mktemp("paused3"), zookeeper, 3)
-    try:
-        yield made
-    finally:
-        made.down()
-
-
-@pytest.fixture
-def paused3(shared3: LocalCluster) -> LocalCluster:
-    """The shared bookies, each registered and serving again."""
-    shared3.wait_registered(30.0)
-    return shared3
 
 
 @contextlib.contextmanager
@@ -392,13 +372,13 @@ def test_numpy_is_imported_when_a_ledger_is_created_not_at_the_first_large_ack(s
 
 
 @pytest.mark.parametrize("bulk", [False, True])
-def test_r10_close_sends_the_adds_queued_before_it_and_waits_for_them(paused3, bk_factory, bulk):
+def test_r10_close_sends_the_adds_queued_before_it_and_waits_for_them(registered3, bk_factory, bulk):
     """R10 with adds still queued in the writer: every add submitted before close() is sent and
     acknowledged, and the ledger is closed after the last of them; none fails because of the close.
     All bookies are paused (SIGSTOP) after one add is sent, so its request stays unanswered and the
     adds after it wait in the writer's queue (Nagle's rule) when close() begins; the bookies are let go
     once the close has started. A log roll closes its old ledger the same way, under load."""
-    cluster = paused3
+    cluster = registered3
     bk = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0)
     lh = bk.create_ledger(3, 3, 2)
     lh.add_entry(payload(0))
@@ -430,11 +410,11 @@ def test_r10_close_sends_the_adds_queued_before_it_and_waits_for_them(paused3, b
     assert [en.payload for en in rh.read_entries(0, 299)] == [payload(i) for i in range(300)]
 
 
-def test_closing_the_client_fails_pending_adds_and_releases_blocked_callers(paused3, bk_factory):
+def test_closing_the_client_fails_pending_adds_and_releases_blocked_callers(registered3, bk_factory):
     """bk.close() with adds in flight, queued, and a caller blocked on a full window (maxOutstandingAdds):
     as BookKeeper's client does, every one fails with ClientClosedError and the blocked caller returns;
     none is left waiting forever. All bookies are paused so that nothing is acknowledged meanwhile."""
-    cluster = paused3
+    cluster = registered3
     bk = bk_factory(cluster.metadata_service_uri, addEntryTimeoutSec=30.0, maxOutstandingAdds=50)
     lh = bk.create_ledger(3, 3, 2)
     lh.add_entry(payload(0))
@@ -451,10 +431,10 @@ def test_closing_the_client_fails_pending_adds_and_releases_blocked_callers(paus
                 future.result(10)
 
 
-def test_closing_the_client_under_a_blocking_read_fails_it_with_a_typed_error(paused3, bk_factory):
+def test_closing_the_client_under_a_blocking_read_fails_it_with_a_typed_error(registered3, bk_factory):
     """A blocking read, and a read_chunk_async future, in flight when bk.close() runs (every bookie paused,
     so neither can finish) end with ClientClosedError, not a bare CancelledError from the stopped loop."""
-    cluster = paused3
+    cluster = registered3
     lh = closed_ledger(bk_factory(cluster.metadata_service_uri), 3, 3, 2, 100)
     bk = bk_factory(cluster.metadata_service_uri, readTimeout=30.0, speculativeReadTimeout=0)
     rh = bk.open_ledger(lh.ledger_id, recovery=False)

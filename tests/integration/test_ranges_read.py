@@ -5,13 +5,11 @@ down or paused (what a call leaves unanswered is read ledger by ledger, with spe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client.bookie_client import BookieClient
-from tests.integration.conftest import start_cluster
 from tests.integration.test_speculative_reads import paused
 
 pytestmark = pytest.mark.integration
@@ -63,21 +61,10 @@ def expected(made: list[tuple[int, int]], first: int = 0) -> dict[int, list[byte
             for i, (ledger_id, entries) in enumerate(made)}
 
 
-@pytest.fixture(scope="module")
-def shared3(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    """Three bookies shared by the tests that neither kill nor reconfigure one (a pause ends with its test)."""
-    made = start_cluster(tmp_path_factory.mktemp("ranges"), zookeeper, 3)
-    try:
-        yield made
-    finally:
-        made.down()
-
-
 @pytest.fixture
-def cluster(shared3: LocalCluster) -> LocalCluster:
-    """The shared bookies, each registered and serving again."""
-    shared3.wait_registered(30.0)
-    return shared3
+def cluster(registered3: LocalCluster) -> LocalCluster:
+    """The module's shared bookies (conftest's shared3): the tests here neither kill nor reconfigure one."""
+    return registered3
 
 
 class CallCounts:
