@@ -156,11 +156,8 @@ class LedgerWriter:
             self._in_window += 1
             if self._trace_every:
                 self._mark_locked()
-            incoming = self._incoming
-            incoming.payloads.append(payload)
-            incoming.futures.append(future)
-            wake = not self._scheduled and not self._parked     # _claim_drain_locked, inline: once per add
-            self._scheduled = self._scheduled or wake
+            self._incoming.append(payload, future)
+            wake = self._claim_drain_locked()
         if wake:
             self.ctx.runtime.call_soon(self._drain)
         return True

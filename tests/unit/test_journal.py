@@ -285,7 +285,10 @@ def test_mark_file_round_trip(tmp_path: Path) -> None:
     assert read_mark_file(path) == LogMark(6, 16)
 
 
-def test_close_from_a_callback_does_not_deadlock(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline", [False, True])
+def test_close_from_a_callback_does_not_deadlock(tmp_path: Path, inline: bool) -> None:
+    """close() from a record's callback returns, whether the journal thread or (inline) the appending
+    thread runs it: neither waits for itself."""
     j = Journal(tmp_path)
     j.start()
     w = Waiter()
@@ -294,7 +297,10 @@ def test_close_from_a_callback_does_not_deadlock(tmp_path: Path) -> None:
         j.close()
         w(err)
 
-    j.append([_fence(1)], closing)
+    appender = threading.Thread(target=lambda: j.append([_fence(1)], closing, inline=inline), daemon=True)
+    appender.start()
+    appender.join(5)
+    assert not appender.is_alive(), "close() from the committer's callback waits for itself"
     assert w.wait(1) == [None]
     j.close()
     got, _ = _replay(tmp_path)
@@ -367,22 +373,3 @@ def test_inline_append_is_queued_when_the_journal_gathers_groups(tmp_path: Path)
     j.append([_fence(1)], cb, inline=True)
     assert w.wait(1) == [None] and names == ["journal"]
     j.close()
-
-
-def test_close_from_an_inline_callback_does_not_deadlock(tmp_path: Path) -> None:
-    j = Journal(tmp_path)
-    j.start()
-    w = Waiter()
-
-    def closing(err: BaseException | None) -> None:
-        j.close()
-        w(err)
-
-    appender = threading.Thread(target=lambda: j.append([_fence(1)], closing, inline=True), daemon=True)
-    appender.start()
-    appender.join(5)
-    assert not appender.is_alive(), "close() from the inline committer's callback waits for itself"
-    assert w.wait(1) == [None]
-    j.close()
-    got, _ = _replay(tmp_path)
-    assert len(got) == 1
