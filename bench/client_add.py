@@ -16,7 +16,9 @@ peak fell behind (0.80-0.87 of its adds/s acknowledged, p99 1.6-2.5 s); with one
 (1.00). The client has the peak's settings too (maxOutstandingAdds 20,000). The limit is the time of
 one fdatasync at the group size the bookies made at that load. Beside each run, bench.tails measures the
 floor (raw fdatasync on the same disk, meanwhile), GC pauses and CPU steal, and prints every run, the spread
-and the stage attribution of the worst run's p99 adds (issue 48).
+and the stage attribution of the worst run's p99 adds (issue 48). After each run, bench.transport_floor
+runs the same open loop at the same rate through three echo servers (the same processes, threads and
+gRPC streams, with no protocol and no disk): what this design's transport costs, beside what the disk does.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from bench import tails
+from bench import tails, transport_floor
 from bench.cluster3 import (
     ACK_QUORUM,
     ENSEMBLE,
@@ -231,6 +233,7 @@ class LatencyResult:
     floor: tails.FloorProbe | None = None          # raw fdatasync latencies on the same disk, meanwhile
     gc: tails.GcPauses | None = None
     steal: tails.CpuSteal | None = None
+    transport: list[float] | None = None           # s, ascending: bench.transport_floor at this rate, right after
 
 
 def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: float,
@@ -342,51 +345,61 @@ def run_latency(ctx: Context) -> list[Row]:
     worst round's p99 is printed beside it, and every round by bench.tails.run_rows."""
     session = cluster_session(ctx)
     peak = _peak(ctx, session)
+    rows: list[Row] = []
+    with transport_floor.echo_servers() as echo_ports:
+        for load in LOADS:
+            rows.extend(_latency_at(ctx, session, peak, load, echo_ports))
+    return rows
+
+
+def _latency_at(ctx: Context, session: ClusterSession, peak: float, load: float, echo_ports: list[int]) -> list[Row]:
+    """One load level: its runs (each followed by a transport floor run through `echo_ports`) and rows."""
     sizes = ClientSizes.of(ctx)
     rows: list[Row] = []
-    for load in LOADS:
-        results = []
-        floor_group = round_group(session.facts.get("peak_group_bytes", 64 * KiB) * load)   # until one is measured
-        for i in range(sizes.latency_rounds):
-            with fresh_cluster_session(ctx, f"latency-{load:.0%}-{i}", conf=tails.BOOKIE_TRACE_CONF) as fresh:
-                results.append(open_loop(fresh, peak * load, sizes.latency_seconds, floor_group, ctx.data_dir))
-            groups = [r.group_bytes for r in results if r.group_bytes is not None]
-            floor_group = round_group(statistics.median(groups)) if groups else floor_group
-        res = results[0]
-        measured = [r.group_bytes for r in results if r.group_bytes is not None]
-        if not measured:
-            at = 4 * KiB
-            group_note = f"group size unknown ({res.why_not}): one fdatasync of {size_label(at)}"
-        else:
-            at = round_group(statistics.median(measured))
-            group_note = f"one raw append+fdatasync of {size_label(at)} (the bookies' average group at this load)"
-        _, fsyncs_s = ctx.fsync_limit(at, measure_fsync_limit)
-        fsync_ms = 1000.0 / fsyncs_s
-        label = f"{load:.0%} of peak ({res.rate:,.0f} adds/s, open loop, {QUORUM}, {size_label(ENTRY_SIZE)})"
-        rounds = f"median of {len(results)} runs of {sizes.latency_seconds:g} s" if len(results) > 1 else \
-            f"one run of {sizes.latency_seconds:g} s"
-        for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
-            per_round = [percentile(r.latencies, fraction) * 1000 for r in results]
-            value = statistics.median(per_round)
-            rows.append(Row("add_latency", f"{label}: {name}", value, "ms", fsync_ms,
-                            f"{name} ({rounds}) / {group_note}; latency = ack - scheduled time"))
-            aim_ms = LATENCY_AIMS_MS.get((load, name))
-            if aim_ms is not None:
-                rows.append(Row("add_latency", f"{label}: {name} vs aim", value, "ms", aim_ms,
-                                f"issue 15 aim at {load:.0%} of peak: {name} <= {aim_ms:g} ms (ratio <= 1; {rounds})"))
-            if name == "p99" and len(results) > 1:
-                runs = ", ".join(f"{v:.1f}" for v in per_round)
-                rows.append(Row("add_latency", f"{label}: p99, the worst run", max(per_round), "ms",
-                                aim_ms if aim_ms is not None else fsync_ms,
-                                f"each run's p99: {runs} ms; against "
-                                + (f"the aim {aim_ms:g} ms" if aim_ms is not None else "one fdatasync")))
-        cdf = ctx.facts.setdefault("add_latency_cdf", {})   # drawn by bench.charts as the latency CDF
-        assert isinstance(cdf, dict)
-        cdf[label] = [[f, statistics.median([percentile(r.latencies, f) * 1000 for r in results])]
-                      for f in CDF_FRACTIONS]
-        rows.extend(tails.run_rows(ctx, label, results))
-        achieved = min(r.achieved for r in results)
-        rows.append(Row("add_latency", f"{label}: acknowledged rate", achieved, "entries/s", res.rate,
-                        f"the scheduled rate, the slowest run ({res.count} adds, {len(res.latencies)} timed per run; "
-                        f"peak {peak:,.0f}/s from the 1-writer run)"))
+    results = []
+    floor_group = round_group(session.facts.get("peak_group_bytes", 64 * KiB) * load)   # until one is measured
+    for i in range(sizes.latency_rounds):
+        with fresh_cluster_session(ctx, f"latency-{load:.0%}-{i}", conf=tails.BOOKIE_TRACE_CONF) as fresh:
+            results.append(open_loop(fresh, peak * load, sizes.latency_seconds, floor_group, ctx.data_dir))
+        results[-1].transport = transport_floor.measure(echo_ports, peak * load, sizes.latency_seconds,
+                                                        SAMPLE_EVERY, TICK)
+        groups = [r.group_bytes for r in results if r.group_bytes is not None]
+        floor_group = round_group(statistics.median(groups)) if groups else floor_group
+    res = results[0]
+    measured = [r.group_bytes for r in results if r.group_bytes is not None]
+    if not measured:
+        at = 4 * KiB
+        group_note = f"group size unknown ({res.why_not}): one fdatasync of {size_label(at)}"
+    else:
+        at = round_group(statistics.median(measured))
+        group_note = f"one raw append+fdatasync of {size_label(at)} (the bookies' average group at this load)"
+    _, fsyncs_s = ctx.fsync_limit(at, measure_fsync_limit)
+    fsync_ms = 1000.0 / fsyncs_s
+    label = f"{load:.0%} of peak ({res.rate:,.0f} adds/s, open loop, {QUORUM}, {size_label(ENTRY_SIZE)})"
+    rounds = f"median of {len(results)} runs of {sizes.latency_seconds:g} s" if len(results) > 1 else \
+        f"one run of {sizes.latency_seconds:g} s"
+    for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+        per_round = [percentile(r.latencies, fraction) * 1000 for r in results]
+        value = statistics.median(per_round)
+        rows.append(Row("add_latency", f"{label}: {name}", value, "ms", fsync_ms,
+                        f"{name} ({rounds}) / {group_note}; latency = ack - scheduled time"))
+        aim_ms = LATENCY_AIMS_MS.get((load, name))
+        if aim_ms is not None:
+            rows.append(Row("add_latency", f"{label}: {name} vs aim", value, "ms", aim_ms,
+                            f"issue 15 aim at {load:.0%} of peak: {name} <= {aim_ms:g} ms (ratio <= 1; {rounds})"))
+        if name == "p99" and len(results) > 1:
+            runs = ", ".join(f"{v:.1f}" for v in per_round)
+            rows.append(Row("add_latency", f"{label}: p99, the worst run", max(per_round), "ms",
+                            aim_ms if aim_ms is not None else fsync_ms,
+                            f"each run's p99: {runs} ms; against "
+                            + (f"the aim {aim_ms:g} ms" if aim_ms is not None else "one fdatasync")))
+    cdf = ctx.facts.setdefault("add_latency_cdf", {})   # drawn by bench.charts as the latency CDF
+    assert isinstance(cdf, dict)
+    cdf[label] = [[f, statistics.median([percentile(r.latencies, f) * 1000 for r in results])]
+                  for f in CDF_FRACTIONS]
+    rows.extend(tails.run_rows(ctx, label, results))
+    achieved = min(r.achieved for r in results)
+    rows.append(Row("add_latency", f"{label}: acknowledged rate", achieved, "entries/s", res.rate,
+                    f"the scheduled rate, the slowest run ({res.count} adds, {len(res.latencies)} timed per run; "
+                    f"peak {peak:,.0f}/s from the 1-writer run)"))
     return rows

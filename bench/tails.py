@@ -9,6 +9,7 @@
   group size follows the journal's: once a second it reads a bookie's journal group histogram
   (`bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES`, sum / count over the last second).
 - GC pauses of the client's process (`GcPauses`, gc.callbacks) and CPU steal (`CpuSteal`, /proc/stat).
+- The transport floor (bench.transport_floor), run right after each run at its rate: printed with the run.
 - The stage attribution of the slowest adds (`attribute`): the client's traces of the adds at or above
   a run's p99 (client.add_trace), joined with the deciding bookie's own stages from its slow-add log
   (`/api/v1/bookie/slow_adds`, bookie.add_trace) by ledger and entry id.
@@ -341,6 +342,26 @@ def _floor_text(run: Any) -> str:
             f"max {lat[-1] * 1000:.1f} ms")
 
 
+def _transport_text(run: Any) -> str:
+    lat: list[float] | None = run.transport
+    if not lat:
+        return "transport floor not measured"
+    return (f"transport floor (the same open loop through 3 echo servers, no protocol or disk, right after) "
+            f"p50 {_ms(lat, 0.5):.2f} / p99 {_ms(lat, 0.99):.2f} / p999 {_ms(lat, 0.999):.2f} ms")
+
+
+def _transport_rows(label: str, runs: list[Any]) -> list[Row]:
+    """The median p99 of the runs against the median p99 of their transport floors (ratio: how many times)."""
+    floors = [_ms(r.transport, 0.99) for r in runs if r.transport]
+    if not floors:
+        return []
+    ours = statistics.median(_ms(r.latencies, 0.99) for r in runs)
+    return [Row("add_latency", f"{label}: p99 against the transport floor", ours, "ms", statistics.median(floors),
+                "median p99 of the runs / median p99 of the transport floor run after each (bench.transport_floor: "
+                "the same open loop, processes and gRPC streams, no protocol, no disk): "
+                + ", ".join(f"{f:.1f}" for f in floors) + " ms")]
+
+
 def _p99_adds(run: Any) -> list[dict[str, Any]]:
     """The client's traces of the run's timed adds at or above its p99, each with its latency (`latency_ms`,
     from its scheduled time: it includes what came before add_entry queued it)."""
@@ -361,13 +382,17 @@ def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
         steal_text = run.steal.describe() if run.steal is not None else "steal unknown"
         rows.append(Row("add_latency", f"{label}: run {k} p99", p99, "ms", floor_p99,
                         f"p50 {p50:.2f}, p99 {p99:.2f}, p999 {p999:.2f} ms ({len(run.latencies)} timed); "
-                        f"limit: the floor's p99; {_floor_text(run)}; client {gc_text}; {steal_text}"))
+                        f"limit: the floor's p99; {_floor_text(run)}; {_transport_text(run)}; client {gc_text}; "
+                        f"{steal_text}"))
         facts.append({"label": label, "run": k, "p50_ms": p50, "p99_ms": p99, "p999_ms": p999,
                       "achieved": run.achieved, "rate": run.rate, "group_bytes": run.group_bytes,
                       "floor_group_bytes": run.floor.group_bytes if run.floor is not None else None,
                       "floor_ms": {name: _ms(run.floor.latencies, f) for name, f in
                                    (("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))}
                       if run.floor is not None and run.floor.latencies else None,
+                      "transport_ms": {name: _ms(run.transport, f) for name, f in
+                                       (("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))}
+                      if run.transport else None,
                       "gc_pauses_ms": [x * 1000 for x in run.gc.pauses] if run.gc is not None else None,
                       "steal_fraction": run.steal.fraction if run.steal is not None else None,
                       "machine_busy": run.steal.busy if run.steal is not None else None,
@@ -377,6 +402,7 @@ def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
         rows.append(Row("add_latency", f"{label}: {name} spread", statistics.median(values), "ms", None,
                         f"min {values[0]:.2f} / median {statistics.median(values):.2f} / max {values[-1]:.2f} ms "
                         f"over {len(runs)} runs: " + ", ".join(f"{_ms(r.latencies, fraction):.1f}" for r in runs)))
+    rows.extend(_transport_rows(label, runs))
     worst = max(runs, key=lambda r: percentile(r.latencies, 0.99))
     att = attribute(_p99_adds(worst), worst.bookie_logs)
     facts.append({"label": label, "worst_run": runs.index(worst) + 1, "attribution": att})

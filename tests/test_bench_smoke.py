@@ -90,7 +90,8 @@ def test_tiny_client_benchmarks(tmp_path: Path) -> None:
 
 def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
     """Issue 48 item 2: each open-loop run is printed with its p50/p99/p999, the floor measured beside it
-    (raw fdatasync on the same disk), GC pauses and CPU steal; the spread of the runs; and the stage
+    (raw fdatasync on the same disk), the transport floor run after it (bench.transport_floor), GC pauses
+    and CPU steal; the spread of the runs; and the stage
     attribution of the worst run's p99 adds (client.add_trace joined with the bookies' slow-add logs)."""
     out = tmp_path / "bench.json"
     env = {**os.environ, "BKLEDGER_BENCH_TINY": "1"}
@@ -108,6 +109,9 @@ def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
         run = figures[f"{label}: run 1 p99"]
         assert "floor (raw append+fdatasync" in run["why"] and "GC" in run["why"] and "steal" in run["why"], run
         assert run["limit"] > 0, run           # the floor's p99, measured meanwhile
+        assert "transport floor (the same open loop" in run["why"], run
+        against = figures[f"{label}: p99 against the transport floor"]
+        assert against["limit"] > 0 and against["value"] > 0, against
         for name in ("p50", "p99", "p999"):
             assert figures[f"{label}: {name} spread"]["why"].startswith("min "), figures[f"{label}: {name} spread"]
         worst = figures[f"{label}: the worst run's p99 adds by stage"]
@@ -115,6 +119,7 @@ def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
             assert f"{stage} " in worst["why"], worst
     runs = [r for r in report["add_latency_runs"] if "run" in r]
     assert len(runs) == 2 and all(r["floor_ms"]["p50"] > 0 and r["gc_pauses_ms"] is not None for r in runs), runs
+    assert all(0 < r["transport_ms"]["p50"] <= r["transport_ms"]["p99"] for r in runs), runs
     attributions = [r["attribution"] for r in report["add_latency_runs"] if "attribution" in r]
     assert len(attributions) == 2 and all(a["adds"] >= 1 for a in attributions), attributions
 

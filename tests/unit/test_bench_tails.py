@@ -68,3 +68,31 @@ def test_cpu_watch_reports_this_process_and_the_machine() -> None:
     assert watch.process_cores is not None and 0.0 < watch.process_cores < 1.5     # one busy thread (shared CPUs)
     assert watch.busy is not None and 0.0 < watch.busy <= 1.0
     assert "the client's process" in watch.describe()
+
+
+class _RecordingStream:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes]] = []
+
+    def send(self, request: int, data: bytes) -> None:
+        self.sent.append((request, data))
+
+
+def test_the_transport_floor_completes_an_add_at_the_second_answer_of_three() -> None:
+    """bench.transport_floor stands for E=3 Qa=2: everything queued leaves as one request to every server,
+    and its adds are done when the second server answers, not the first or the third."""
+    from bench.transport_floor import _Loop
+
+    floor = _Loop([], 3)
+    streams = [_RecordingStream() for _ in range(3)]
+    floor._streams = streams  # type: ignore[assignment]
+    floor._incoming = [(0, b"a"), (1, b"b")]
+    floor._drain()
+    assert [s.sent for s in streams] == [[(0, b"ab")]] * 3
+    floor.answered(0)
+    assert floor.done[:2] == [0.0, 0.0]
+    floor.answered(0)
+    assert floor.done[0] > 0.0 and floor.done[1] == floor.done[0] and floor.done[2] == 0.0
+    floor.answered(0)
+    assert floor._answers == {} and floor._members == {}
+    floor.loop.close()

@@ -1,0 +1,241 @@
+"""The transport floor of add_latency: the same open loop through the same kind of processes and transport,
+with no protocol and no disk.
+
+A run starts three echo servers, each a process of its own serving one bidirectional gRPC stream with
+grpc.aio (as a bookie serves its add stream), and in this process an asyncio loop thread that holds one
+stream to each (as the client does). A timer thread submits 1 KiB "adds" at the scheduled rate, as
+add_latency's does; each submission is queued under a lock and the loop is woken once per drain, as the
+writer is. The loop sends whatever is queued to every server, at most one request unanswered per server
+(the client's Nagle rule at low load), and an add is done when two of the three servers have answered
+the request holding it (Qa=2). There is no digest, no ledger, no journal, no fsync and no future object
+per add: whatever add_latency measures above this is the protocol, the storage and the disk; this is what
+this design's processes, threads, GIL and transport cost on this machine at that rate.
+
+`python -m bench.transport_floor --serve PORT` is one echo server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+
+from bkledger.bookie.local.zookeeper import free_port
+
+SERVICE = "benchfloor.Echo"
+METHOD = f"/{SERVICE}/Stream"
+SERVERS = 3
+ACK_QUORUM = 2
+MAX_MESSAGE = 64 << 20
+READY_TIMEOUT = 30.0
+
+
+async def _serve(port: int) -> None:
+    async def stream(requests: AsyncIterator[bytes], _context: Any) -> AsyncIterator[bytes]:
+        async for request in requests:
+            yield len(request).to_bytes(8, "little")
+
+    handler = grpc.method_handlers_generic_handler(SERVICE, {"Stream": grpc.stream_stream_rpc_method_handler(stream)})
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+class _Stream:
+    """One server's stream: requests leave one at a time, each with everything queued for it meanwhile."""
+
+    def __init__(self, floor: _Loop, port: int) -> None:
+        self.floor = floor
+        self.port = port
+        self.queued: collections.deque[tuple[int, bytes]] = collections.deque()    # (request id, data)
+        self.unanswered: collections.deque[list[int]] = collections.deque()
+        self.wakeup = asyncio.Event()
+
+    async def start(self) -> None:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}",
+                                            options=[("grpc.max_send_message_length", MAX_MESSAGE)])
+        await asyncio.wait_for(channel.channel_ready(), READY_TIMEOUT)
+        self.channel = channel
+        self.call = channel.stream_stream(METHOD)()
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._write()), loop.create_task(self._read())]
+
+    def send(self, request: int, data: bytes) -> None:
+        self.queued.append((request, data))
+        if not self.unanswered:
+            self.wakeup.set()
+
+    async def _write(self) -> None:
+        while True:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+            if self.unanswered or not self.queued:
+                continue
+            requests = [request for request, _ in self.queued]
+            data = b"".join(chunk for _, chunk in self.queued)
+            self.queued.clear()
+            self.unanswered.append(requests)
+            await self.call.write(data)
+
+    async def _read(self) -> None:
+        async for _ in self.call:
+            for request in self.unanswered.popleft():
+                self.floor.answered(request)
+            if self.queued:
+                self.wakeup.set()
+
+
+class _Loop:
+    """The client side: the loop thread, the submission queue, and the completion time of each add."""
+
+    def __init__(self, ports: list[int], count: int) -> None:
+        self.ports = ports
+        self.done = [0.0] * count
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._incoming: list[tuple[int, bytes]] = []
+        self._scheduled = False
+        self._members: dict[int, list[int]] = {}
+        self._answers: dict[int, int] = {}
+        self._next_request = 0
+        self._streams: list[_Stream] = []
+        self._stop: asyncio.Event | None = None
+
+    def submit(self, index: int, payload: bytes) -> None:
+        with self._lock:
+            self._incoming.append((index, payload))
+            wake = not self._scheduled
+            self._scheduled = True
+        if wake:
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._incoming = self._incoming, []
+            self._scheduled = False
+        if not items:
+            return
+        request = self._next_request
+        self._next_request += 1
+        self._members[request] = [index for index, _ in items]
+        self._answers[request] = 0
+        data = b"".join(payload for _, payload in items)
+        for stream in self._streams:
+            stream.send(request, data)
+
+    def answered(self, request: int) -> None:
+        self._answers[request] += 1
+        if self._answers[request] == ACK_QUORUM:
+            now = time.perf_counter()
+            for index in self._members.pop(request):
+                self.done[index] = now
+        if self._answers[request] == len(self._streams):
+            del self._answers[request]
+
+    def run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._main())
+        except BaseException as exc:  # noqa: BLE001 - reported by measure(), never lost
+            self.error = exc
+            self.ready.set()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        self._streams = [_Stream(self, port) for port in self.ports]
+        await asyncio.gather(*(stream.start() for stream in self._streams))
+        self.ready.set()
+        await self._stop.wait()
+        for stream in self._streams:
+            for task in stream.tasks:
+                task.cancel()
+            await stream.channel.close()
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+
+
+def _schedule(floor: _Loop, rate: float, count: int, start: float, tick: float) -> None:
+    """Entry i is due at start + i / rate: the timer thread of add_latency, submitting to the floor."""
+    payload = os.urandom(1024)
+    submitted = 0
+    while submitted < count:
+        now = time.perf_counter()
+        due = min(count, int((now - start) * rate) + 1) if now >= start else 0
+        for i in range(submitted, due):
+            floor.submit(i, payload)
+        submitted = max(submitted, due)
+        time.sleep(max(0.0, min(tick, start + submitted / rate - time.perf_counter())))
+
+
+@contextlib.contextmanager
+def echo_servers() -> Iterator[list[int]]:
+    """Three echo server processes for the runs inside the block: their ports."""
+    ports = [free_port() for _ in range(SERVERS)]
+    servers = [subprocess.Popen([sys.executable, "-m", "bench.transport_floor", "--serve", str(port)])
+               for port in ports]
+    try:
+        yield ports
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait(10)
+
+
+def measure(ports: list[int], rate: float, seconds: float, sample_every: int = 8, tick: float = 0.001,
+            ack_timeout: float = 60.0) -> list[float]:
+    """One open-loop run through the echo servers at `ports` (fresh streams): the latencies (s, ascending)
+    of every `sample_every`-th add."""
+    count = max(10, int(rate * seconds))
+    floor = _Loop(ports, count)
+    thread = threading.Thread(target=floor.run, name="transport-floor-loop", daemon=True)
+    try:
+        thread.start()
+        if not floor.ready.wait(READY_TIMEOUT) or floor.error is not None:
+            raise RuntimeError(f"the transport floor's echo servers did not answer: {floor.error!r}")
+        start = time.perf_counter() + 0.05
+        _schedule(floor, rate, count, start, max(tick, 1.0 / rate))
+        deadline = time.monotonic() + ack_timeout
+        while floor.done[-1] == 0.0 and floor.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if floor.done[-1] == 0.0:
+            raise RuntimeError(f"the transport floor did not answer at {rate:.0f}/s: {floor.error!r}")
+        return sorted(floor.done[i] - (start + i / rate) for i in range(0, count, sample_every) if floor.done[i])
+    finally:
+        floor.stop()
+        thread.join(10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.transport_floor", description=__doc__.split("\n")[0])
+    parser.add_argument("--serve", type=int, metavar="PORT", help="be one echo server on 127.0.0.1:PORT")
+    parser.add_argument("--rate", type=float, default=5000.0, help="adds/s of a run from the command line")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    if args.serve:
+        asyncio.run(_serve(args.serve))
+        return 0
+    with echo_servers() as ports:
+        lat = measure(ports, args.rate, args.seconds)
+    q = [1000 * lat[min(len(lat) - 1, int(len(lat) * f))] for f in (0.5, 0.99, 0.999)]
+    print(f"transport floor at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms ({len(lat)} timed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
