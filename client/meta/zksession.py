@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import struct
 import threading
 import time
@@ -54,6 +55,12 @@ JUTE_MAXBUFFER = 0xFFFFF        # ZooKeeper's default jute.maxbuffer: the larges
 REQUEST_MARGIN = 16 * 1024      # room for the request's header, path and ACL around the data
 INTERRUPT_POLL_S = 0.1          # how often a request waiting for an answer looks at `interrupt()`
 OP_OVERHEAD = 64                # per operation of a multi: type, version, flags, ACL
+#: beyond kazoo's own bound on closing its connection (max(10 s, the session timeout)): how long `close()`
+#: waits for kazoo's event threads, which kazoo joins without a bound (a watch callback that never returns
+#: held every close, and the process's stop, for ever)
+CLOSE_MARGIN_S = 5.0
+
+log = logging.getLogger("bkledger.zookeeper")
 # the kazoo errors and types that the rest of client/meta handles are re-exported from here
 __all__ = [
     "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "Watch", "ZkOp", "ZkSession",
@@ -110,6 +117,8 @@ class ZkSession:
                                  deadline=max(2.0 * self.session_timeout, 5.0), interrupt=self._interrupted.is_set)
         self._lock = threading.Lock()
         self._started = False
+        self.close_timeout = max(10.0, self.session_timeout) + CLOSE_MARGIN_S
+        self.close_stuck = False        # True once a close gave up waiting for kazoo's threads
         self.multi_read = True          # False once the server did not know multiRead (ZooKeeper < 3.6)
         self.max_request_bytes = JUTE_MAXBUFFER - REQUEST_MARGIN   # lower it in tests; raise with jute.maxbuffer
 
@@ -140,13 +149,32 @@ class ZkSession:
             self.trouble.connected()
 
     def close(self) -> None:
-        """Close the session: its ephemeral znodes (bookie registrations) go away now."""
+        """Close the session: its ephemeral znodes (bookie registrations) go away now. Returns within
+        `close_timeout`: kazoo joins its event threads without a bound, so it runs on a thread of its own,
+        and a close that does not finish in time is logged, `close_stuck` is set, and the caller goes on
+        (the session then ends at the server when its timeout passes, or with the process)."""
         if not self._started:
             return
         self._started = False
-        with contextlib.suppress(KazooException):
-            self._zk.stop()
-        self._zk.close()
+        failed: list[BaseException] = []
+        closer = threading.Thread(target=self._stop_kazoo, args=(failed,), name="zk-close", daemon=True)
+        closer.start()
+        closer.join(self.close_timeout)
+        if failed:
+            raise failed[0]
+        if closer.is_alive():
+            self.close_stuck = True
+            log.error("closing the ZooKeeper session to %s did not finish within %.0f s: a watch callback is "
+                      "stuck on kazoo's event thread; going on without it (the session ends at the server "
+                      "within its timeout, %.0f s)", self.uri.hosts, self.close_timeout, self.session_timeout)
+
+    def _stop_kazoo(self, failed: list[BaseException]) -> None:
+        try:
+            with contextlib.suppress(KazooException):
+                self._zk.stop()
+            self._zk.close()
+        except BaseException as exc:  # noqa: BLE001 - raised again by close() in the caller's thread
+            failed.append(exc)
 
     def interrupt(self) -> None:
         """Stop waiting: a request waiting for ZooKeeper to come back, and every later one, fails with

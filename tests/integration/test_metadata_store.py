@@ -423,6 +423,37 @@ def test_watch_ledger(store: MetadataStore) -> None:
     handle.cancel()
 
 
+def test_close_returns_within_its_bound_while_a_watch_callback_is_stuck(
+        metadata_uri: str, caplog: pytest.LogCaptureFixture) -> None:
+    """No close hangs: kazoo joins its event threads without a bound on close, so one watch callback that
+    never returned held MetadataStore.close() (the autorecovery daemon's stop, a client's close) for ever.
+    Now close gives up after its bound, says so, and the session still ends."""
+    release, stuck = threading.Event(), threading.Event()
+    store = MetadataStore(metadata_uri, session_timeout=5.0).start()
+    store.init_cluster()
+    calls = [0]
+
+    def on_change() -> None:
+        calls[0] += 1
+        if calls[0] > 1:            # the first call comes at once, in this thread; later ones on kazoo's
+            stuck.set()
+            release.wait(30)
+
+    try:
+        store.watch_data("stuck", on_change)
+        store.create("stuck")
+        assert stuck.wait(10)
+        store.close_timeout = 1.0
+        began = time.monotonic()
+        with caplog.at_level("ERROR", logger="bkledger.zookeeper"):
+            store.close()
+        assert time.monotonic() - began < 5.0
+        assert store.close_stuck and "a watch callback is stuck" in caplog.text
+        assert not store.connected
+    finally:
+        release.set()
+
+
 def test_unreachable_zookeeper_is_a_clear_error() -> None:
     s = MetadataStore("zk://127.0.0.1:1/ledgers", session_timeout=2.0, connect_timeout=0.5)
     with pytest.raises(MetadataStoreError, match="cannot connect"):
