@@ -28,8 +28,12 @@ demo: $(STAMP)
 demo-secure: $(STAMP)
 	$(BIN)/python examples/secure_pipeline.py
 
+# The whole suite on WORKERS pytest-xdist workers (most of its time is waiting on processes, JVMs and fault
+# timeouts, not CPU). --dist loadgroup: a module's tests run in one worker (its module fixtures start once),
+# except those marked xdist_group, which run together in their group's worker. WORKERS=0: serially.
+WORKERS ?= 2
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadgroup) tests
 
 # Debian's chromium for the status page test (tests/integration/test_status_page.py), where this can install it:
 # root and apt-get. Never fails make: without it that test skips and says why.

@@ -40,3 +40,14 @@ def metadata_uri(zookeeper: ZooKeeperServer) -> str:
 @pytest.fixture
 def zk_data_dir(tmp_path: Path) -> Path:
     return tmp_path / "zk"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `pytest -n N --dist loadgroup` (`make test`), a module's tests run in one worker, so its module
+    fixtures (a cluster, a SparkSession's data) start once: each test without an `xdist_group` mark of its
+    own is put in its module's group. Tests marked `xdist_group(name)` run in that group's worker, whatever
+    their module. Without xdist the mark means nothing."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -22,6 +22,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from bkledger.bookie.local import port_claims
+
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 HOST = "127.0.0.1"
 TICK_TIME_MS = 500
@@ -77,21 +79,31 @@ _HANDED_OUT: set[int] = set()
 
 
 def free_port(host: str = HOST) -> int:
-    """A port free now and not handed out before by this process: the kernel may offer a port again once
-    the probing socket is closed, and a cluster set up with the same port for a bookie and its metrics
-    server failed to start (seen twice in a day)."""
+    """A port free now and not handed out before by this process, nor claimed by another one: the kernel
+    may offer a port again once the probing socket is closed, and a cluster set up with the same port for a
+    bookie and its metrics server failed to start (seen twice in a day); two processes picking ports at once
+    (parallel test workers, two clusters) can meet the same way (`port_claims`)."""
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
+        port = _offered_port(host)
+        if port not in _HANDED_OUT and port_claims.claim(port):
             _HANDED_OUT.add(port)
             return port
 
 
+def _offered_port(host: str) -> int:
+    """A port the kernel offers now (free at this instant)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 def reserve_ports(*ports: int) -> None:
-    """Ports free_port must not hand out (a restarted cluster's kept ports, bound a moment later)."""
-    _HANDED_OUT.update(p for p in ports if p)
+    """Ports free_port must not hand out (a restarted cluster's kept ports, bound a moment later); claimed
+    machine-wide too where no other process holds them."""
+    kept = [p for p in ports if p]
+    _HANDED_OUT.update(kept)
+    for port in kept:
+        port_claims.claim(port)
 
 
 def four_letter_word(port: int, word: str = "ruok", timeout: float = 1.0, host: str = HOST) -> bytes:

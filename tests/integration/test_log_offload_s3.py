@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 import pyarrow.fs as pafs
 import pytest
 
+from bkledger.bookie.local.zookeeper import free_port  # claimed machine-wide: parallel workers
 from bkledger.client import BookKeeper
 from bkledger.client.log.core import offload as ol
 from bkledger.client.log.offload import join_payloads
@@ -27,12 +27,6 @@ from tests.integration.test_log_offload import read_all, write
 pytestmark = pytest.mark.integration
 BUCKET = "bkledger-offload"
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

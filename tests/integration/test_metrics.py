@@ -46,6 +46,17 @@ def scrape(port: int) -> Samples:
         return parse(response.read().decode())
 
 
+def scrape_once_up(port: int) -> Samples | None:
+    """`scrape`, or None while nothing listens yet: a cluster starts its autorecovery daemons without
+    waiting for them, so a test's first scrape can come before the daemon's metrics server is up."""
+    try:
+        return scrape(port)
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return None
+        raise
+
+
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
