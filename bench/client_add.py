@@ -48,7 +48,7 @@ from bench.cluster3 import (
     cluster_session,
     fresh_cluster_session,
 )
-from bench.core import MB, Context, KiB, Row, size_label
+from bench.core import MB, Context, KiB, Row, size_label, timer_loop
 from bench.disk import measure_fsync_limit
 from bench.syscount import SyscallCounter
 from bkledger.bookie import config as bkconfig
@@ -253,17 +253,13 @@ def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: 
                 errors.append(exc)
         return callback
 
-    tick = max(TICK, 1.0 / rate)
-    submitted = 0
-    while submitted < count and not errors:
-        now = time.perf_counter()
-        due = min(count, int((now - start) * rate) + 1) if now >= start else 0
-        for i in range(submitted, due):
+    def submit(first: int, end: int) -> None:
+        for i in range(first, end):
             future = lh.add_entry_async(payload)
             if (i + 1) % SAMPLE_EVERY == 0 or i == count - 1:     # entry i + 1: the ones the client traces
                 future.add_done_callback(acked(i))
-        submitted = max(submitted, due)
-        time.sleep(max(0.0, min(tick, start + submitted / rate - time.perf_counter())))
+
+    timer_loop(submit, rate, count, start, max(TICK, 1.0 / rate), stopped=lambda: bool(errors))
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,3 +124,18 @@ def size_label(nbytes: int) -> str:
     if nbytes >= KiB and nbytes % KiB == 0:
         return f"{nbytes // KiB} KiB"
     return f"{nbytes} B"
+
+
+def timer_loop(submit: Callable[[int, int], None], rate: float, count: int, start: float, tick: float,
+               stopped: Callable[[], bool] = lambda: False) -> None:
+    """An open loop's timer: entry i is due at `start` + i / `rate`. It sleeps until the next entry is due
+    (at most `tick`) and calls `submit(first, end)` with the entries due by then, whatever the answers are
+    doing, until `count` entries are submitted or `stopped()`."""
+    submitted = 0
+    while submitted < count and not stopped():
+        now = time.perf_counter()
+        due = min(count, int((now - start) * rate) + 1) if now >= start else 0
+        if due > submitted:
+            submit(submitted, due)
+            submitted = due
+        time.sleep(max(0.0, min(tick, start + submitted / rate - time.perf_counter())))

@@ -3,13 +3,13 @@ with no protocol and no disk.
 
 A run starts three echo servers, each a process of its own serving one bidirectional gRPC stream with
 grpc.aio (as a bookie serves its add stream), and in this process an asyncio loop thread that holds one
-stream to each (as the client does). A timer thread submits 1 KiB "adds" at the scheduled rate, as
-add_latency's does; each submission is queued under a lock and the loop is woken once per drain, as the
-writer is. The loop sends whatever is queued to every server, at most one request unanswered per server
-(the client's Nagle rule at low load), and an add is done when two of the three servers have answered
-the request holding it (Qa=2). There is no digest, no ledger, no journal, no fsync and no future object
-per add: whatever add_latency measures above this is the protocol, the storage and the disk; this is what
-this design's processes, threads, GIL and transport cost on this machine at that rate.
+stream to each (as the client does). A timer thread submits 1 KiB "adds" at the scheduled rate with
+add_latency's timer (`bench.core.timer_loop`); each submission is queued under a lock and the loop is woken
+once per drain, as the writer is. The loop sends whatever is queued to every server, at most one request
+unanswered per server (the client's Nagle rule at low load), and an add is done when two of the three
+servers have answered the request holding it (Qa=2). There is no digest, no ledger, no journal, no fsync and
+no future object per add: whatever add_latency measures above this is the protocol, the storage and the
+disk; this is what this design's processes, threads, GIL and transport cost on this machine at that rate.
 
 `python -m bench.transport_floor --serve PORT` is one echo server.
 """
@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 
+from bench.core import timer_loop
 from bkledger.bookie.local.zookeeper import free_port
 
 SERVICE = "benchfloor.Echo"
@@ -170,19 +171,6 @@ class _Loop:
             self.loop.call_soon_threadsafe(self._stop.set)
 
 
-def _schedule(floor: _Loop, rate: float, count: int, start: float, tick: float) -> None:
-    """Entry i is due at start + i / rate: the timer thread of add_latency, submitting to the floor."""
-    payload = os.urandom(1024)
-    submitted = 0
-    while submitted < count:
-        now = time.perf_counter()
-        due = min(count, int((now - start) * rate) + 1) if now >= start else 0
-        for i in range(submitted, due):
-            floor.submit(i, payload)
-        submitted = max(submitted, due)
-        time.sleep(max(0.0, min(tick, start + submitted / rate - time.perf_counter())))
-
-
 @contextlib.contextmanager
 def echo_servers() -> Iterator[list[int]]:
     """Three echo server processes for the runs inside the block: their ports."""
@@ -209,7 +197,13 @@ def measure(ports: list[int], rate: float, seconds: float, sample_every: int = 8
         if not floor.ready.wait(READY_TIMEOUT) or floor.error is not None:
             raise RuntimeError(f"the transport floor's echo servers did not answer: {floor.error!r}")
         start = time.perf_counter() + 0.05
-        _schedule(floor, rate, count, start, max(tick, 1.0 / rate))
+        payload = os.urandom(1024)
+
+        def submit(first: int, end: int) -> None:
+            for i in range(first, end):
+                floor.submit(i, payload)
+
+        timer_loop(submit, rate, count, start, max(tick, 1.0 / rate))
         deadline = time.monotonic() + ack_timeout
         while floor.done[-1] == 0.0 and floor.error is None and time.monotonic() < deadline:
             time.sleep(0.01)
