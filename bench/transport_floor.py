@@ -215,11 +215,18 @@ def measure(ports: list[int], rate: float, seconds: float, sample_every: int = 8
         thread.join(10)
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:       # also NaN
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transport_floor", description=__doc__.split("\n")[0])
     parser.add_argument("--serve", type=int, metavar="PORT", help="be one echo server on 127.0.0.1:PORT")
-    parser.add_argument("--rate", type=float, default=5000.0, help="adds/s of a run from the command line")
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=_positive, default=5000.0, help="adds/s of a run from the command line")
+    parser.add_argument("--seconds", type=_positive, default=10.0)
     args = parser.parse_args(argv)
     if args.serve:
         asyncio.run(_serve(args.serve))

@@ -96,3 +96,16 @@ def test_the_transport_floor_completes_an_add_at_the_second_answer_of_three() ->
     floor.answered(0)
     assert floor._answers == {} and floor._members == {}
     floor.loop.close()
+
+
+def test_the_transport_floor_cli_refuses_a_rate_or_time_that_is_not_above_zero(capsys) -> None:
+    """A rate of 0 divided by zero in the timer, and a negative time ran nothing: both are refused first."""
+    import pytest
+
+    from bench.transport_floor import main
+
+    for argv in (["--rate", "0"], ["--rate", "-5"], ["--seconds", "nan"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert "must be a number above 0" in capsys.readouterr().err
