@@ -133,6 +133,19 @@ class BookieConfig:
 _FIELDS = {f.name: f for f in dataclasses.fields(BookieConfig)}
 
 
+def _text(key: str, raw: object) -> str:
+    """A value as the text a .conf file would hold: a Python caller's True, 3 or 0.5 is taken as
+    "true", "3" or "0.5"; anything else but text is refused."""
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, (int, float)):
+        return str(raw)
+    raise ConfigError(f"bad value {raw!r} for {key}: expected text, a number or a boolean, "
+                      f"got {type(raw).__name__}")
+
+
 def _convert(key: str, raw: str) -> Any:
     default = _FIELDS[key].default
     raw = raw.strip()
@@ -155,9 +168,13 @@ def _convert(key: str, raw: str) -> Any:
         raise ConfigError(f"bad value {raw!r} for {key}: {exc}") from None
 
 
-def from_mapping(values: Mapping[str, str]) -> BookieConfig:
-    """A validated configuration from key -> text; BookKeeper's names mapped, unknown keys warned about."""
-    keys = config_keys.translate(values, _FIELDS)
+def from_mapping(values: Mapping[str, object]) -> BookieConfig:
+    """A validated configuration from key -> text (a number or a boolean is taken as its text, as
+    LocalCluster callers write them); BookKeeper's names mapped, unknown keys warned about."""
+    for key in values:
+        if not isinstance(key, str):
+            raise ConfigError(f"bad configuration key {key!r}: expected text, got {type(key).__name__}")
+    keys = config_keys.translate({key: _text(key, raw) for key, raw in values.items()}, _FIELDS)
     strict = "strictConfig" in keys.values and _convert("strictConfig", keys.values["strictConfig"])
     if keys.unknown and strict:
         raise ConfigError(f"unknown configuration keys (strictConfig=true): {keys.unknown_text()}")

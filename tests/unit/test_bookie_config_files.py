@@ -64,6 +64,19 @@ def test_strict_config_refuses_unknown_keys() -> None:
         from_mapping({"bookiPort": "4000", "strictConfig": "true"})
 
 
+def test_numbers_and_booleans_from_python_callers_are_taken_as_their_text() -> None:
+    # LocalCluster(...).up(3, {"slowAddThresholdMs": 0}) crashed with AttributeError: 'int' object has no
+    # attribute 'strip' instead of starting the bookies or naming the bad key
+    config = from_mapping({"slowAddThresholdMs": 0, "journalSyncData": False, "allowLoopback": True})
+    assert (config.slowAddThresholdMs, config.journalSyncData, config.allowLoopback) == (0, False, True)
+
+
+@pytest.mark.parametrize("values", [{"bookiePort": [3181]}, {"journalSyncData": None}, {3181: "bookiePort"}])
+def test_a_value_or_key_of_another_type_is_a_config_error_naming_it(values: dict) -> None:
+    with pytest.raises(ConfigError, match="expected text"):
+        from_mapping(values)
+
+
 def test_bookkeeper_zk_servers_make_the_metadata_uri_as_bookkeeper_builds_it() -> None:
     config = from_mapping({"zkServers": "zk1:2181,zk2:2181", "zkLedgersRootPath": "/bk/ledgers"})
     assert config.metadataServiceUri == "zk+null://zk1:2181;zk2:2181/bk/ledgers"
