@@ -68,6 +68,12 @@ class BookieCollector(Collector):
                                       "bookie started (adds, replay and compaction)", labels=["dir"])
         free = GaugeMetricFamily("bookie_ledger_dir_free_bytes", "free bytes on the directory's disk",
                                  labels=["dir"])
+        failed = CounterMetricFamily("bookie_ledger_dir_entry_log_write_failures", "entry-log block writes that "
+                                     "failed since the bookie started (their records stay in memory and the journal; "
+                                     "no checkpoint passes them)", labels=["dir"])
+        for path, count in storage.entry_log_write_failures():
+            failed.add_metric([str(path)], count)
+        yield failed
         writable = 0
         threshold = self.server.config.diskUsageThreshold
         for path, log_bytes, index_bytes, written_bytes in storage.directory_stats():

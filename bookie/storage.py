@@ -713,6 +713,11 @@ class LedgerStorage:
             out.append((current.parent, logs, index, logger.bytes_written))
         return out
 
+    def entry_log_write_failures(self) -> list[tuple[Path, int]]:
+        """(ledger dir, entry-log block writes that failed since start) per directory (metrics)."""
+        return [(current.parent, logger.write_failures) for current, logger in zip(self._currents, self._logs,
+                                                                                   strict=True)]
+
     def entry_log_usage(self) -> list[tuple[int, int, int, int]]:
         """(dir index, log id, live bytes, total bytes) of every entry log except the active ones.
 

@@ -115,6 +115,7 @@ def test_bookie_metrics_count_what_the_test_did(cluster_factory):
         assert delta("bookkeeper_server_READ_ENTRY_FENCE_REQUEST_total") >= 1
         written = [k for k in a if k[0] == "bookie_ledger_dir_written_bytes_total"]
         assert len(written) == 1 and a[written[0]] >= entries * len(payload)
+        assert [v for k, v in a.items() if k[0] == "bookie_ledger_dir_entry_log_write_failures_total"] == [0]
         logs = [k for k in a if k[0] == "bookie_ledger_dir_entry_log_bytes"]
         assert a[logs[0]] >= entries * len(payload)
         assert value(a, "bookie_gc_ACTIVE_LEDGER_TOTAL") >= 2

@@ -61,6 +61,7 @@ def test_r22_records_are_readable_before_during_and_after_their_write(tmp_path: 
     for record in _records(400):
         placed.append((logger.append(pieces(record)), record))
         _check(logger, placed[-3:])          # the newest, still in memory, and the ones before it
+    logger.written()
     assert writes, "about 1.8 MB of records and nothing reached the disk"
     _check(logger, placed)
     logger.flush()
@@ -78,6 +79,7 @@ def test_a_read_that_saw_the_records_unwritten_gets_them_once_they_are_written(t
     lie wholly, or partly, on disk."""
     logger = EntryLogger(tmp_path / "current", 1 << 30)
     placed = [(logger.append(pieces(r)), r) for r in _records(400, seed=6)]
+    logger.written()
     assert writes
     for (log_id, offset), record in placed[::7]:
         assert logger._read_unwritten(log_id, offset, len(record)) == record
@@ -108,9 +110,13 @@ def test_records_of_a_log_whose_write_failed_stay_readable(
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(direct_append.os, "pwrite", failing)
-    with pytest.raises(OSError):
-        for record in records:
-            placed.append((logger.append(pieces(record)), record))
+    for record in records:                   # about 1.8 MB: the writer takes a block and fails
+        placed.append((logger.append(pieces(record)), record))
+    logger.written()
+    assert logger.write_failures == 1
+    _check(logger, placed)                   # from memory
+    with pytest.raises(OSError, match="Input/output error"):
+        logger.append([b"y" * 100])          # the next add fails as the write did; the log is abandoned
     monkeypatch.setattr(direct_append.os, "pwrite", real)
     _check(logger, placed)
     again = logger.append([b"x" * 100])
@@ -119,6 +125,42 @@ def test_records_of_a_log_whose_write_failed_stay_readable(
     with pytest.raises(StorageError, match="no checkpoint"):
         logger.flush()            # the journal must keep what never reached a log
     logger.close()
+
+
+def test_a_block_being_written_is_read_from_memory_and_the_add_path_does_not_wait_for_it(
+    tmp_path: Path, writes: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer thread writes the blocks: an append returns while a write is stuck, the records of the
+    stuck block and those after it read back from memory, and a flush waits for the write."""
+    import threading
+
+    logger = EntryLogger(tmp_path / "current", 1 << 30)
+    entered, release = threading.Event(), threading.Event()
+    real = os.pwrite
+
+    def stuck(fd: int, data: memoryview, offset: int) -> int:
+        entered.set()
+        assert release.wait(30)
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(direct_append.os, "pwrite", stuck)
+    placed = [(logger.append(pieces(r)), r) for r in _records(300, seed=7)]    # about 1.3 MB
+    assert entered.wait(30), "the writer took no block of 1.3 MB held"
+    more = [(logger.append(pieces(r)), r) for r in _records(50, seed=8)]     # appends go on meanwhile
+    _check(logger, placed + more)
+    flushed = threading.Thread(target=logger.flush)
+    flushed.start()
+    flushed.join(0.2)
+    assert flushed.is_alive(), "a flush returned while a block of it was still being written"
+    release.set()
+    flushed.join(30)
+    assert not flushed.is_alive()
+    _check(logger, placed + more)
+    logger.close()
+    _check_whole_blocks_once(writes)
+    reopened = EntryLogger(tmp_path / "current", 1 << 30)
+    _check(reopened, placed + more)
+    reopened.close()
 
 
 def test_buffered_entry_log_when_direct_io_is_off(tmp_path: Path) -> None:
