@@ -275,6 +275,7 @@ class LocalCluster:
         if self.autorecovery:
             for proc in self.bookies:
                 self.start_autorecovery(proc.index)
+            self.wait_autorecovery(timeout)
 
     def _check_kept_ports(self) -> None:
         """Before anything starts: the ports that name the cluster (ZooKeeper's: its metadataServiceUri)
@@ -359,6 +360,24 @@ class LocalCluster:
         proc.autorecovery_pid = self._spawn("autorecovery", proc.conf, proc.autorecovery_log, extra)
         self.save()
         return proc
+
+    def wait_autorecovery(self, timeout: float = 60.0) -> None:
+        """Until every running autorecovery daemon with a metrics port serves it (it opens the port once its
+        auditor and worker threads run): `up` returns with the daemons started, not merely spawned, so a
+        scrape or a status right after it finds them. A daemon that exits meanwhile is a ClusterError."""
+        deadline = time.monotonic() + timeout
+        waiting = [b for b in self.bookies if b.autorecovery_pid and b.autorecovery_metrics_port]
+        while waiting:
+            dead = [b for b in waiting if not pid_alive(b.autorecovery_pid)]
+            if dead:
+                raise ClusterError(f"the autorecovery daemon of {dead[0].bookie_id} exited at start; see "
+                                   f"{dead[0].autorecovery_log}:\n" + _tail(dead[0].autorecovery_log))
+            waiting = [b for b in waiting if not accepts(b.autorecovery_metrics_port)]
+            if waiting and time.monotonic() > deadline:
+                raise ClusterError(f"the autorecovery daemons of {[b.bookie_id for b in waiting]} did not serve "
+                                   f"their metrics within {timeout:.0f}s")
+            if waiting:
+                time.sleep(0.05)
 
     def stop_autorecovery(self, index: int, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
         """Stop (SIGTERM) or kill (SIGKILL) the autorecovery daemon beside bookie `index`."""

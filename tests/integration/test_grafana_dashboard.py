@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from bkledger.client.metrics import add_default_collectors
 from tests.integration.bookie_util import wait_for
 from tests.integration.test_log_figures import write_log
-from tests.integration.test_metrics import Samples, client, parse, scrape, scrape_once_up, value
+from tests.integration.test_metrics import Samples, client, parse, scrape, value
 
 pytestmark = pytest.mark.integration
 
@@ -84,8 +84,8 @@ def test_every_metric_the_dashboard_names_is_exported(cluster_factory):
     client_names = set(parse(generate_latest(registry).decode()))
 
     def auditor() -> Samples | None:
-        samples = scrape_once_up(cluster.bookies[0].autorecovery_metrics_port)
-        return samples if samples and value(samples, "bkledger_log_ledgers", log="orders") == 2 else None
+        samples = scrape(cluster.bookies[0].autorecovery_metrics_port)     # up: `up` waited for it
+        return samples if value(samples, "bkledger_log_ledgers", log="orders") == 2 else None
 
     exported: set[str] = set()
     for samples in (scrape(cluster.bookies[0].metrics_port), wait_for(auditor, 60, "the auditor's log figures")):

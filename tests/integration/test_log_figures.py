@@ -10,7 +10,7 @@ import pytest
 
 from bkledger.bookie.log_metrics import LogFiguresReader
 from tests.integration.bookie_util import wait_for
-from tests.integration.test_metrics import Samples, client, scrape, scrape_once_up, value
+from tests.integration.test_metrics import Samples, client, scrape, value
 
 pytestmark = pytest.mark.integration
 
@@ -38,9 +38,7 @@ def test_the_auditor_exports_figures_of_each_log(cluster_factory):
         written_at = time.time()
 
         def exported() -> tuple[Samples, list[Samples]] | None:
-            scraped = [s for s in (scrape_once_up(p) for p in ports) if s is not None]
-            if len(scraped) < len(ports):
-                return None                        # a daemon's metrics server is not up yet
+            scraped = [scrape(p) for p in ports]      # every daemon serves: the cluster's `up` waited for it
             auditors = [s for s in scraped if value(s, "auditor_IS_AUDITOR") == 1]
             if len(auditors) != 1 or value(auditors[0], "bkledger_log_entries", log="orders") != 60 \
                     or value(auditors[0], "bkledger_log_ledgers", log="events") != 1:

@@ -46,17 +46,6 @@ def scrape(port: int) -> Samples:
         return parse(response.read().decode())
 
 
-def scrape_once_up(port: int) -> Samples | None:
-    """`scrape`, or None while nothing listens yet: a cluster starts its autorecovery daemons without
-    waiting for them, so a test's first scrape can come before the daemon's metrics server is up."""
-    try:
-        return scrape(port)
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ConnectionRefusedError):
-            return None
-        raise
-
-
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
@@ -189,6 +178,8 @@ def test_autorecovery_metrics_follow_a_lost_bookie(cluster_factory):
     gauge comes back to 0."""
     conf = {"zkTimeout": "3000", "lostBookieRecoveryDelay": "1", "rwRereplicateBackoffMs": "300"}
     cluster = cluster_factory(4, conf=conf, autorecovery=True)
+    # the cluster's `up` returns once every daemon serves its metrics: the first scrape finds them all
+    assert [value(scrape(b.autorecovery_metrics_port), "autorecovery_ENABLED") for b in cluster.bookies] == [1] * 4
     victim = cluster.bookies[3]
     with client(cluster.metadata_service_uri, placement=OnBookies([victim.bookie_id])) as bk:
         for _ in range(3):
