@@ -95,6 +95,7 @@ class LocalCluster:
         self.secure = False
         self.embedded_zookeeper = True     # ours to start and stop (else one given by port, e.g. tests')
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._daemon_log_starts: dict[int, int] = {}     # bookie index -> its daemon's log size at spawn
 
     # ---- security ---------------------------------------------------------------------------
     @property
@@ -357,22 +358,27 @@ class LocalCluster:
         if proc.metrics_port and not proc.autorecovery_metrics_port:
             proc.autorecovery_metrics_port = free_port()
         extra = ["--set", f"prometheusStatsHttpPort={proc.autorecovery_metrics_port}"]
+        self._daemon_log_starts[index] = _size(proc.autorecovery_log)
         proc.autorecovery_pid = self._spawn("autorecovery", proc.conf, proc.autorecovery_log, extra)
         self.save()
         return proc
 
     def wait_autorecovery(self, timeout: float = 60.0) -> None:
-        """Until every running autorecovery daemon with a metrics port serves it (it opens the port once its
-        auditor and worker threads run): `up` returns with the daemons started, not merely spawned, so a
-        scrape or a status right after it finds them. A daemon that exits meanwhile is a ClusterError."""
+        """Until every autorecovery daemon this cluster started with a metrics port serves it (it opens the
+        port once its auditor and worker threads run): `up` returns with the daemons started, not merely
+        spawned, so a scrape or a status right after it finds them. The daemon's own log line says so (a
+        connection to the port could reach another process that holds it for a moment). A daemon that
+        exits meanwhile is a ClusterError."""
         deadline = time.monotonic() + timeout
-        waiting = [b for b in self.bookies if b.autorecovery_pid and b.autorecovery_metrics_port]
+        waiting = [b for b in self.bookies if b.autorecovery_pid and b.autorecovery_metrics_port
+                   and b.index in self._daemon_log_starts]
         while waiting:
             dead = [b for b in waiting if not pid_alive(b.autorecovery_pid)]
             if dead:
                 raise ClusterError(f"the autorecovery daemon of {dead[0].bookie_id} exited at start; see "
                                    f"{dead[0].autorecovery_log}:\n" + _tail(dead[0].autorecovery_log))
-            waiting = [b for b in waiting if not accepts(b.autorecovery_metrics_port)]
+            waiting = [b for b in waiting if not _logged_since(b.autorecovery_log, self._daemon_log_starts[b.index],
+                                                                f"serving on port {b.autorecovery_metrics_port}")]
             if waiting and time.monotonic() > deadline:
                 raise ClusterError(f"the autorecovery daemons of {[b.bookie_id for b in waiting]} did not serve "
                                    f"their metrics within {timeout:.0f}s")
@@ -549,6 +555,23 @@ def accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return True
+    except OSError:
+        return False
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _logged_since(path: str, offset: int, text: str) -> bool:
+    """Whether `text` is in the log at `path` after its first `offset` bytes (a line of this start)."""
+    try:
+        with open(path, "rb") as log_file:
+            log_file.seek(offset)
+            return text.encode() in log_file.read()
     except OSError:
         return False
 
