@@ -424,10 +424,22 @@ class CursorReader(LogReader):
         metrics = cursor_metrics(self._bk)
         metrics["acks"].labels(self.name, self.cursor).inc()
         if metrics["lag_entries"] is not _NO:
-            rh, last = self._rh, self._meta.last_ledger_id
-            tail = rh.last_add_confirmed + 1 if rh is not None and rh.ledger_id == last else None
-            export_lag(self._bk, self.name, self.cursor, cc.lag(self._meta, pos, tail, now_ms()))
+            self._export_lag(pos)
         return done
+
+    def _export_lag(self, pos: Position) -> None:
+        """The lag gauges at `pos`. This reader holds the log from the segment it started in on; a
+        backwards ack before that part loads the log from `pos` on, so that the ledgers between count."""
+        meta = self._meta
+        if meta.ledgers and pos.ledger_id not in meta.logical_ids:
+            try:
+                meta = require_loaded(self._bk.store, self.name, from_ledger=pos.ledger_id).meta
+            except (LogNotFoundError, LogUpdateConflictError) as exc:
+                log.info("log %r cursor %r: lag not exported after the ack at %s: %s", self.name, self.cursor, pos, exc)
+                return
+        rh, last = self._rh, meta.last_ledger_id
+        tail = rh.last_add_confirmed + 1 if rh is not None and rh.ledger_id == last else None
+        export_lag(self._bk, self.name, self.cursor, cc.lag(meta, pos, tail, now_ms()))
 
     def close(self) -> None:
         with contextlib.suppress(AttributeError):

@@ -23,6 +23,7 @@ from bkledger.client import (
     Position,
 )
 from bkledger.client.errors import InvalidLogNameError, InvalidOptionError, InvalidPositionError
+from bkledger.client.log.core import stored as st
 from bkledger.client.log.reader import LogRecord
 from tests.integration.conftest import start_cluster
 
@@ -110,6 +111,19 @@ def test_ack_reopen_resume(bk: BookKeeper, name: str, registry: CollectorRegistr
         plain.ack()
     bk.delete_log(name)                                   # its cursors go with it
     assert not bk.store.exists(bk.store.layout.log_cursors(name))
+
+
+def test_backwards_ack_lag_counts_ledgers_before_the_loaded_part(bk: BookKeeper, name: str, registry: CollectorRegistry,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    """A reader holds the log from the segment it started in on; its backwards ack to a position before
+    that segment exports the lag from that position, not from the start of what the reader loaded."""
+    monkeypatch.setattr(st, "SEGMENT_LEDGERS", 2)     # 6 ledgers of 5 records: 3 segments
+    positions = fill(bk, name, 30)
+    with bk.open_log_reader(name, positions[25], cursor="replay") as reader:
+        assert take(reader, 1)[0].position == positions[25]
+        assert reader.ack(positions[1], backwards=True) is True
+    assert registry.get_sample_value("bkledger_log_cursor_lag_entries", {"log": name, "cursor": "replay"}) == 29
+    assert {c["cursor"]: c["lag_entries"] for c in bk.list_cursors(name)["cursors"]} == {"replay": 29}
 
 
 def test_retention_and_truncation_held_back_by_a_cursor(bk: BookKeeper, name: str):
