@@ -95,7 +95,6 @@ class LocalCluster:
         self.secure = False
         self.embedded_zookeeper = True     # ours to start and stop (else one given by port, e.g. tests')
         self._children: dict[int, subprocess.Popen[bytes]] = {}
-        self._daemon_log_starts: dict[int, int] = {}     # bookie index -> its daemon's log size at spawn
 
     # ---- security ---------------------------------------------------------------------------
     @property
@@ -229,6 +228,7 @@ class LocalCluster:
             self.add_bookie(overrides)
         self.save()
         self.wait_registered(timeout)
+        self.wait_autorecovery(timeout)     # each daemon started beside its bookie in add_bookie
 
     def _kept(self) -> LocalCluster | None:
         """The stopped cluster kept in this directory, if any; ClusterError if it is running."""
@@ -358,27 +358,24 @@ class LocalCluster:
         if proc.metrics_port and not proc.autorecovery_metrics_port:
             proc.autorecovery_metrics_port = free_port()
         extra = ["--set", f"prometheusStatsHttpPort={proc.autorecovery_metrics_port}"]
-        self._daemon_log_starts[index] = _size(proc.autorecovery_log)
         proc.autorecovery_pid = self._spawn("autorecovery", proc.conf, proc.autorecovery_log, extra)
         self.save()
         return proc
 
     def wait_autorecovery(self, timeout: float = 60.0) -> None:
-        """Until every autorecovery daemon this cluster started with a metrics port serves it (it opens the
-        port once its auditor and worker threads run): `up` returns with the daemons started, not merely
-        spawned, so a scrape or a status right after it finds them. The daemon's own log line says so (a
-        connection to the port could reach another process that holds it for a moment). A daemon that
-        exits meanwhile is a ClusterError."""
+        """Until every autorecovery daemon this cluster runs with a metrics port answers a scrape (it opens
+        the port once its auditor and worker threads run): `up` returns with the daemons started, not
+        merely spawned, so a scrape or a status right after it finds them. The daemon's own answer counts,
+        not a connection (another process may hold a free port for a moment) nor a log line (a log may
+        roll by size). A daemon that exits meanwhile is a ClusterError."""
         deadline = time.monotonic() + timeout
-        waiting = [b for b in self.bookies if b.autorecovery_pid and b.autorecovery_metrics_port
-                   and b.index in self._daemon_log_starts]
+        waiting = [b for b in self.bookies if b.autorecovery_pid and b.autorecovery_metrics_port]
         while waiting:
             dead = [b for b in waiting if not pid_alive(b.autorecovery_pid)]
             if dead:
                 raise ClusterError(f"the autorecovery daemon of {dead[0].bookie_id} exited at start; see "
                                    f"{dead[0].autorecovery_log}:\n" + _tail(dead[0].autorecovery_log))
-            waiting = [b for b in waiting if not _logged_since(b.autorecovery_log, self._daemon_log_starts[b.index],
-                                                                f"serving on port {b.autorecovery_metrics_port}")]
+            waiting = [b for b in waiting if not serves_autorecovery_metrics(b.autorecovery_metrics_port)]
             if waiting and time.monotonic() > deadline:
                 raise ClusterError(f"the autorecovery daemons of {[b.bookie_id for b in waiting]} did not serve "
                                    f"their metrics within {timeout:.0f}s")
@@ -550,28 +547,24 @@ def bookie_health(http_port: int, timeout: float = 2.0) -> dict[str, Any] | None
         conn.close()
 
 
+def serves_autorecovery_metrics(port: int, timeout: float = 2.0) -> bool:
+    """Whether an autorecovery daemon's metrics answer on 127.0.0.1:port."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        return response.status == 200 and b"autorecovery_ENABLED" in response.read()
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
 def accepts(port: int) -> bool:
     """Whether something accepts connections on 127.0.0.1:port (the bookie listens only once ready)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return True
-    except OSError:
-        return False
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def _logged_since(path: str, offset: int, text: str) -> bool:
-    """Whether `text` is in the log at `path` after its first `offset` bytes (a line of this start)."""
-    try:
-        with open(path, "rb") as log_file:
-            log_file.seek(offset)
-            return text.encode() in log_file.read()
     except OSError:
         return False
 

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +54,22 @@ def test_every_url_local_status_prints_answers_200(cluster_factory):
     assert sorted(urls_json.values()) == sorted(urls)
     info = json.loads(get(urls_json["admin"])[1])
     assert info["bookieId"] == cluster.bookies[0].bookie_id
+
+
+SLOW_DAEMON_START = """import sys, time
+if "autorecovery" in sys.argv:
+    time.sleep(3)
+"""
+
+
+def test_up_returns_once_a_slow_autorecovery_daemon_serves(cluster_factory, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    """`up` of a new cluster returns with its daemons serving their metrics, not merely spawned: a daemon
+    made to start 3 s late (a sitecustomize the children import) answers the first scrape after `up`.
+    `up` waited only for the bookies before, and a dashboard test's first scrape was refused."""
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "sitecustomize.py").write_text(SLOW_DAEMON_START)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "slow"),
+                                                                   os.environ.get("PYTHONPATH")])))
+    cluster = cluster_factory(1, autorecovery=True)
+    assert get(f"http://127.0.0.1:{cluster.bookies[0].autorecovery_metrics_port}/metrics", timeout_s=0)[0] == 200
