@@ -64,6 +64,7 @@ LATENCY_AIMS_MS = {(0.2, "p50"): 2.0, (0.2, "p99"): 10.0, (0.8, "p99"): 50.0}   
 ACK_TIMEOUT = 120.0
 TICK = 0.001  # s, the open loop's timer period
 SAMPLE_EVERY = 8   # the open loop times adds 0, 8, 16, ... (acknowledgements come in entry order)
+PEAK_TRACE_RATE = 200_000   # adds/s the peak's closed loop keeps traces for (above any peak seen here)
 REFERENCE_GROUP = 256 * KiB
 QUORUM = f"E={ENSEMBLE} Qw={WRITE_QUORUM} Qa={ACK_QUORUM}"
 
@@ -354,9 +355,10 @@ def _peak(ctx: Context) -> Peak:
     (0.80-0.90 of the rate acknowledged), while the median of three is a rate this client reaches."""
     sizes = ClientSizes.of(ctx)
     results = []
+    traced = _traced(int(PEAK_TRACE_RATE * sizes.latency_seconds))
     for i in range(sizes.peak_rounds):
         with fresh_cluster_session(ctx, f"latency-peak-{i}", conf=tails.BOOKIE_TRACE_CONF) as fresh, _frozen_heap():
-            results.append(closed_loop(fresh, 1, sizes.latency_seconds, _traced(int(200_000 * sizes.latency_seconds))))
+            results.append(closed_loop(fresh, 1, sizes.latency_seconds, traced))
     results.sort(key=lambda r: r.entries / r.seconds)
     median = results[len(results) // 2]
     return Peak([r.entries / r.seconds for r in results], median.group_bytes)

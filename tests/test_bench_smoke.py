@@ -104,8 +104,13 @@ def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["errors"] == {}
     figures = {r["figure"]: r for r in report["rows"]}
+    # the loads are fractions of a peak measured in the latency runs' own conditions, a row of its own
+    peak = figures["peak the loads are fractions of (1 writer, closed loop)"]
+    assert peak["value"] > 0 and "on fresh clusters, traced as the latency runs" in peak["why"], peak
     for load in ("20%", "80%"):
         label = next(f.split(":")[0] for f in figures if f.startswith(f"{load} of peak"))
+        scheduled = figures[f"{label}: acknowledged rate"]["limit"]
+        assert scheduled == pytest.approx(int(load[:2]) / 100 * peak["value"]), (scheduled, peak)
         run = figures[f"{label}: run 1 p99"]
         assert "floor (raw append+fdatasync" in run["why"] and "GC" in run["why"] and "steal" in run["why"], run
         assert run["limit"] > 0, run           # the floor's p99, measured meanwhile

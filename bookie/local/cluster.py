@@ -535,27 +535,30 @@ def bindable(port: int) -> bool:
 
 def bookie_health(http_port: int, timeout: float = 2.0) -> dict[str, Any] | None:
     """A bookie's `/api/v1/bookie/state` answer, or None if it does not answer within `timeout`."""
-    conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=timeout)
-    try:
-        conn.request("GET", "/api/v1/bookie/state")
-        response = conn.getresponse()
-        body = response.read()
-        return json.loads(body) if response.status == 200 else None
-    except (OSError, http.client.HTTPException, ValueError):
+    got = _get(http_port, "/api/v1/bookie/state", timeout)
+    if got is None or got[0] != 200:
         return None
-    finally:
-        conn.close()
+    try:
+        return json.loads(got[1])
+    except ValueError:
+        return None
 
 
 def serves_autorecovery_metrics(port: int, timeout: float = 2.0) -> bool:
     """Whether an autorecovery daemon's metrics answer on 127.0.0.1:port."""
+    got = _get(port, "/metrics", timeout)
+    return got is not None and got[0] == 200 and b"autorecovery_ENABLED" in got[1]
+
+
+def _get(port: int, path: str, timeout: float) -> tuple[int, bytes] | None:
+    """(status, body) of a GET of 127.0.0.1:port`path`, or None if nothing answers within `timeout`."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", "/metrics")
+        conn.request("GET", path)
         response = conn.getresponse()
-        return response.status == 200 and b"autorecovery_ENABLED" in response.read()
+        return response.status, response.read()
     except (OSError, http.client.HTTPException):
-        return False
+        return None
     finally:
         conn.close()
 
