@@ -11,7 +11,13 @@ servers have answered the request holding it (Qa=2). There is no digest, no ledg
 no future object per add: whatever add_latency measures above this is the protocol, the storage and the
 disk; this is what this design's processes, threads, GIL and transport cost on this machine at that rate.
 
-`python -m bench.transport_floor --serve PORT` is one echo server.
+With `--journal DIR` each echo server also appends every request to a file in DIR and fdatasyncs it
+before it answers (inline on its loop, O_DIRECT where the file system takes it, as the bookie's journal
+commits a group when idle): the floor of this design with durability, the processes, transport and one
+journaled request in flight per server, and nothing of the protocol or the ledger storage. The bench runs
+the plain floor; the journaled one is a tool for the question "is the gap the disk?".
+
+`python -m bench.transport_floor --serve PORT [--journal DIR]` is one echo server.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 import grpc
 
 from bench.core import timer_loop
+from bkledger.bookie.direct_append import DirectAppender, open_direct
+from bkledger.bookie.files import write_all
 from bkledger.bookie.local.zookeeper import free_port
 
 SERVICE = "benchfloor.Echo"
@@ -41,9 +49,32 @@ MAX_MESSAGE = 64 << 20
 READY_TIMEOUT = 30.0
 
 
-async def _serve(port: int) -> None:
+class _Journal:
+    """A durable echo server's journal: each request appended to one file and fdatasynced before its reply,
+    inline on the loop (as the bookie's journal commits a group when it is idle), with O_DIRECT where the
+    file system takes it (the journal's default, journalDirectIO)."""
+
+    def __init__(self, directory: str, port: int) -> None:
+        path = os.path.join(directory, f"floor-journal-{port}")
+        fd = open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self.direct = DirectAppender(fd) if fd is not None else None
+        self.fd = fd if fd is not None else os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def commit(self, data: bytes) -> None:
+        if self.direct is not None:
+            self.direct.append([data])
+        else:
+            write_all(self.fd, data)
+        os.fdatasync(self.fd)
+
+
+async def _serve(port: int, journal_dir: str | None = None) -> None:
+    journal = _Journal(journal_dir, port) if journal_dir else None
+
     async def stream(requests: AsyncIterator[bytes], _context: Any) -> AsyncIterator[bytes]:
         async for request in requests:
+            if journal is not None:
+                journal.commit(request)
             yield len(request).to_bytes(8, "little")
 
     handler = grpc.method_handlers_generic_handler(SERVICE, {"Stream": grpc.stream_stream_rpc_method_handler(stream)})
@@ -172,10 +203,12 @@ class _Loop:
 
 
 @contextlib.contextmanager
-def echo_servers() -> Iterator[list[int]]:
-    """Three echo server processes for the runs inside the block: their ports."""
+def echo_servers(journal_dir: str | None = None) -> Iterator[list[int]]:
+    """Three echo server processes for the runs inside the block: their ports. With `journal_dir`, each
+    journals every request there (append + fdatasync) before it answers."""
     ports = [free_port() for _ in range(SERVERS)]
-    servers = [subprocess.Popen([sys.executable, "-m", "bench.transport_floor", "--serve", str(port)])
+    journal = ["--journal", journal_dir] if journal_dir else []
+    servers = [subprocess.Popen([sys.executable, "-m", "bench.transport_floor", "--serve", str(port), *journal])
                for port in ports]
     try:
         yield ports
@@ -227,11 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", type=int, metavar="PORT", help="be one echo server on 127.0.0.1:PORT")
     parser.add_argument("--rate", type=_positive, default=5000.0, help="adds/s of a run from the command line")
     parser.add_argument("--seconds", type=_positive, default=10.0)
+    parser.add_argument("--journal", metavar="DIR", help="journal each request in DIR (append + fdatasync) first")
     args = parser.parse_args(argv)
     if args.serve:
-        asyncio.run(_serve(args.serve))
+        asyncio.run(_serve(args.serve, args.journal))
         return 0
-    with echo_servers() as ports:
+    with echo_servers(args.journal) as ports:
         lat = measure(ports, args.rate, args.seconds)
     q = [1000 * lat[min(len(lat) - 1, int(len(lat) * f))] for f in (0.5, 0.99, 0.999)]
     print(f"transport floor at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms ({len(lat)} timed)")

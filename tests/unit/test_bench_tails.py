@@ -109,3 +109,16 @@ def test_the_transport_floor_cli_refuses_a_rate_or_time_that_is_not_above_zero(c
             main(argv)
         assert exit_info.value.code == 2
         assert "must be a number above 0" in capsys.readouterr().err
+
+
+def test_the_journaled_echo_floor_makes_each_request_durable_before_it_answers(tmp_path) -> None:
+    """bench.transport_floor --journal: a request is appended to the server's file (whole, in order) and
+    synced before its reply; O_DIRECT pads the file to whole blocks, so the data is its prefix."""
+    from bench.transport_floor import _Journal
+
+    journal = _Journal(str(tmp_path), 4242)
+    journal.commit(b"first ")
+    journal.commit(b"second")
+    data = (tmp_path / "floor-journal-4242").read_bytes()
+    assert data.startswith(b"first second")
+    assert data[len(b"first second"):].strip(b"\0") == b""
