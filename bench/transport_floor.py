@@ -15,7 +15,8 @@ With `--journal DIR` each echo server also appends every request to a file in DI
 before it answers (inline on its loop, O_DIRECT where the file system takes it, as the bookie's journal
 commits a group when idle): the floor of this design with durability, the processes, transport and one
 journaled request in flight per server, and nothing of the protocol or the ledger storage. The bench runs
-the plain floor; the journaled one is a tool for the question "is the gap the disk?".
+the plain floor; the journaled one is a tool for the question "is the gap the disk?", and bench.bookie_floor
+runs the same client through real bookies (the bookie's part of the gap).
 
 `python -m bench.transport_floor --serve PORT [--journal DIR]` is one echo server.
 """
@@ -88,10 +89,12 @@ async def _serve(port: int, journal_dir: str | None = None) -> None:
 class _Stream:
     """One server's stream: requests leave one at a time, each with everything queued for it meanwhile."""
 
+    method = METHOD
+
     def __init__(self, floor: _Loop, port: int) -> None:
         self.floor = floor
         self.port = port
-        self.queued: collections.deque[tuple[int, bytes]] = collections.deque()    # (request id, data)
+        self.queued: collections.deque[tuple[int, Any]] = collections.deque()    # (request id, its data)
         self.unanswered: collections.deque[list[int]] = collections.deque()
         self.wakeup = asyncio.Event()
 
@@ -100,11 +103,11 @@ class _Stream:
                                             options=[("grpc.max_send_message_length", MAX_MESSAGE)])
         await asyncio.wait_for(channel.channel_ready(), READY_TIMEOUT)
         self.channel = channel
-        self.call = channel.stream_stream(METHOD)()
+        self.call = channel.stream_stream(self.method)()
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._write()), loop.create_task(self._read())]
 
-    def send(self, request: int, data: bytes) -> None:
+    def send(self, request: int, data: Any) -> None:
         self.queued.append((request, data))
         if not self.unanswered:
             self.wakeup.set()
@@ -116,10 +119,14 @@ class _Stream:
             if self.unanswered or not self.queued:
                 continue
             requests = [request for request, _ in self.queued]
-            data = b"".join(chunk for _, chunk in self.queued)
+            data = self.encode([chunk for _, chunk in self.queued])
             self.queued.clear()
             self.unanswered.append(requests)
             await self.call.write(data)
+
+    def encode(self, queued: list[Any]) -> bytes:
+        """One message of what the requests queued meanwhile hold (the echo floor: their bytes, joined)."""
+        return b"".join(queued)
 
     async def _read(self) -> None:
         async for _ in self.call:
@@ -131,6 +138,8 @@ class _Stream:
 
 class _Loop:
     """The client side: the loop thread, the submission queue, and the completion time of each add."""
+
+    stream_class = _Stream
 
     def __init__(self, ports: list[int], count: int) -> None:
         self.ports = ports
@@ -165,9 +174,13 @@ class _Loop:
         self._next_request += 1
         self._members[request] = [index for index, _ in items]
         self._answers[request] = 0
-        data = b"".join(payload for _, payload in items)
+        data = self.request_data([payload for _, payload in items])
         for stream in self._streams:
             stream.send(request, data)
+
+    def request_data(self, payloads: list[bytes]) -> Any:
+        """What one drain sends every server (the echo floor: the adds' bytes, joined)."""
+        return b"".join(payloads)
 
     def answered(self, request: int) -> None:
         self._answers[request] += 1
@@ -188,7 +201,7 @@ class _Loop:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        self._streams = [_Stream(self, port) for port in self.ports]
+        self._streams = [self.stream_class(self, port) for port in self.ports]
         await asyncio.gather(*(stream.start() for stream in self._streams))
         self.ready.set()
         await self._stop.wait()
@@ -219,11 +232,11 @@ def echo_servers(journal_dir: str | None = None) -> Iterator[list[int]]:
 
 
 def measure(ports: list[int], rate: float, seconds: float, sample_every: int = 8, tick: float = 0.001,
-            ack_timeout: float = 60.0) -> list[float]:
+            ack_timeout: float = 60.0, loop_class: type[_Loop] = _Loop) -> list[float]:
     """One open-loop run through the echo servers at `ports` (fresh streams): the latencies (s, ascending)
-    of every `sample_every`-th add."""
+    of every `sample_every`-th add. `loop_class`: another client of the same shape (bench.bookie_floor)."""
     count = max(10, int(rate * seconds))
-    floor = _Loop(ports, count)
+    floor = loop_class(ports, count)
     thread = threading.Thread(target=floor.run, name="transport-floor-loop", daemon=True)
     try:
         thread.start()
@@ -248,7 +261,7 @@ def measure(ports: list[int], rate: float, seconds: float, sample_every: int = 8
         thread.join(10)
 
 
-def _positive(text: str) -> float:
+def positive(text: str) -> float:
     value = float(text)
     if not value > 0:       # also NaN
         raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
@@ -258,8 +271,8 @@ def _positive(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transport_floor", description=__doc__.split("\n")[0])
     parser.add_argument("--serve", type=int, metavar="PORT", help="be one echo server on 127.0.0.1:PORT")
-    parser.add_argument("--rate", type=_positive, default=5000.0, help="adds/s of a run from the command line")
-    parser.add_argument("--seconds", type=_positive, default=10.0)
+    parser.add_argument("--rate", type=positive, default=5000.0, help="adds/s of a run from the command line")
+    parser.add_argument("--seconds", type=positive, default=10.0)
     parser.add_argument("--journal", metavar="DIR", help="journal each request in DIR (append + fdatasync) first")
     args = parser.parse_args(argv)
     if args.serve:
@@ -268,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     with echo_servers(args.journal) as ports:
         lat = measure(ports, args.rate, args.seconds)
     q = [1000 * lat[min(len(lat) - 1, int(len(lat) * f))] for f in (0.5, 0.99, 0.999)]
-    print(f"transport floor at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms ({len(lat)} timed)")
+    name = "journaled floor" if args.journal else "transport floor"
+    print(f"{name} at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms ({len(lat)} timed)")
     return 0
 
 

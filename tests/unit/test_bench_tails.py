@@ -122,3 +122,25 @@ def test_the_journaled_echo_floor_makes_each_request_durable_before_it_answers(t
     data = (tmp_path / "floor-journal-4242").read_bytes()
     assert data.startswith(b"first second")
     assert data[len(b"first second"):].strip(b"\0") == b""
+
+
+def test_the_bookie_floor_sends_drains_as_one_batch_a_bookie_accepts() -> None:
+    """bench.bookie_floor: two drains queued behind an unanswered request leave as one AddRequest of one
+    AddBatch (one answer per request, as the floor counts), with consecutive entry ids and packaged
+    entries whose headers the bookie's own checks accept."""
+    from bench.bookie_floor import BookieFloorLoop, encode_request
+    from bkledger.bookie.core import decisions
+    from bkledger.bookie.request_guard import parse_add_stream
+
+    floor = BookieFloorLoop([], 5)
+    drains = [floor.request_data([b"a" * 10, b"b" * 20]), floor.request_data([b"c" * 30])]
+    batches = parse_add_stream(encode_request(drains))
+    assert isinstance(batches, list) and len(batches) == 1
+    batch = batches[0]
+    assert batch.ledger_id == floor.ledger_id and list(batch.entry_ids) == [0, 1, 2]
+    assert decisions.check_batch_shape(batch.ledger_id, batch.entry_ids, batch.sizes, len(batch.data), 1 << 20) == ""
+    assert decisions.check_headers(batch.ledger_id, batch.entry_ids, batch.sizes, batch.data) == ("", 1)
+    other = BookieFloorLoop([], 5)
+    assert other.ledger_id != floor.ledger_id     # each run writes a ledger of its own
+    floor.loop.close()
+    other.loop.close()

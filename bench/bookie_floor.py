@@ -1,0 +1,108 @@
+"""The bookie floor of add_latency: bench.transport_floor's open loop through three real bookies.
+
+The same client shape as the transport floor (a timer thread, one asyncio loop thread, at most one request
+unanswered per server, an add done at the second of three answers), but each request is a real AddRequest:
+one AddBatch of the drained adds, packaged with their headers and CRC32C digests as the client packages
+them, on each bookie's AddStream. There is no LedgerHandle, no writer machine, no future per add and no
+ledger metadata (a bookie takes adds to a ledger it has not seen; the first add names the master key). So
+of what add_latency measures above the transport floor, this floor holds the bookie's part (its request
+path, storage, journal and fdatasync) and leaves out the client's.
+
+`python -m bench.bookie_floor --rate R --seconds S --runs N` starts a LocalCluster of three bookies (the
+bench's bookie settings) and prints each run's p50/p99/p999 and the CPU each bookie used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import tempfile
+import time
+from typing import Any
+
+from bench import transport_floor
+from bench.bookie_session import CONF_OVERRIDES
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client.protocol.digest import DigestManager, package_batch
+from bkledger.proto import bookie_pb2 as pb
+
+MASTER_KEY = b"bench-bookie-floor-k"
+_LEDGER_IDS = itertools.count(1)
+_DIGEST = DigestManager("CRC32C")
+
+Drained = tuple[int, int, list[int], bytes]     # (ledger id, first entry id, packaged sizes, packaged entries)
+
+
+class BookieStream(transport_floor._Stream):
+    """A bookie's AddStream: the drains queued meanwhile leave as one AddRequest of one AddBatch (their
+    entry ids are consecutive), so each request gets one answer, as the floor counts them."""
+
+    method = "/bkledger.v1.Bookie/AddStream"
+
+    def encode(self, queued: list[Any]) -> bytes:
+        return encode_request(queued)
+
+
+def encode_request(drains: list[Drained]) -> bytes:
+    ledger_id, first = drains[0][0], drains[0][1]
+    sizes = [size for _, _, drained, _ in drains for size in drained]
+    batch = pb.AddBatch(ledger_id=ledger_id, master_key=MASTER_KEY, entry_ids=range(first, first + len(sizes)),
+                        sizes=sizes, data=b"".join(blob for _, _, _, blob in drains))
+    return pb.AddRequest(batches=[batch]).SerializeToString()
+
+
+class BookieFloorLoop(transport_floor._Loop):
+    """Each run writes a ledger of its own; a drain's adds get the next entry ids."""
+
+    stream_class = BookieStream
+
+    def __init__(self, ports: list[int], count: int) -> None:
+        super().__init__(ports, count)
+        self.ledger_id = next(_LEDGER_IDS)
+        self.next_entry = 0
+
+    def request_data(self, payloads: list[bytes]) -> Drained:
+        first = self.next_entry
+        self.next_entry += len(payloads)
+        blob, sizes = package_batch(_DIGEST, self.ledger_id, first, first - 1, 0, payloads)
+        return self.ledger_id, first, sizes, blob
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")     # utime + stime
+
+
+def _runs(args: argparse.Namespace, directory: str) -> None:
+    cluster = LocalCluster(directory)
+    try:
+        cluster.up(3, dict(CONF_OVERRIDES))
+        ports = [bookie.port for bookie in cluster.bookies]
+        for _ in range(args.runs):
+            before, start = [_cpu_seconds(b.pid) for b in cluster.bookies], time.monotonic()
+            lat = transport_floor.measure(ports, args.rate, args.seconds, loop_class=BookieFloorLoop)
+            took = time.monotonic() - start
+            used = [_cpu_seconds(b.pid) - was for b, was in zip(cluster.bookies, before, strict=True)]
+            cores = ", ".join(f"{seconds / took:.2f}" for seconds in used)
+            q = [1000 * lat[min(len(lat) - 1, int(len(lat) * f))] for f in (0.5, 0.99, 0.999)]
+            print(f"bookie floor at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms "
+                  f"({len(lat)} timed); bookies' cores {cores}", flush=True)
+    finally:
+        cluster.down(wipe=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bookie_floor", description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=transport_floor.positive, default=5000.0, help="adds/s")
+    parser.add_argument("--seconds", type=transport_floor.positive, default=10.0, help="of each run")
+    parser.add_argument("--runs", type=int, choices=range(1, 101), default=3, metavar="1..100")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bookie-floor-") as directory:
+        _runs(args, directory)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
