@@ -23,6 +23,7 @@ from typing import Any
 
 from bench import transport_floor
 from bench.bookie_session import CONF_OVERRIDES
+from bench.tails import percentile
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client.protocol.digest import DigestManager, package_batch
 from bkledger.proto import bookie_pb2 as pb
@@ -34,7 +35,7 @@ _DIGEST = DigestManager("CRC32C")
 Drained = tuple[int, int, list[int], bytes]     # (ledger id, first entry id, packaged sizes, packaged entries)
 
 
-class BookieStream(transport_floor._Stream):
+class BookieStream(transport_floor.FloorStream):
     """A bookie's AddStream: the drains queued meanwhile leave as one AddRequest of one AddBatch (their
     entry ids are consecutive), so each request gets one answer, as the floor counts them."""
 
@@ -52,7 +53,7 @@ def encode_request(drains: list[Drained]) -> bytes:
     return pb.AddRequest(batches=[batch]).SerializeToString()
 
 
-class BookieFloorLoop(transport_floor._Loop):
+class BookieFloorLoop(transport_floor.FloorLoop):
     """Each run writes a ledger of its own; a drain's adds get the next entry ids."""
 
     stream_class = BookieStream
@@ -86,18 +87,28 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
             took = time.monotonic() - start
             used = [_cpu_seconds(b.pid) - was for b, was in zip(cluster.bookies, before, strict=True)]
             cores = ", ".join(f"{seconds / took:.2f}" for seconds in used)
-            q = [1000 * lat[min(len(lat) - 1, int(len(lat) * f))] for f in (0.5, 0.99, 0.999)]
+            q = [1000 * percentile(lat, f) for f in (0.5, 0.99, 0.999)]
             print(f"bookie floor at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms "
                   f"({len(lat)} timed); bookies' cores {cores}", flush=True)
     finally:
         cluster.down(wipe=True)
 
 
+def _runs_count(text: str) -> int:
+    try:
+        runs = int(text)
+    except ValueError:
+        runs = 0
+    if not 1 <= runs <= 100:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 100, not {text!r}")
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bookie_floor", description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=transport_floor.positive, default=5000.0, help="adds/s")
     parser.add_argument("--seconds", type=transport_floor.positive, default=10.0, help="of each run")
-    parser.add_argument("--runs", type=int, choices=range(1, 101), default=3, metavar="1..100")
+    parser.add_argument("--runs", type=_runs_count, default=3, help="runs of --seconds each (1 to 100)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bookie-floor-") as directory:
         _runs(args, directory)

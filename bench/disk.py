@@ -64,6 +64,31 @@ class DiskMeter:
         self.written = (after - self._before) * SECTOR
 
 
+class GroupFile:
+    """A file appended to as the journal appends (bookie/journal.py): each group one write, then one
+    fdatasync; with O_DIRECT where `direct` is asked for and the file system takes it (`self.direct`
+    says which), else through the page cache."""
+
+    def __init__(self, path: Path | str, direct: bool = True) -> None:
+        fd = open_direct(path, os.O_WRONLY | os.O_CREAT) if direct else None
+        self.direct = fd is not None
+        self.fd = fd if fd is not None else os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._appender = DirectAppender(fd) if fd is not None else None
+
+    def commit(self, data: bytes) -> None:
+        """Append `data` and make it durable."""
+        if self._appender is not None:
+            self._appender.append([data])
+        else:
+            write_all(self.fd, data)
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self._appender is not None:
+            self._appender.close()
+        os.close(self.fd)
+
+
 def measure_fsync_limit(directory: Path | str, group_bytes: int, seconds: float) -> tuple[float, float]:
     """(MB/s, fsyncs/s) of appending `group_bytes` groups to a new file in `directory`, each one write
     plus one os.fdatasync: the better of write(2) and O_DIRECT, each for about `seconds` / 2 (at least 3
@@ -83,32 +108,24 @@ def _append_groups(directory: Path | str, data: bytes, seconds: float, direct: b
     """
     os.sync()
     fd, path = tempfile.mkstemp(prefix="fsync-limit-", suffix=".bin", dir=str(directory))
-    appender = None
+    os.close(fd)
     try:
-        if direct:
-            direct_fd = open_direct(path, os.O_WRONLY)
-            if direct_fd is None:
+        file = GroupFile(path, direct)
+        try:
+            if direct and not file.direct:
                 return None
-            os.close(fd)
-            fd = direct_fd
-            appender = DirectAppender(fd)
-        groups = 0
-        start = time.perf_counter()
-        deadline = start + seconds
-        while True:
-            if appender is not None:
-                appender.append([data])
-            else:
-                write_all(fd, data)
-            os.fdatasync(fd)
-            groups += 1
-            now = time.perf_counter()
-            if now >= deadline and groups >= MIN_GROUPS:
-                break
+            groups = 0
+            start = time.perf_counter()
+            deadline = start + seconds
+            while True:
+                file.commit(data)
+                groups += 1
+                now = time.perf_counter()
+                if now >= deadline and groups >= MIN_GROUPS:
+                    break
+        finally:
+            file.close()
     finally:
-        if appender is not None:
-            appender.close()
-        os.close(fd)
         os.unlink(path)
     elapsed = now - start
     return groups * len(data) / elapsed / MB, groups / elapsed

@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import Row
-from bkledger.bookie.direct_append import DirectAppender, open_direct
-from bkledger.bookie.files import write_all
+from bench.disk import GroupFile
 
 #: the bookies of add_latency keep every traced batch of 2 ms or more (bookie.add_trace; all batches are traced)
 BOOKIE_SLOW_MS = 2.0
@@ -151,11 +150,8 @@ def _probe(directory: str, group_bytes: int, interval: float, seconds: float,
     print("ready", flush=True)
     data = os.urandom(group_bytes)
     fd, path = tempfile.mkstemp(prefix="floor-", suffix=".bin", dir=directory)
-    appender = None
-    direct_fd = open_direct(path, os.O_WRONLY)
-    if direct_fd is not None:
-        os.close(fd)
-        fd, appender = direct_fd, DirectAppender(direct_fd)
+    os.close(fd)
+    file = GroupFile(path)
     latencies: list[float] = []
     groups: list[float] = []
     try:
@@ -165,19 +161,13 @@ def _probe(directory: str, group_bytes: int, interval: float, seconds: float,
             if follower.update() != len(data):
                 data = os.urandom(follower.group_bytes)
             began = time.perf_counter()
-            if appender is not None:
-                appender.append([data])
-            else:
-                write_all(fd, data)
-            os.fdatasync(fd)
+            file.commit(data)
             latencies.append(time.perf_counter() - began)
             groups.append(len(data))
             due += max(interval, len(data) / FLOOR_BYTES_PER_S)
             time.sleep(max(0.0, due - time.perf_counter()))
     finally:
-        if appender is not None:
-            appender.close()
-        os.close(fd)
+        file.close()
         os.unlink(path)
     return {"latencies": latencies, "groups": groups}
 

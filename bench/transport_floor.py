@@ -38,8 +38,8 @@ from typing import Any
 import grpc
 
 from bench.core import timer_loop
-from bkledger.bookie.direct_append import DirectAppender, open_direct
-from bkledger.bookie.files import write_all
+from bench.disk import GroupFile
+from bench.tails import percentile
 from bkledger.bookie.local.zookeeper import free_port
 
 SERVICE = "benchfloor.Echo"
@@ -50,27 +50,8 @@ MAX_MESSAGE = 64 << 20
 READY_TIMEOUT = 30.0
 
 
-class _Journal:
-    """A durable echo server's journal: each request appended to one file and fdatasynced before its reply,
-    inline on the loop (as the bookie's journal commits a group when it is idle), with O_DIRECT where the
-    file system takes it (the journal's default, journalDirectIO)."""
-
-    def __init__(self, directory: str, port: int) -> None:
-        path = os.path.join(directory, f"floor-journal-{port}")
-        fd = open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        self.direct = DirectAppender(fd) if fd is not None else None
-        self.fd = fd if fd is not None else os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-
-    def commit(self, data: bytes) -> None:
-        if self.direct is not None:
-            self.direct.append([data])
-        else:
-            write_all(self.fd, data)
-        os.fdatasync(self.fd)
-
-
 async def _serve(port: int, journal_dir: str | None = None) -> None:
-    journal = _Journal(journal_dir, port) if journal_dir else None
+    journal = GroupFile(os.path.join(journal_dir, f"floor-journal-{port}")) if journal_dir else None
 
     async def stream(requests: AsyncIterator[bytes], _context: Any) -> AsyncIterator[bytes]:
         async for request in requests:
@@ -86,12 +67,12 @@ async def _serve(port: int, journal_dir: str | None = None) -> None:
     await server.wait_for_termination()
 
 
-class _Stream:
+class FloorStream:
     """One server's stream: requests leave one at a time, each with everything queued for it meanwhile."""
 
     method = METHOD
 
-    def __init__(self, floor: _Loop, port: int) -> None:
+    def __init__(self, floor: FloorLoop, port: int) -> None:
         self.floor = floor
         self.port = port
         self.queued: collections.deque[tuple[int, Any]] = collections.deque()    # (request id, its data)
@@ -136,10 +117,10 @@ class _Stream:
                 self.wakeup.set()
 
 
-class _Loop:
+class FloorLoop:
     """The client side: the loop thread, the submission queue, and the completion time of each add."""
 
-    stream_class = _Stream
+    stream_class = FloorStream
 
     def __init__(self, ports: list[int], count: int) -> None:
         self.ports = ports
@@ -153,7 +134,7 @@ class _Loop:
         self._members: dict[int, list[int]] = {}
         self._answers: dict[int, int] = {}
         self._next_request = 0
-        self._streams: list[_Stream] = []
+        self._streams: list[FloorStream] = []
         self._stop: asyncio.Event | None = None
 
     def submit(self, index: int, payload: bytes) -> None:
@@ -232,7 +213,7 @@ def echo_servers(journal_dir: str | None = None) -> Iterator[list[int]]:
 
 
 def measure(ports: list[int], rate: float, seconds: float, sample_every: int = 8, tick: float = 0.001,
-            ack_timeout: float = 60.0, loop_class: type[_Loop] = _Loop) -> list[float]:
+            ack_timeout: float = 60.0, loop_class: type[FloorLoop] = FloorLoop) -> list[float]:
     """One open-loop run through the echo servers at `ports` (fresh streams): the latencies (s, ascending)
     of every `sample_every`-th add. `loop_class`: another client of the same shape (bench.bookie_floor)."""
     count = max(10, int(rate * seconds))
@@ -268,19 +249,26 @@ def positive(text: str) -> float:
     return value
 
 
+def _writable_dir(text: str) -> str:
+    if not os.path.isdir(text) or not os.access(text, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"must be a directory this user can write in, not {text!r}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transport_floor", description=__doc__.split("\n")[0])
     parser.add_argument("--serve", type=int, metavar="PORT", help="be one echo server on 127.0.0.1:PORT")
     parser.add_argument("--rate", type=positive, default=5000.0, help="adds/s of a run from the command line")
     parser.add_argument("--seconds", type=positive, default=10.0)
-    parser.add_argument("--journal", metavar="DIR", help="journal each request in DIR (append + fdatasync) first")
+    parser.add_argument("--journal", metavar="DIR", type=_writable_dir,
+                        help="journal each request in DIR (append + fdatasync) first")
     args = parser.parse_args(argv)
     if args.serve:
         asyncio.run(_serve(args.serve, args.journal))
         return 0
     with echo_servers(args.journal) as ports:
         lat = measure(ports, args.rate, args.seconds)
-    q = [1000 * lat[min(len(lat) - 1, int(len(lat) * f))] for f in (0.5, 0.99, 0.999)]
+    q = [1000 * percentile(lat, f) for f in (0.5, 0.99, 0.999)]
     name = "journaled floor" if args.journal else "transport floor"
     print(f"{name} at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms ({len(lat)} timed)")
     return 0

@@ -81,9 +81,9 @@ class _RecordingStream:
 def test_the_transport_floor_completes_an_add_at_the_second_answer_of_three() -> None:
     """bench.transport_floor stands for E=3 Qa=2: everything queued leaves as one request to every server,
     and its adds are done when the second server answers, not the first or the third."""
-    from bench.transport_floor import _Loop
+    from bench.transport_floor import FloorLoop
 
-    floor = _Loop([], 3)
+    floor = FloorLoop([], 3)
     streams = [_RecordingStream() for _ in range(3)]
     floor._streams = streams  # type: ignore[assignment]
     floor._incoming = [(0, b"a"), (1, b"b")]
@@ -111,17 +111,38 @@ def test_the_transport_floor_cli_refuses_a_rate_or_time_that_is_not_above_zero(c
         assert "must be a number above 0" in capsys.readouterr().err
 
 
-def test_the_journaled_echo_floor_makes_each_request_durable_before_it_answers(tmp_path) -> None:
-    """bench.transport_floor --journal: a request is appended to the server's file (whole, in order) and
-    synced before its reply; O_DIRECT pads the file to whole blocks, so the data is its prefix."""
-    from bench.transport_floor import _Journal
+def test_a_group_file_appends_each_commit_whole_and_in_order(tmp_path) -> None:
+    """bench.disk.GroupFile (the journaled floor's, the fsync probe's and the fsync limit's file): each
+    commit lands after the one before, whole; O_DIRECT pads the file to whole blocks, so the data is its
+    prefix, and the buffered way writes exactly the data."""
+    from bench.disk import GroupFile
 
-    journal = _Journal(str(tmp_path), 4242)
-    journal.commit(b"first ")
-    journal.commit(b"second")
-    data = (tmp_path / "floor-journal-4242").read_bytes()
-    assert data.startswith(b"first second")
-    assert data[len(b"first second"):].strip(b"\0") == b""
+    for direct in (True, False):
+        path = tmp_path / f"group-{direct}"
+        file = GroupFile(path, direct)
+        file.commit(b"first ")
+        file.commit(b"second")
+        file.close()
+        data = path.read_bytes()
+        assert data.startswith(b"first second")
+        assert data[len(b"first second"):].strip(b"\0") == b""
+        if not file.direct:
+            assert data == b"first second"
+
+
+def test_the_floor_clis_refuse_a_journal_dir_or_run_count_they_cannot_use(tmp_path, capsys) -> None:
+    """A --journal that is not a writable directory would have killed each echo server at its start (the
+    floor then waited out its ready timeout); --runs 0 ran nothing. Both are refused first, naming it."""
+    import pytest
+
+    from bench import bookie_floor, transport_floor
+
+    for main, argv in ((transport_floor.main, ["--journal", str(tmp_path / "missing")]),
+                       (bookie_floor.main, ["--runs", "0"]), (bookie_floor.main, ["--runs", "x"])):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert argv[1] in capsys.readouterr().err
 
 
 def test_the_bookie_floor_sends_drains_as_one_batch_a_bookie_accepts() -> None:
