@@ -37,6 +37,7 @@ from typing import Any
 
 from bench.core import Row
 from bench.disk import GroupFile
+from bkledger.bookie import add_trace
 
 #: the bookies of add_latency keep every traced batch of 2 ms or more (bookie.add_trace; all batches are traced)
 BOOKIE_SLOW_MS = 2.0
@@ -47,7 +48,7 @@ FLOOR_INTERVAL = 0.005     # s between the probe's groups: ~200 fdatasyncs/s bes
 #: rate with it, 27-90 ms and 1.00 without it (same client, same rate, same machine).
 FLOOR_BYTES_PER_S = 24 * 1024 * 1024
 CLIENT_STAGES = ("queue", "send_wait", "bookie", "complete")
-BOOKIE_STAGES = ("storage", "journal_queue", "journal_write", "fsync", "reply")
+BOOKIE_STAGES = add_trace.STAGES
 
 
 def percentile(ordered: list[float], fraction: float) -> float:

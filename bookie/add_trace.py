@@ -4,13 +4,16 @@ One add batch in `addTraceSampleEvery` (0: none) carries a `BatchTrace` from the
 takes it off the add stream to the moment its acknowledgement is queued on the stream, stamped with
 `time.perf_counter_ns` (CLOCK_MONOTONIC) at each hand-off:
 
-| stage           | from -> to                          | what it holds                                          |
-|-----------------|-------------------------------------|--------------------------------------------------------|
-| `storage`       | received -> journal-enqueued        | the storage thread's queue and the entry-log write      |
-| `journal_queue` | journal-enqueued -> group formed    | waiting for the journal thread and its group wait       |
-| `journal_write` | group formed -> fsync started       | the group's write(2)                                   |
-| `fsync`         | fsync started -> fsync done         | the group's one fdatasync                              |
-| `reply`         | fsync done -> replied               | the group's callbacks and the hop to the event loop    |
+| stage           | from -> to                              | what it holds                                         |
+|-----------------|-----------------------------------------|-------------------------------------------------------|
+| `decide`        | received -> handed to storage           | the request checks and the machine's decision         |
+| `handoff`       | handed to storage -> storage started    | the storage thread's queue, its wake-up and the GIL   |
+| `storage`       | storage started -> journal-enqueued     | the rewrite check, the entry-log append and the index |
+| `journal_queue` | journal-enqueued -> group formed        | waiting for the journal thread and its group wait     |
+| `journal_write` | group formed -> fsync started           | the group's write(2)                                  |
+| `fsync`         | fsync started -> fsync done             | the group's one fdatasync                             |
+| `to_loop`       | fsync done -> outcome on the event loop | the journal's callback and the hop to the loop        |
+| `reply`         | outcome on the loop -> replied          | the machine releasing the reply, and its encoding     |
 
 Each finished trace is observed into the `bookie_ADD_ENTRY_STAGE` histogram (label `stage`, ms) when
 metrics are on, and a trace whose total reaches `slowAddThresholdMs` is kept in a bounded flight
@@ -24,7 +27,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-STAGES = ("storage", "journal_queue", "journal_write", "fsync", "reply")
+STAGES = ("decide", "handoff", "storage", "journal_queue", "journal_write", "fsync", "to_loop", "reply")
 
 
 class StageObserver(Protocol):
@@ -34,8 +37,8 @@ class StageObserver(Protocol):
 class BatchTrace:
     """The stamps (ns, CLOCK_MONOTONIC) of one add batch; 0 where a stamp was not taken."""
 
-    __slots__ = ("ledger_id", "first_entry", "last_entry", "entries", "received", "enqueued", "grouped",
-                 "sync_start", "sync_done", "replied", "wall")
+    __slots__ = ("ledger_id", "first_entry", "last_entry", "entries", "received", "decided", "picked", "enqueued",
+                 "grouped", "sync_start", "sync_done", "on_loop", "replied", "wall")
 
     def __init__(self, ledger_id: int, first_entry: int, last_entry: int, entries: int) -> None:
         self.ledger_id = ledger_id
@@ -43,13 +46,15 @@ class BatchTrace:
         self.last_entry = last_entry
         self.entries = entries
         self.received = time.perf_counter_ns()
-        self.enqueued = self.grouped = self.sync_start = self.sync_done = self.replied = 0
+        self.decided = self.picked = self.enqueued = self.grouped = self.sync_start = self.sync_done = 0
+        self.on_loop = self.replied = 0
         self.wall = 0.0
 
     def stages_ns(self) -> tuple[int, ...]:
-        """The five stage durations in STAGES order (a missing stamp takes the one before it)."""
+        """The stage durations in STAGES order (a missing stamp takes the one before it)."""
         stamps = [self.received]
-        for stamp in (self.enqueued, self.grouped, self.sync_start, self.sync_done, self.replied):
+        for stamp in (self.decided, self.picked, self.enqueued, self.grouped, self.sync_start, self.sync_done,
+                      self.on_loop, self.replied):
             stamps.append(stamp or stamps[-1])
         return tuple(b - a for a, b in zip(stamps, stamps[1:], strict=False))
 

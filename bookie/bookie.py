@@ -262,7 +262,7 @@ class Bookie:
         trace: Any = None,
         check_rewrites: bool = True,
     ) -> None:
-        """`trace`: a bookie.add_trace.BatchTrace the journal stamps (or None). `done` gets an
+        """`trace`: a bookie.add_trace.BatchTrace the storage thread and the journal stamp (or None). `done` gets an
         EntryRewriteError or a NotStoredError if the batch was not journaled, the journal's error if it failed."""
         assert self.journal is not None and self.storage is not None
         if record_key:
@@ -271,6 +271,8 @@ class Bookie:
         storage, journal = self.storage, self.journal
 
         def store_then_journal() -> None:
+            if trace is not None:
+                trace.picked = time.perf_counter_ns()
             payloads = [rec.encode_ledger_key(ledger_id, master_key)] if record_key else []
             try:
                 why = decisions.check_rewrites(entry_ids, sizes, data, storage.stored_entries(ledger_id, entry_ids)) \

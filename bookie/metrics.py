@@ -116,7 +116,7 @@ class AddPathCollector(Collector):
         yield _histogram("bookkeeper_server_ADD_ENTRY_REQUEST", "add batch latency, received to acknowledged (ms)",
                          "success", {"true": st._add[True], "false": st._add[False]})
         yield _histogram("bookie_ADD_ENTRY_STAGE", "time a traced add batch spent in each stage (ms; "
-                         "bookie.add_trace: storage, journal_queue, journal_write, fsync, reply)", "stage",
+                         f"bookie.add_trace: {', '.join(STAGES)})", "stage",
                          dict(zip(STAGES, st.add_stages, strict=True)))
         yield _histogram("bookie_journal_JOURNAL_SYNC", "journal fdatasync latency (ms)", "", {"": st._sync})
         yield _histogram("bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_COUNT", "records (add batches, fences, LACs) "

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import assert_never
 
@@ -24,7 +25,7 @@ from google.protobuf.message import Message
 
 from bkledger.bookie import ranges_read, request_guard
 from bkledger.bookie.add_request import AddBatchView
-from bkledger.bookie.add_trace import AddTracer
+from bkledger.bookie.add_trace import AddTracer, BatchTrace
 from bkledger.bookie.bookie import Bookie, EntryRewriteError, NotStoredError
 from bkledger.bookie.config import BookieConfig
 from bkledger.bookie.core import decisions, machine, request_checks
@@ -198,19 +199,25 @@ class BookieService(pb_grpc.BookieServicer):
             else:
                 self._run(effect)
 
-    def _store(self, batch: AddBatchView, effect: machine.StoreAdd[Answer], trace: object) -> None:
+    def _store(self, batch: AddBatchView, effect: machine.StoreAdd[Answer], trace: BatchTrace | None) -> None:
         """Run a StoreAdd: the batch goes to ledger storage and the journal as sequence `effect.seq`."""
         seq = effect.seq
 
         def journaled(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._journaled, seq, err)
+            self.loop.call_soon_threadsafe(self._journaled, seq, err, trace)
+
+        if trace is not None:
+            trace.decided = time.perf_counter_ns()
 
         self.bookie.add_batch(batch.ledger_id, batch.master_key, effect.record_key, batch.entry_ids, batch.sizes,
                               batch.data, sync=not (batch.write_flags & pb.DEFERRED_SYNC), done=journaled,
                               max_lac=effect.max_lac, trace=trace, check_rewrites=effect.check_rewrites)
 
-    def _journaled(self, seq: int, err: BaseException | None) -> None:
-        """The outcome of journal sequence `seq`, on the loop: the machine says which replies it releases."""
+    def _journaled(self, seq: int, err: BaseException | None, trace: BatchTrace | None = None) -> None:
+        """The outcome of journal sequence `seq`, on the loop: the machine says which replies it releases.
+        `trace`: the add batch's, stamped as its outcome reaches the loop."""
+        if trace is not None:
+            trace.on_loop = time.perf_counter_ns()
         if err is None:
             effects = self.machine.on_synced(seq)
         elif isinstance(err, EntryRewriteError):

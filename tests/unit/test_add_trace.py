@@ -73,10 +73,21 @@ def test_the_client_log_keeps_adds_in_a_form_the_garbage_collector_stops_trackin
 def test_the_bookie_names_the_stage_that_held_a_batch():
     trace = BatchTrace(5, 10, 19, 10)
     base = trace.received
-    trace.enqueued, trace.grouped = base + 1 * MS, base + 2 * MS
-    trace.sync_start, trace.sync_done, trace.replied = base + 3 * MS, base + 203 * MS, base + 204 * MS
-    assert trace.stages_ns() == (1 * MS, 1 * MS, 1 * MS, 200 * MS, 1 * MS)
-    assert trace.as_dict()["slowestStage"] == "fsync"
+    trace.decided, trace.picked, trace.enqueued = base + 1 * MS, base + 3 * MS, base + 4 * MS
+    trace.grouped = base + 5 * MS
+    trace.sync_start, trace.sync_done = base + 6 * MS, base + 206 * MS
+    trace.on_loop, trace.replied = base + 208 * MS, base + 209 * MS
+    assert trace.stages_ns() == (1 * MS, 2 * MS, 1 * MS, 1 * MS, 1 * MS, 200 * MS, 2 * MS, 1 * MS)
+    record = trace.as_dict()
+    assert record["slowestStage"] == "fsync"
+    assert list(record["stagesMs"]) == ["decide", "handoff", "storage", "journal_queue", "journal_write", "fsync",
+                                        "to_loop", "reply"]
+
+
+def test_the_bookie_stages_of_missing_stamps_take_the_one_before():
+    trace = BatchTrace(5, 10, 19, 10)      # stamped when decided and replied only
+    trace.decided, trace.replied = trace.received + 1 * MS, trace.received + 4 * MS
+    assert trace.stages_ns() == (1 * MS, 0, 0, 0, 0, 0, 0, 3 * MS)
 
 
 def test_the_bookie_samples_one_batch_in_n_and_keeps_the_slow_ones():

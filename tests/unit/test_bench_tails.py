@@ -17,7 +17,8 @@ def client_add(entry_id: int, bookie_ms: float, deciding: str = "b1", latency_ms
 
 
 def batch(first: int, last: int, fsync_ms: float) -> dict[str, Any]:
-    stages = {"storage": 1.0, "journal_queue": 0.0, "journal_write": 0.0, "fsync": fsync_ms, "reply": 0.0}
+    stages = {"decide": 0.2, "handoff": 0.3, "storage": 0.5, "journal_queue": 0.0, "journal_write": 0.0,
+              "fsync": fsync_ms, "to_loop": 0.0, "reply": 0.0}
     return {"ledgerId": 4, "firstEntryId": first, "lastEntryId": last, "totalMs": sum(stages.values()),
             "stagesMs": stages}
 
