@@ -9,7 +9,9 @@ of what add_latency measures above the transport floor, this floor holds the boo
 path, storage, journal and fdatasync) and leaves out the client's.
 
 `python -m bench.bookie_floor --rate R --seconds S --runs N` starts a LocalCluster of three bookies (the
-bench's bookie settings) and prints each run's p50/p99/p999 and the CPU each bookie used.
+bench's bookie settings) and prints each run's p50/p99/p999 and the CPU each bookie used, and per bookie
+its requests per second, its CPU per request and the mean of each of its add stages (bookie.add_trace,
+read from its metrics: every batch is traced).
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ import itertools
 import os
 import tempfile
 import time
+import urllib.request
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import transport_floor
 from bench.bookie_session import CONF_OVERRIDES
 from bench.tails import percentile
+from bkledger.bookie.add_trace import STAGES
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client.protocol.digest import DigestManager, package_batch
 from bkledger.proto import bookie_pb2 as pb
@@ -70,6 +76,39 @@ class BookieFloorLoop(transport_floor.FloorLoop):
         return self.ledger_id, first, sizes, blob
 
 
+StageTotals = dict[str, tuple[float, float]]     # stage -> (batches observed, ms in all)
+
+
+def stage_totals(metrics_text: str) -> StageTotals:
+    """Each add stage's (count, sum in ms) from a bookie's Prometheus text (bookie_ADD_ENTRY_STAGE)."""
+    totals: dict[str, list[float]] = {stage: [0.0, 0.0] for stage in STAGES}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            stage = sample.labels.get("stage", "")
+            if stage in totals and sample.name == "bookie_ADD_ENTRY_STAGE_count":
+                totals[stage][0] = sample.value
+            elif stage in totals and sample.name == "bookie_ADD_ENTRY_STAGE_sum":
+                totals[stage][1] = sample.value
+    return {stage: (count, ms) for stage, (count, ms) in totals.items()}
+
+
+def describe_bookie(before: StageTotals, after: StageTotals, cpu_seconds: float, seconds: float) -> str:
+    """One bookie over a run: requests/s, CPU per request and each stage's mean (ms)."""
+    requests = after[STAGES[0]][0] - before[STAGES[0]][0]
+    if requests <= 0:
+        return "no add batch traced (addTraceSampleEvery=0 or metrics off?)"
+    means = ", ".join(f"{stage} {(after[stage][1] - before[stage][1]) / requests:.2f}" for stage in STAGES)
+    return (f"{requests / seconds:.0f} requests/s, {1000 * cpu_seconds / requests:.2f} ms of CPU each; "
+            f"stage means (ms): {means}")
+
+
+def _stage_totals(metrics_port: int) -> StageTotals:
+    if not metrics_port:
+        return stage_totals("")
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
+        return stage_totals(answer.read().decode())
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -82,6 +121,7 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
         cluster.up(3, dict(CONF_OVERRIDES))
         ports = [bookie.port for bookie in cluster.bookies]
         for _ in range(args.runs):
+            stages_before = [_stage_totals(b.metrics_port) for b in cluster.bookies]
             before, start = [_cpu_seconds(b.pid) for b in cluster.bookies], time.monotonic()
             lat = transport_floor.measure(ports, args.rate, args.seconds, loop_class=BookieFloorLoop)
             took = time.monotonic() - start
@@ -90,6 +130,9 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
             q = [1000 * percentile(lat, f) for f in (0.5, 0.99, 0.999)]
             print(f"bookie floor at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms "
                   f"({len(lat)} timed); bookies' cores {cores}", flush=True)
+            for i, (bookie, was) in enumerate(zip(cluster.bookies, stages_before, strict=True)):
+                print(f"  bookie {i}: {describe_bookie(was, _stage_totals(bookie.metrics_port), used[i], took)}",
+                      flush=True)
     finally:
         cluster.down(wipe=True)
 

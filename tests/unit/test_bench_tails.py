@@ -166,3 +166,27 @@ def test_the_bookie_floor_sends_drains_as_one_batch_a_bookie_accepts() -> None:
     assert other.ledger_id != floor.ledger_id     # each run writes a ledger of its own
     floor.loop.close()
     other.loop.close()
+
+
+def test_the_bookie_floor_reads_each_stage_mean_from_the_bookies_own_metrics() -> None:
+    """bench.bookie_floor: a run's stage means and CPU per request come from the difference of two scrapes
+    of the bookie's bookie_ADD_ENTRY_STAGE histograms (the text its metrics page serves)."""
+    from prometheus_client import generate_latest
+
+    from bench.bookie_floor import describe_bookie, stage_totals
+    from bkledger.bookie import metrics
+    from bkledger.bookie.add_trace import STAGES
+
+    registry = metrics.new_registry()
+    stats = metrics.ServerStats(registry)
+    assert describe_bookie(stage_totals(""), stage_totals(""), 1.0, 1.0).startswith("no add batch traced")
+    for histogram in stats.add_stages:
+        histogram.observe(1.0)                      # one batch before the run
+    before = stage_totals(generate_latest(registry).decode())
+    for _ in range(4):                              # four batches in the run: handoff 3 ms, fsync 0.5, the rest 0
+        for stage, histogram in zip(STAGES, stats.add_stages, strict=True):
+            histogram.observe({"handoff": 3.0, "fsync": 0.5}.get(stage, 0.0))
+    after = stage_totals(generate_latest(registry).decode())
+    text = describe_bookie(before, after, cpu_seconds=0.006, seconds=2.0)
+    assert text.startswith("2 requests/s, 1.50 ms of CPU each;"), text
+    assert "decide 0.00, handoff 3.00, storage 0.00" in text and "fsync 0.50" in text, text
