@@ -201,16 +201,11 @@ class BookieService(pb_grpc.BookieServicer):
 
     def _store(self, batch: AddBatchView, effect: machine.StoreAdd[Answer], trace: BatchTrace | None) -> None:
         """Run a StoreAdd: the batch goes to ledger storage and the journal as sequence `effect.seq`."""
-        seq = effect.seq
-
-        def journaled(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._journaled, seq, err, trace)
-
         if trace is not None:
             trace.decided = time.perf_counter_ns()
-
         self.bookie.add_batch(batch.ledger_id, batch.master_key, effect.record_key, batch.entry_ids, batch.sizes,
-                              batch.data, sync=not (batch.write_flags & pb.DEFERRED_SYNC), done=journaled,
+                              batch.data, sync=not (batch.write_flags & pb.DEFERRED_SYNC),
+                              done=self._journal_done(effect.seq, trace),
                               max_lac=effect.max_lac, trace=trace, check_rewrites=effect.check_rewrites)
 
     def _journaled(self, seq: int, err: BaseException | None, trace: BatchTrace | None = None) -> None:
@@ -229,9 +224,10 @@ class BookieService(pb_grpc.BookieServicer):
             effects = self.machine.on_sync_failed(seq, f"journal failed: {err}")
         self._run_all(effects)
 
-    def _journal_done(self, seq: int) -> Callable[[BaseException | None], None]:
+    def _journal_done(self, seq: int, trace: BatchTrace | None = None) -> Callable[[BaseException | None], None]:
+        """The journal's callback for sequence `seq` (from its thread): `_journaled` on the loop."""
         def done(err: BaseException | None) -> None:
-            self.loop.call_soon_threadsafe(self._journaled, seq, err)
+            self.loop.call_soon_threadsafe(self._journaled, seq, err, trace)
         return done
 
     def _note_journal_failure(self) -> None:
