@@ -8,9 +8,10 @@
 - `--mutants` measures every mutant over the seed range and prints the table (mutation, seeds, violations,
   rate); the exit status is 1 if a mutant's rate is below `--bar` (what `make sim-mutants` runs).
   `--stop-early` stops a mutant as soon as it has enough violations to pass the bar (for CI).
-- `--jobs J` spreads the seeds over J worker processes (default: one per core). Each seed is still one
-  deterministic single-threaded run; the workers only say which seeds failed, and the parent re-runs the
-  failing ones to print them, so the output does not depend on J.
+- `--jobs J` spreads the seeds over J worker processes (default: one per core); with --mutants, the
+  mutants (each one's seeds in order in one process). Each seed is still one deterministic
+  single-threaded run; the workers only say which seeds failed, and the parent re-runs the failing ones to
+  print them, so the output does not depend on J.
 
 The exit status is 1 when any seed violated the oracle (or, with --mutants, when a mutant escaped).
 """
@@ -129,7 +130,9 @@ def mutants_table(names: list[str], first: int, count: int, bar: float, steps: i
                   stop_early: bool = False, jobs: int = 1, significance: float | None = None) -> int:
     """Run each mutant over seeds first..first+count-1; print the table; 1 if one is below the bar. With
     `significance`, 1 only if one is significantly below it: so few violations that a mutant whose true
-    rate is the bar would show them with at most that probability (a check that does not flake)."""
+    rate is the bar would show them with at most that probability (a check that does not flake). With
+    jobs > 1 the mutants run side by side, each in one worker process, its chunks in seed order: a mutant
+    that stops early wastes no chunk run ahead of need, and the table does not depend on `jobs`."""
     need = math.ceil(bar * count) if significance is None else significant_need(bar, count, significance)
     rule = "" if significance is None else f", failing only below it at p <= {significance}"
     print(f"seeds {first}..{first + count - 1}, bar {bar:.0%} ({need} of {count}{rule})"
@@ -137,8 +140,8 @@ def mutants_table(names: list[str], first: int, count: int, bar: float, steps: i
     print(f"{'mutation':<24} {'seeds':>6} {'violations':>10} {'rate':>7}  first seeds")
     escaped = []
     started = time.monotonic()
-    for name in names:
-        caught, ran = _catch(name, first, count, steps, need if stop_early else None, jobs)
+    tasks = [(name, first, count, steps, need if stop_early else None) for name in names]
+    for name, (caught, ran) in zip(names, _catch_each(tasks, jobs), strict=True):
         rate = len(caught) / ran
         ok = len(caught) >= need
         if not ok:
@@ -163,16 +166,25 @@ def significant_need(bar: float, count: int, significance: float) -> int:
     return need
 
 
-def _catch(name: str, first: int, count: int, steps: int, enough: int | None, jobs: int) -> tuple[list[int], int]:
-    """(seeds where mutant `name` violated the oracle, seeds run); stops after the chunk where `enough`
-    violations were reached, if given (only whole chunks run, so the count does not depend on `jobs`)."""
-    options = SimOptions(steps=steps, mutation=name)
+def _catch_each(tasks: list[tuple[str, int, int, int, int | None]], jobs: int) -> Iterator[tuple[list[int], int]]:
+    """_catch of each task, in the tasks' order; with jobs > 1, one task per worker process at a time."""
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(_catch, tasks)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(_catch, tasks)
+
+
+def _catch(task: tuple[str, int, int, int, int | None]) -> tuple[list[int], int]:
+    """(seeds where mutant `name` violated the oracle, seeds run), its chunks run one after another; stops
+    after the chunk where `enough` violations were reached, if given (whole chunks of CHUNK seeds)."""
+    name, first, count, steps, enough = task
     caught: list[int] = []
     ran = 0
-    chunks = failing_seeds(first, count, options, jobs)
-    for failed in chunks:
-        caught.extend(failed)
-        ran = min(count, ran + CHUNK)
+    for start in range(first, first + count, CHUNK):
+        size = min(CHUNK, first + count - start)
+        caught.extend(_failing_seeds((start, size, steps, name)))
+        ran += size
         if enough is not None and len(caught) >= enough:
             break
     return caught, ran
