@@ -7,6 +7,7 @@ once per test session by `bookie.local.zookeeper.ZooKeeperServer`. Each test tha
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,14 @@ import pytest
 
 from bkledger.bookie.local.zookeeper import ZooKeeperServer
 from bkledger.client.meta.store import MetadataStore
+
+#: Every JVM the tests start (ZooKeeper, Spark drivers and workers, Spark Connect), in this process and the
+#: processes it starts, compiles with C1 only: they live seconds to minutes, where C2's compiler threads
+#: cost more CPU than they win back, on a 2-core machine that the suite keeps busy (tests/spark/test_batch.py:
+#: 101 CPU-s without, 82 with). The JVM notes the option on its stderr ("Picked up JAVA_TOOL_OPTIONS").
+JIT_OPTION = "-XX:TieredStopAtLevel=1"
+if JIT_OPTION not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {JIT_OPTION}".strip()
 
 
 @pytest.fixture(scope="session")
