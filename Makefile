@@ -10,7 +10,7 @@ STEPS ?= 3000
 MUTATION ?= none
 JOBS ?=
 
-.PHONY: demo demo-secure test lint browser proto unit integration sim sim-mutants bench bench-quick clean \
+.PHONY: demo demo-secure test lint browser pyc proto unit integration sim sim-mutants bench bench-quick clean \
 	spark-venvs test-spark-versions
 
 $(STAMP): pyproject.toml setup.py constraints.txt wire/_native.c
@@ -21,18 +21,26 @@ $(STAMP): pyproject.toml setup.py constraints.txt wire/_native.c
 	$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 
-demo: $(STAMP)
+# Bytecode of the repository's own modules, written once: the editable install imports them from here, and
+# where PYTHONDONTWRITEBYTECODE is set (as on our CI machines) every bookie, daemon, command and Spark
+# Python worker would otherwise compile them from source at each start (0.2-0.5 CPU-s a process; the
+# suite starts hundreds). Python checks each file's bytecode against its source, so a stale one is ignored.
+PYC_DIRS := bookie client wire proto spark_connector bkledger bench tests examples pyspark_bkledger.py
+pyc: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 $(addprefix $(CURDIR)/,$(PYC_DIRS)) >/dev/null
+
+demo: $(STAMP) pyc
 	$(BIN)/python examples/pipeline.py
 	$(BIN)/python examples/secure_pipeline.py
 
-demo-secure: $(STAMP)
+demo-secure: $(STAMP) pyc
 	$(BIN)/python examples/secure_pipeline.py
 
 # The whole suite on WORKERS pytest-xdist workers (most of its time is waiting on processes, JVMs and fault
 # timeouts, not CPU). --dist loadgroup: a module's tests run in one worker (its module fixtures start once),
 # except those marked xdist_group, which run together in their group's worker. WORKERS=0: serially.
 WORKERS ?= 2
-test: $(STAMP) lint browser
+test: $(STAMP) pyc lint browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadgroup) tests
 
 # Debian's chromium for the status page test (tests/integration/test_status_page.py), where this can install it:
@@ -49,10 +57,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy -p bkledger -p bench -p examples -p tests -m pyspark_bkledger
 
-unit: $(STAMP)
+unit: $(STAMP) pyc
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-integration: $(STAMP) browser
+integration: $(STAMP) pyc browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
 
 # make sim [SEEDS=N FROM=F] [SEED=S] [MUTATION=M] [STEPS=K] [JOBS=J]: run a seed range (on one worker process
@@ -97,10 +105,10 @@ test-spark-versions: spark-venvs
 	BKLEDGER_SPARK_VENVS="$(foreach v,$(SPARK_VERSIONS),$(CURDIR)/$(SPARK_VENVS)/pyspark-$(v))" \
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/spark/test_spark_versions.py
 
-bench: $(STAMP)
+bench: $(STAMP) pyc
 	$(BIN)/python -m bench.run
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) pyc
 	$(BIN)/python -m bench.run --quick
 
 clean:

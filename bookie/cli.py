@@ -172,36 +172,59 @@ def _print_http(bookies: list[dict[str, Any]]) -> None:
               f"{urls.get('autorecovery_metrics', '-')}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The commands, in the order `bkledger --help` lists them.
+COMMANDS = ("bookie", "autorecovery", "zookeeper", "shell", "local", "log", "offloader")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `command` (one of COMMANDS) that command's alone: the shell's, log's and
+    offloader's parsers import the client, which a bookie or autorecovery daemon does not need (half a
+    CPU-second at each start)."""
+    def wanted(name: str) -> bool:
+        return command is None or command == name
+
     parser = argparse.ArgumentParser(prog="bkledger", description="A replicated, ledger-backed log store")
     parser.add_argument("--version", action="version", version=f"bkledger {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    if wanted("bookie"):
+        _add_daemon_parser(sub, "bookie", "run one bookie (storage server)", cmd_bookie)
+    if wanted("autorecovery"):
+        _add_daemon_parser(sub, "autorecovery", "run the autorecovery daemon (auditor + replication worker)",
+                           cmd_autorecovery)
+    if wanted("zookeeper"):
+        from bkledger.bookie.local.zookeeper_cmd import add_parser as add_zookeeper_parser
 
-    p = sub.add_parser("bookie", help="run one bookie (storage server)")
-    p.add_argument("--conf", required=True, help="configuration file with BookKeeper key names")
+        add_zookeeper_parser(sub)
+    if wanted("shell"):
+        from bkledger.bookie.shell import add_shell_parser
+
+        add_shell_parser(sub)
+        sub.choices["shell"].set_defaults(func=cmd_shell)
+    if wanted("local"):
+        _add_local_parser(sub)
+    if wanted("log"):
+        from bkledger.bookie.log_cli import add_log_parser
+
+        add_log_parser(sub)
+    if wanted("offloader"):
+        from bkledger.bookie.offloader import add_offloader_parser
+
+        add_offloader_parser(sub)
+    return parser
+
+
+def _add_daemon_parser(sub: Any, name: str, help: str, func: Callable[[argparse.Namespace], int]) -> None:
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--conf", required=True, help="configuration file with BookKeeper key names" if name == "bookie"
+                   else "the bookie's configuration file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--log-file", metavar="FILE", help="log to FILE (and stdout/stderr too), rolled at "
                    "logFileMaxSize, logFileMaxBackups rolled files kept (default: log to stderr)")
-    p.set_defaults(func=cmd_bookie)
+    p.set_defaults(func=func)
 
-    p = sub.add_parser("autorecovery", help="run the autorecovery daemon (auditor + replication worker)")
-    p.add_argument("--conf", required=True, help="the bookie's configuration file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
-    p.add_argument("-v", "--verbose", action="store_true")
-    p.add_argument("--log-file", metavar="FILE", help="log to FILE (and stdout/stderr too), rolled at "
-                   "logFileMaxSize, logFileMaxBackups rolled files kept (default: log to stderr)")
-    p.set_defaults(func=cmd_autorecovery)
 
-    from bkledger.bookie.local.zookeeper_cmd import add_parser as add_zookeeper_parser
-
-    add_zookeeper_parser(sub)
-
-    from bkledger.bookie.shell import add_shell_parser
-
-    add_shell_parser(sub)
-    sub.choices["shell"].set_defaults(func=cmd_shell)
-
+def _add_local_parser(sub: Any) -> None:
     p = sub.add_parser("local", help="a ZooKeeper and bookies on this machine")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--bookies", type=int, default=None,
@@ -213,14 +236,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TLS with client certificates and ZooKeeper ACLs; material in DIR/secure (up)")
     p.add_argument("--wipe", action="store_true", help="also delete the cluster's directory, data and all (down)")
     p.set_defaults(func=cmd_local)
-
-    from bkledger.bookie.log_cli import add_log_parser
-
-    add_log_parser(sub)
-    from bkledger.bookie.offloader import add_offloader_parser
-
-    add_offloader_parser(sub)
-    return parser
 
 
 def _version() -> str:
@@ -250,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         # `kill -USR1 PID`: every thread's stack to stderr (the log), the daemon goes on (a stop that hangs
         # says where)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-    args = build_parser().parse_args(argv)
+    args = build_parser(words[0] if words and words[0] in COMMANDS else None).parse_args(argv)
     try:
         code = int(args.func(args))
         sys.stdout.flush()
