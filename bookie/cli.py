@@ -187,10 +187,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bkledger {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     if wanted("bookie"):
-        _add_daemon_parser(sub, "bookie", "run one bookie (storage server)", cmd_bookie)
+        _add_daemon_parser(sub, "bookie", "run one bookie (storage server)",
+                           "configuration file with BookKeeper key names", cmd_bookie)
     if wanted("autorecovery"):
         _add_daemon_parser(sub, "autorecovery", "run the autorecovery daemon (auditor + replication worker)",
-                           cmd_autorecovery)
+                           "the bookie's configuration file", cmd_autorecovery)
     if wanted("zookeeper"):
         from bkledger.bookie.local.zookeeper_cmd import add_parser as add_zookeeper_parser
 
@@ -213,10 +214,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _add_daemon_parser(sub: Any, name: str, help: str, func: Callable[[argparse.Namespace], int]) -> None:
+def _add_daemon_parser(sub: Any, name: str, help: str, conf_help: str,
+                       func: Callable[[argparse.Namespace], int]) -> None:
     p = sub.add_parser(name, help=help)
-    p.add_argument("--conf", required=True, help="configuration file with BookKeeper key names" if name == "bookie"
-                   else "the bookie's configuration file")
+    p.add_argument("--conf", required=True, help=conf_help)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--log-file", metavar="FILE", help="log to FILE (and stdout/stderr too), rolled at "
