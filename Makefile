@@ -13,7 +13,7 @@ JOBS ?=
 .PHONY: demo demo-secure test lint browser pyc proto unit integration sim sim-mutants bench bench-quick clean \
 	spark-venvs test-spark-versions
 
-$(STAMP): pyproject.toml setup.py constraints.txt wire/_native.c
+$(STAMP): pyproject.toml setup.py constraints.txt wire/_native.c wire/_add_request.c wire/_native.h
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,delta,s3test]' --config-settings editable_mode=compat

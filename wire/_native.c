@@ -1,4 +1,5 @@
-/* client.protocol._native: CRC32C over many packaged entries in one call, and packed varints.
+/* bkledger.wire._native: CRC32C over many packaged entries in one call, and packed varints (the bookie's
+   request path, in the same module, is _add_request.c).
 
    A packaged entry is a 32-byte header (ledger id, entry id, LAC, length; big-endian int64s), its
    digest, then its payload; the CRC32C digest is the checksum of header then payload (BookKeeper's
@@ -35,9 +36,8 @@
    64 KiB a reader's verification gains more from the client loop receiving meanwhile (bookie_read
    --quick, alternating: 1 KiB entries 215-281 MB/s keeping the GIL up to 1 MiB, 252-272 releasing it). */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "_native.h"
+
 #include <string.h>
 
 #define HEADER_LENGTH 32
@@ -497,6 +497,9 @@ static PyMethodDef methods[] = {
     {"pack_ranges", pack_ranges, METH_VARARGS, "Ranges of several buffers back to back, and their offsets."},
     {"pack_varints", pack_varints, METH_VARARGS, "Protobuf varints of int64 values, back to back."},
     {"unpack_varints", unpack_varints, METH_VARARGS, "Back-to-back protobuf varints as uint64 (a bytearray)."},
+    {"parse_add_request", bk_parse_add_request, METH_VARARGS, "An AddRequest's batches as tuples, and its first varint wider than 64 bits."},
+    {"scan_add_batch", bk_scan_add_batch, METH_VARARGS, "A batch's size and id bounds, its first bad header and its largest LAC."},
+    {"add_batch_head", bk_add_batch_head, METH_VARARGS, "An ADD_BATCH record's payload up to its data."},
     {"implementation", implementation, METH_NOARGS, "'sse4.2' or 'table': how the checksum is computed."},
     {"use_implementation", use_implementation, METH_VARARGS, "Compute with 'table' or 'sse4.2' (tests)."},
     {NULL, NULL, 0, NULL},

@@ -20,6 +20,7 @@ from bkledger.bookie.core.index_pages import PageGeometry
 from bkledger.bookie.core.records import be64_view
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.entry import HEADER, HEADER_SIZE
+from bkledger.wire.native import NATIVE
 
 MASTER_KEY_SIZE = 20
 
@@ -61,8 +62,12 @@ def check_batch_shape(
         return f"{len(entry_ids)} entry ids but {len(sizes)} sizes"
     if not len(entry_ids):
         return "empty batch"
-    lowest_id = lowest(entry_ids)
     total, smallest, largest = _sum_min_max(sizes)
+    return _bounds_why(total, smallest, largest, lowest(entry_ids), data_len, max_entry_size)
+
+
+def _bounds_why(total: int, smallest: int, largest: int, lowest_id: int, data_len: int, max_entry_size: int) -> str:
+    """check_batch_shape's checks of a non-empty batch's sizes (their sum, min, max) and lowest id."""
     if total != data_len:
         return f"sizes add up to {total} but the data has {data_len} bytes"
     if lowest_id < 0:
@@ -72,6 +77,42 @@ def check_batch_shape(
     if largest > max_entry_size:
         return f"entry of {largest} bytes exceeds the limit of {max_entry_size} bytes"
     return ""
+
+
+def check_add(ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray,
+              data: bytes | memoryview, max_entry_size: int) -> tuple[str, int, int]:
+    """check_batch_shape, then check_headers: (why not, max LAC, highest entry id); the last two -1 when
+    refused. One native pass (`scan_add_batch`) for a received batch (int64 arrays) where wire._native was
+    built: the three checks' numpy calls cost 30-35 us a request of 90 entries, the pass 1-2 us."""
+    scan = _scan(ledger_id, entry_ids, sizes, data)
+    if scan is None:
+        why = check_batch_shape(ledger_id, entry_ids, sizes, len(data), max_entry_size)
+        if why:
+            return why, -1, -1
+        why, max_lac = check_headers(ledger_id, entry_ids, sizes, data)
+        return (why, -1, -1) if why else ("", max_lac, highest(entry_ids))
+    total, smallest, largest, lowest_id, highest_id, bad, max_lac = scan
+    why = _bounds_why(total, smallest, largest, lowest_id, len(data), max_entry_size)
+    if why:
+        return why, -1, -1
+    if bad >= 0:
+        lid, eid, _lac, _length = HEADER.unpack_from(data, int(np.add.reduce(sizes[:bad])))
+        return _header_mismatch(lid, eid, ledger_id, int(entry_ids[bad])), -1, -1
+    return "", max_lac, highest_id
+
+
+def _scan(ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray,
+          data: bytes | memoryview) -> tuple[int, int, int, int, int, int, int] | None:
+    """wire._native's scan_add_batch where it applies (int64 arrays of the same non-zero length, a ledger id
+    of 0 or more): None where check_add decides in Python."""
+    if NATIVE is None or not isinstance(entry_ids, np.ndarray) or not isinstance(sizes, np.ndarray):
+        return None
+    if entry_ids.dtype != np.int64 or sizes.dtype != np.int64 or not 0 < len(entry_ids) == len(sizes):
+        return None
+    if not 0 <= ledger_id < 1 << 63:
+        return None
+    scan: tuple[int, int, int, int, int, int, int] | None = NATIVE.scan_add_batch(ledger_id, entry_ids, sizes, data)
+    return scan
 
 
 def _sum_min_max(values: Sequence[int] | IntArray) -> tuple[int, int, int]:

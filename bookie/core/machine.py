@@ -157,13 +157,10 @@ class BookieMachine(Generic[T]):
                high_priority: bool = False, read_only: bool = False) -> list[Effect[T]]:
         """An add batch, in request order; `known_last`: the highest of the last entry stored and the LAC
         known for the ledger (R26)."""
-        why = decisions.check_batch_shape(ledger_id, entry_ids, sizes, len(data), self.limits.max_entry_size)
-        max_lac = -1
+        why, max_lac, highest_id = decisions.check_add(ledger_id, entry_ids, sizes, data, self.limits.max_entry_size)
         if not why:
-            why, max_lac = decisions.check_headers(ledger_id, entry_ids, sizes, data)
-        if not why:
-            why = decisions.check_entry_range(decisions.highest(entry_ids), known_last, max_lac,
-                                              self.limits.entry_id_window, self.limits.max_entry_id)
+            why = decisions.check_entry_range(highest_id, known_last, max_lac, self.limits.entry_id_window,
+                                              self.limits.max_entry_id)
         if why:
             return [Reply(token, pb.EBADREQ, why)]
         if self.failed:

