@@ -45,6 +45,7 @@ from bkledger.bookie.index import (
     write_pages,
 )
 from bkledger.wire.gather import gather_entries
+from bkledger.wire.native import NATIVE
 
 __all__ = ["DEFAULT_PAGE_LIMIT", "DEFAULT_PAGE_SIZE", "LedgerStorage", "StorageError"]
 
@@ -312,6 +313,29 @@ class LedgerStorage:
             self._pages.changed((led.ledger_id, page_no), page)
         led.last_entry = max(led.last_entry, int(ids.max()))
 
+    def _put_record_locked(self, led: LedgerIndex, ids: Slots, log_id: int, offset: int, sizes: Slots) -> None:
+        """_put_locked for a record's entries, back to back from `offset` in entry log `log_id`. Where
+        wire._native was built, each page's share is one native call (`fill_slots`: 2 us for 90 entries
+        against 20-25 us of numpy calls) while the ids ascend and name no stored entry; what is left after
+        the first page where they do not goes through _put_locked, which keeps the per-log usage right."""
+        done, end = 0, offset
+        if NATIVE is not None:
+            entries = self._geometry.entries
+            while done < len(ids):
+                page_no = int(ids[done]) // entries
+                page = self._page_locked(led, page_no)
+                filled = NATIVE.fill_slots(page.slots, page_no * entries, ids, sizes, done, log_id, end)
+                if filled is None:
+                    break
+                done, end = filled
+                self._pages.changed((led.ledger_id, page_no), page)
+                led.last_entry = max(led.last_entry, int(ids[done - 1]))    # a page's share ascends
+            if done:
+                led.count_log(log_id, done, end - offset)
+        if done < len(ids):
+            rest = sizes[done:]
+            self._put_locked(led, ids[done:], log_id, _starts(rest) + end, rest)
+
     def _put_ascending_locked(self, led: LedgerIndex, ids: Slots, log_id: int, offsets: Slots, sizes: Slots) -> None:
         """_put_locked for strictly ascending ids (a writer's batch, or a bookie's share of a striped one when
         Qw < E): each page's ids are a slice of them and distinct, so no sort and no unique per page, and
@@ -417,7 +441,6 @@ class LedgerStorage:
         if record is None:
             record = add_batch_parts(ledger_id, ids, szs, data)  # also checks sizes against data
         lac = _max_piggyback_lac(data, szs) if max_lac is None else max_lac
-        offsets = _starts(szs) + add_batch_data_offset(len(ids))
         with self._write_lock:
             self._check_open()
             with self._lock:
@@ -426,7 +449,7 @@ class LedgerStorage:
                 return
             log_id, record_offset = self._logs[led.dir_index].append(record)
             with self._lock:
-                self._put_locked(led, ids, log_id, offsets + record_offset, szs)
+                self._put_record_locked(led, ids, log_id, record_offset + add_batch_data_offset(len(ids)), szs)
                 if lac > led.max_lac:
                     led.max_lac, led.meta_dirty = lac, True
             self._make_room()

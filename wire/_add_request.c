@@ -1,7 +1,7 @@
-/* bkledger.wire._native, the bookie's request path: an AddRequest read, a batch checked and its journal
-   record framed, each in one call (bookie/add_request.py, bookie/core/decisions.py, bookie/core/records.py
-   are the Python forms, and the fallback where this was not built; tests/unit/test_native_add_request.py
-   holds the two to each other).
+/* bkledger.wire._native, the bookie's request path: an AddRequest read, a batch checked, its journal record
+   framed and its entries indexed, each in one call (bookie/add_request.py, bookie/core/decisions.py,
+   bookie/core/records.py and bookie/storage.py hold the Python forms, the fallback where this was not
+   built; tests/unit/test_native_add_request.py holds the two to each other).
 
    parse_add_request(raw) -> (batches, wide)
        each AddBatch of the serialized AddRequest `raw` as (ledger_id, master_key, recovery_add, write_flags,
@@ -407,6 +407,64 @@ PyObject *bk_add_batch_head(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++, at += 4)
         put_le(at, (uint32_t)size[i], 4);
 done:
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&sizes);
+    return out;
+}
+
+/* fill_slots(slots, base, entry_ids, sizes, start, log_id, offset) -> (end, offset) or None
+   The index update of an ADD_BATCH record's entries from `start` on that fall in one index page: `slots`
+   is the page (a writable (n, 3) int64 array of (entry log id, offset, size) for entries base .. base +
+   n - 1), the entry at `start` is at `offset` in entry log `log_id`, each next one right after it. Writes
+   the entries start .. end - 1 (those whose ids are in the page) and returns where it stopped and the
+   offset there; writes nothing and returns None when their ids are not strictly ascending or a slot
+   among them already names an entry (the caller then keeps the per-log usage right in Python). */
+PyObject *bk_fill_slots(PyObject *self, PyObject *args) {
+    PyObject *slots_obj, *ids_obj, *sizes_obj, *out = NULL;
+    long long base, log_id, offset;
+    Py_ssize_t start;
+    Py_buffer page = {0}, ids = {0}, sizes = {0};
+    if (!PyArg_ParseTuple(args, "OLOOnLL", &slots_obj, &base, &ids_obj, &sizes_obj, &start, &log_id, &offset))
+        return NULL;
+    if (PyObject_GetBuffer(slots_obj, &page, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        page.obj = NULL;
+        goto done;
+    }
+    if (page.itemsize != 8 || page.len % 24 != 0) {
+        PyErr_SetString(PyExc_TypeError, "slots must be a contiguous (n, 3) int64 array");
+        goto done;
+    }
+    if (int64s(ids_obj, &ids) < 0 || int64s(sizes_obj, &sizes) < 0)
+        goto done;
+    Py_ssize_t n = ids.len / 8, rows = page.len / 24;
+    if (sizes.len / 8 != n || start < 0 || start >= n) {
+        PyErr_SetString(PyExc_ValueError, "entry ids and sizes must be of the same length, start within them");
+        goto done;
+    }
+    const int64_t *id = (const int64_t *)ids.buf, *size = (const int64_t *)sizes.buf;
+    int64_t *slot = (int64_t *)page.buf;
+    Py_ssize_t end = start;
+    while (end < n && id[end] >= base && id[end] - base < rows) {
+        if ((end > start && id[end] <= id[end - 1]) || slot[3 * (id[end] - base)] != 0) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        end++;
+    }
+    if (end == start) {
+        PyErr_SetString(PyExc_ValueError, "the entry at start is not in the page");
+        goto done;
+    }
+    for (Py_ssize_t i = start; i < end; i++) {
+        int64_t *s = slot + 3 * (id[i] - base);
+        s[0] = log_id;
+        s[1] = offset;
+        s[2] = size[i];
+        offset += size[i];
+    }
+    out = Py_BuildValue("(nL)", end, offset);
+done:
+    PyBuffer_Release(&page);
     PyBuffer_Release(&ids);
     PyBuffer_Release(&sizes);
     return out;

@@ -500,6 +500,7 @@ static PyMethodDef methods[] = {
     {"parse_add_request", bk_parse_add_request, METH_VARARGS, "An AddRequest's batches as tuples, and its first varint wider than 64 bits."},
     {"scan_add_batch", bk_scan_add_batch, METH_VARARGS, "A batch's size and id bounds, its first bad header and its largest LAC."},
     {"add_batch_head", bk_add_batch_head, METH_VARARGS, "An ADD_BATCH record's payload up to its data."},
+    {"fill_slots", bk_fill_slots, METH_VARARGS, "An index page's slots of a record's entries, while they are new and ascending."},
     {"implementation", implementation, METH_NOARGS, "'sse4.2' or 'table': how the checksum is computed."},
     {"use_implementation", use_implementation, METH_VARARGS, "Compute with 'table' or 'sse4.2' (tests)."},
     {NULL, NULL, 0, NULL},

@@ -11,5 +11,6 @@
 PyObject *bk_parse_add_request(PyObject *self, PyObject *args);
 PyObject *bk_scan_add_batch(PyObject *self, PyObject *args);
 PyObject *bk_add_batch_head(PyObject *self, PyObject *args);
+PyObject *bk_fill_slots(PyObject *self, PyObject *args);
 
 #endif

@@ -1,21 +1,26 @@
 """R26: the bookie's request path in C (wire/_add_request.c) decides as its Python form does, which is the
 fallback where the module was not built: the same batches and the same refusals (with the same words)
-for any AddRequest bytes, the same answer of `check_add` for any batch, the same ADD_BATCH record."""
+for any AddRequest bytes, the same answer of `check_add` for any batch, the same ADD_BATCH record, and
+(R22) the same index: slots, last entry and per-log usage, whatever ids the batches carry."""
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bkledger.bookie import add_request
+from bkledger.bookie import add_request, storage
 from bkledger.bookie.core import decisions, records
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire import codec as wire
 from bkledger.wire.entry import HEADER
 from bkledger.wire.native import NATIVE
 from tests.unit.test_add_request import BATCH_FIELDS, BATCHES, VARINTS, _varint_field, unpacked
+from tests.unit.test_storage import _state, batch
 
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="wire._native was not built")
 
@@ -141,3 +146,31 @@ def test_r23_the_native_add_batch_record_is_the_python_record(
 
     native = record(np.array(ids, dtype=np.int64), np.array(sizes, dtype=np.int64))
     assert native == record(ids, sizes)
+
+
+def stored(batches: list[list[int]], page_size: int, directory: Path) -> tuple[object, ...]:
+    """The state of a storage that took `batches` of ledger 7 (entries as test_storage packages them)."""
+    st = storage.LedgerStorage([directory], page_size=page_size)
+    try:
+        for ids in batches:
+            entry_ids, sizes, data = batch(7, ids, lac=len(ids))
+            st.add_batch(7, np.array(entry_ids, dtype=np.int64), np.array(sizes, dtype=np.int64), data)
+        usage = {log_id: tuple(use) for log_id, use in st._ledgers[7].usage.items()} if 7 in st._ledgers else {}
+        return _state(st, [7]), usage
+    finally:
+        st.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.builds(lambda a, n, step: list(range(a, a + n * step, step)), st.integers(0, 40),
+                                    st.integers(1, 30), st.integers(1, 3)),
+                          st.lists(st.integers(0, 80), min_size=1, max_size=12)), min_size=1, max_size=6),
+       st.sampled_from([48, 240, 8192]))
+def test_r22_a_record_is_indexed_alike_natively_and_in_python(batches: list[list[int]], page_size: int) -> None:
+    """Runs and strides across page boundaries (fill_slots), and ids in any order, repeated, or stored
+    before (a replay): the native path stops where it must and the Python path finishes alike."""
+    with tempfile.TemporaryDirectory() as native_dir, tempfile.TemporaryDirectory() as python_dir:
+        native = stored(batches, page_size, Path(native_dir))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(storage, "NATIVE", None)
+            assert stored(batches, page_size, Path(python_dir)) == native
