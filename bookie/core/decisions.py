@@ -83,7 +83,7 @@ def check_add(ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequen
               data: bytes | memoryview, max_entry_size: int) -> tuple[str, int, int]:
     """check_batch_shape, then check_headers: (why not, max LAC, highest entry id); the last two -1 when
     refused. One native pass (`scan_add_batch`) for a received batch (int64 arrays) where wire._native was
-    built: the three checks' numpy calls cost 30-35 us a request of 90 entries, the pass 1-2 us."""
+    built: the three checks' numpy calls cost 30-35 us a request of 90 entries, check_add with it 5 us."""
     scan = _scan(ledger_id, entry_ids, sizes, data)
     if scan is None:
         why = check_batch_shape(ledger_id, entry_ids, sizes, len(data), max_entry_size)
