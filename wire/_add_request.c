@@ -145,32 +145,10 @@ static int reserve(Vector *vec, Py_ssize_t more) {
 
 /* A packed run of varints appended to vec, each masked with `mask` (the low 32 bits of a size). */
 static int append_packed(Vector *vec, const unsigned char *b, Py_ssize_t n, uint64_t mask) {
-    Py_ssize_t count = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        count += b[i] < 0x80;
-    if (n && b[n - 1] >= 0x80) {
-        PyErr_SetString(PyExc_ValueError, "packed varints end inside a varint");
+    Py_ssize_t count = bk_count_varints(b, n);
+    if (count < 0 || reserve(vec, count) < 0 || bk_decode_varints(b, n, mask, (uint64_t *)(vec->v + vec->n)) < 0)
         return -1;
-    }
-    if (reserve(vec, count) < 0)
-        return -1;
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint64_t value = 0;
-        int width = 0;
-        unsigned char byte;
-        do {
-            byte = b[i++];
-            if (width < MAX_VARINT_BYTES)
-                value |= (uint64_t)(byte & 0x7F) << (7 * width);
-            width++;
-        } while (byte >= 0x80);
-        if (width > MAX_VARINT_BYTES) {
-            PyErr_SetString(PyExc_ValueError, "a packed varint is longer than ten bytes");
-            return -1;
-        }
-        vec->v[vec->n++] = (int64_t)(value & mask);
-    }
+    vec->n += count;
     return 0;
 }
 

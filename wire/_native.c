@@ -418,23 +418,18 @@ done:
     return out;
 }
 
-static PyObject *unpack_varints(PyObject *self, PyObject *args) {
-    Py_buffer body = {0};
-    PyObject *out = NULL;
-    if (!PyArg_ParseTuple(args, "y*", &body))
-        return NULL;
-    const unsigned char *b = (const unsigned char *)body.buf;
-    Py_ssize_t n = body.len, count = 0;
+Py_ssize_t bk_count_varints(const unsigned char *b, Py_ssize_t n) {
+    Py_ssize_t count = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         count += b[i] < 0x80;
     if (n && b[n - 1] >= 0x80) {
         PyErr_SetString(PyExc_ValueError, "packed varints end inside a varint");
-        goto done;
+        return -1;
     }
-    out = PyByteArray_FromStringAndSize(NULL, count * 8);
-    if (out == NULL)
-        goto done;
-    uint64_t *w = (uint64_t *)PyByteArray_AS_STRING(out);
+    return count;
+}
+
+int bk_decode_varints(const unsigned char *b, Py_ssize_t n, uint64_t mask, uint64_t *out) {
     Py_ssize_t i = 0;
     while (i < n) {
         uint64_t value = 0;
@@ -448,11 +443,25 @@ static PyObject *unpack_varints(PyObject *self, PyObject *args) {
         } while (byte >= 0x80);
         if (width > 10) {
             PyErr_SetString(PyExc_ValueError, "a packed varint is longer than ten bytes");
-            Py_CLEAR(out);
-            goto done;
+            return -1;
         }
-        *w++ = value;
+        *out++ = value & mask;
     }
+    return 0;
+}
+
+static PyObject *unpack_varints(PyObject *self, PyObject *args) {
+    Py_buffer body = {0};
+    PyObject *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*", &body))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)body.buf;
+    Py_ssize_t count = bk_count_varints(b, body.len);
+    if (count < 0)
+        goto done;
+    out = PyByteArray_FromStringAndSize(NULL, count * 8);
+    if (out != NULL && bk_decode_varints(b, body.len, UINT64_MAX, (uint64_t *)PyByteArray_AS_STRING(out)) < 0)
+        Py_CLEAR(out);
 done:
     PyBuffer_Release(&body);
     return out;

@@ -1,4 +1,5 @@
-/* The bookie's request path (_add_request.c), registered in bkledger.wire._native's module (_native.c). */
+/* What the two sources of bkledger.wire._native share: packed varints (_native.c), and the bookie's request
+   path (_add_request.c), registered in the module by _native.c. */
 
 #ifndef BKLEDGER_WIRE_NATIVE_H
 #define BKLEDGER_WIRE_NATIVE_H
@@ -6,6 +7,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+/* _native.c: packed varints (a packed repeated integer field's body b[0:n]) */
+/* how many; -1 and ValueError when the last is cut off */
+Py_ssize_t bk_count_varints(const unsigned char *b, Py_ssize_t n);
+/* each, cut to 64 bits and masked with `mask`, into out (room for bk_count_varints of them); -1 and ValueError
+   when one is longer than ten bytes */
+int bk_decode_varints(const unsigned char *b, Py_ssize_t n, uint64_t mask, uint64_t *out);
 
 /* _add_request.c */
 PyObject *bk_parse_add_request(PyObject *self, PyObject *args);
