@@ -19,7 +19,9 @@
    add_batch_head(ledger_id, entry_ids, sizes, data_len) -> bytes
        the payload of the batch's ADD_BATCH record up to its data (which is data_len bytes): type, ledger id,
        count, the ids (int64) and the sizes (uint32), little-endian. The caller frames it: the CRC32C of
-       the data is google-crc32c's, whose interleaved loop is faster than this module's. */
+       the data is google-crc32c's, whose interleaved loop is faster than this module's.
+   fill_slots(slots, base, entry_ids, sizes, start, log_id, offset) -> (end, offset) or None
+       one index page's share of a record's entries, written while their ids ascend and are new (below). */
 
 #include "_native.h"
 
