@@ -269,21 +269,6 @@ done:
     return out;
 }
 
-/* A C-contiguous buffer of int64s, or -1 and an error. */
-static int int64s(PyObject *obj, Py_buffer *view) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        view->obj = NULL;
-        return -1;
-    }
-    if (view->itemsize != 8 || view->format == NULL || strchr("qlQL", view->format[strlen(view->format) - 1]) == NULL) {
-        PyErr_SetString(PyExc_TypeError, "entry ids and sizes must be contiguous int64 arrays");
-        PyBuffer_Release(view);
-        view->obj = NULL;
-        return -1;
-    }
-    return 0;
-}
-
 static int64_t be64(const unsigned char *p) {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -297,7 +282,7 @@ PyObject *bk_scan_add_batch(PyObject *self, PyObject *args) {
     Py_buffer ids = {0}, sizes = {0}, data = {0};
     if (!PyArg_ParseTuple(args, "LOOy*", &ledger_id, &ids_obj, &sizes_obj, &data))
         return NULL;
-    if (int64s(ids_obj, &ids) < 0 || int64s(sizes_obj, &sizes) < 0)
+    if (bk_int64_buffer(ids_obj, &ids, "entry_ids") < 0 || bk_int64_buffer(sizes_obj, &sizes, "sizes") < 0)
         goto done;
     Py_ssize_t n = ids.len / 8;
     if (n == 0 || sizes.len / 8 != n) {
@@ -355,7 +340,7 @@ PyObject *bk_add_batch_head(PyObject *self, PyObject *args) {
     Py_buffer ids = {0}, sizes = {0};
     if (!PyArg_ParseTuple(args, "LOOn", &ledger_id, &ids_obj, &sizes_obj, &data_len))
         return NULL;
-    if (int64s(ids_obj, &ids) < 0 || int64s(sizes_obj, &sizes) < 0)
+    if (bk_int64_buffer(ids_obj, &ids, "entry_ids") < 0 || bk_int64_buffer(sizes_obj, &sizes, "sizes") < 0)
         goto done;
     Py_ssize_t n = ids.len / 8;
     if (sizes.len / 8 != n) {
@@ -414,7 +399,7 @@ PyObject *bk_fill_slots(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "slots must be a contiguous (n, 3) int64 array");
         goto done;
     }
-    if (int64s(ids_obj, &ids) < 0 || int64s(sizes_obj, &sizes) < 0)
+    if (bk_int64_buffer(ids_obj, &ids, "entry_ids") < 0 || bk_int64_buffer(sizes_obj, &sizes, "sizes") < 0)
         goto done;
     Py_ssize_t n = ids.len / 8, rows = page.len / 24;
     if (sizes.len / 8 != n || start < 0 || start >= n) {

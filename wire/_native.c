@@ -115,7 +115,7 @@ static void put_be32(unsigned char *out, uint32_t v) {
 
 /* A C-contiguous buffer of int64s, or an error. Each call below starts its buffers zeroed and releases
    them all at its one exit: releasing a buffer that was never filled (obj NULL) does nothing. */
-static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
+int bk_int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         view->obj = NULL;
         return -1;
@@ -161,7 +161,7 @@ static PyObject *package_crc32c(PyObject *self, PyObject *args) {
     long long ledger_id, first_entry_id, lac, length;
     PyObject *offsets_obj, *out = NULL;
     if (!PyArg_ParseTuple(args, "y*OLLLL", &data, &offsets_obj, &ledger_id, &first_entry_id, &lac, &length)
-        || int64_buffer(offsets_obj, &offsets, "offsets") < 0)
+        || bk_int64_buffer(offsets_obj, &offsets, "offsets") < 0)
         goto done;
     const int64_t *off = (const int64_t *)offsets.buf;
     Py_ssize_t n = offsets.len / 8 - 1;
@@ -196,7 +196,7 @@ static PyObject *crc32c_entries(PyObject *self, PyObject *args) {
     PyObject *starts_obj, *ends_obj, *out = NULL;
     Py_ssize_t header_length, digest_length;
     if (!PyArg_ParseTuple(args, "y*OOnn", &data, &starts_obj, &ends_obj, &header_length, &digest_length)
-        || int64_buffer(starts_obj, &starts, "starts") < 0 || int64_buffer(ends_obj, &ends, "ends") < 0)
+        || bk_int64_buffer(starts_obj, &starts, "starts") < 0 || bk_int64_buffer(ends_obj, &ends, "ends") < 0)
         goto done;
     Py_ssize_t n = starts.len / 8;
     const int64_t *s = (const int64_t *)starts.buf, *e = (const int64_t *)ends.buf;
@@ -226,7 +226,7 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     Py_buffer data = {0}, offsets = {0}, keep = {0};
     PyObject *offsets_obj, *out = NULL;
     if (!PyArg_ParseTuple(args, "y*Oy*", &data, &offsets_obj, &keep)
-        || int64_buffer(offsets_obj, &offsets, "offsets") < 0)
+        || bk_int64_buffer(offsets_obj, &offsets, "offsets") < 0)
         goto done;
     const int64_t *off = (const int64_t *)offsets.buf;
     const unsigned char *k = (const unsigned char *)keep.buf;
@@ -283,8 +283,8 @@ static PyObject *verify_crc32c(PyObject *self, PyObject *args) {
     Py_buffer data = {0}, starts = {0}, ends = {0}, ledgers = {0}, entries = {0};
     PyObject *starts_obj, *ends_obj, *ledgers_obj, *entries_obj, *out = NULL;
     if (!PyArg_ParseTuple(args, "y*OOOO", &data, &starts_obj, &ends_obj, &ledgers_obj, &entries_obj)
-        || int64_buffer(starts_obj, &starts, "starts") < 0 || int64_buffer(ends_obj, &ends, "ends") < 0
-        || int64_buffer(ledgers_obj, &ledgers, "ledger_ids") < 0 || int64_buffer(entries_obj, &entries, "entry_ids") < 0)
+        || bk_int64_buffer(starts_obj, &starts, "starts") < 0 || bk_int64_buffer(ends_obj, &ends, "ends") < 0
+        || bk_int64_buffer(ledgers_obj, &ledgers, "ledger_ids") < 0 || bk_int64_buffer(entries_obj, &entries, "entry_ids") < 0)
         goto done;
     Py_ssize_t n = starts.len / 8, nl = ledgers.len / 8;
     const int64_t *s = (const int64_t *)starts.buf, *e = (const int64_t *)ends.buf;
@@ -324,8 +324,8 @@ static PyObject *pack_ranges(PyObject *self, PyObject *args) {
     Py_buffer *bufs = NULL;
     Py_ssize_t k = 0, got = 0;
     if (!PyArg_ParseTuple(args, "OOOO", &buffers_obj, &which_obj, &starts_obj, &ends_obj)
-        || int64_buffer(which_obj, &which, "which") < 0 || int64_buffer(starts_obj, &starts, "starts") < 0
-        || int64_buffer(ends_obj, &ends, "ends") < 0)
+        || bk_int64_buffer(which_obj, &which, "which") < 0 || bk_int64_buffer(starts_obj, &starts, "starts") < 0
+        || bk_int64_buffer(ends_obj, &ends, "ends") < 0)
         goto done;
     seq = PySequence_Fast(buffers_obj, "buffers must be a sequence");
     if (seq == NULL)
@@ -389,7 +389,7 @@ done:
 static PyObject *pack_varints(PyObject *self, PyObject *args) {
     Py_buffer values = {0};
     PyObject *values_obj, *out = NULL;
-    if (!PyArg_ParseTuple(args, "O", &values_obj) || int64_buffer(values_obj, &values, "values") < 0)
+    if (!PyArg_ParseTuple(args, "O", &values_obj) || bk_int64_buffer(values_obj, &values, "values") < 0)
         goto done;
     const uint64_t *v = (const uint64_t *)values.buf;
     Py_ssize_t n = values.len / 8, total = 0;

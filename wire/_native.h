@@ -8,6 +8,10 @@
 #include <Python.h>
 #include <stdint.h>
 
+/* _native.c: a C-contiguous buffer of int64s named `what` in its TypeError; -1 and the error otherwise
+   (a view whose obj is NULL, so releasing it does nothing) */
+int bk_int64_buffer(PyObject *obj, Py_buffer *view, const char *what);
+
 /* _native.c: packed varints (a packed repeated integer field's body b[0:n]) */
 /* how many; -1 and ValueError when the last is cut off */
 Py_ssize_t bk_count_varints(const unsigned char *b, Py_ssize_t n);
