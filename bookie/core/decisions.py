@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkledger.bookie.core.index_pages import PageGeometry
-from bkledger.bookie.core.records import be64_view
+from bkledger.bookie.core.records import be64_view, native_vector
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.entry import HEADER, HEADER_SIZE
 from bkledger.wire.native import NATIVE
@@ -103,11 +103,11 @@ def check_add(ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequen
 
 def _scan(ledger_id: int, entry_ids: Sequence[int] | IntArray, sizes: Sequence[int] | IntArray,
           data: bytes | memoryview) -> tuple[int, int, int, int, int, int, int] | None:
-    """wire._native's scan_add_batch where it applies (int64 arrays of the same non-zero length, a ledger id
-    of 0 or more): None where check_add decides in Python."""
-    if NATIVE is None or not isinstance(entry_ids, np.ndarray) or not isinstance(sizes, np.ndarray):
+    """wire._native's scan_add_batch where it applies (contiguous int64 vectors of the same non-zero length, a
+    ledger id of 0 or more): None where check_add decides in Python."""
+    if NATIVE is None or not native_vector(entry_ids) or not native_vector(sizes):
         return None
-    if entry_ids.dtype != np.int64 or sizes.dtype != np.int64 or not 0 < len(entry_ids) == len(sizes):
+    if not 0 < len(entry_ids) == len(sizes):
         return None
     if not 0 <= ledger_id < 1 << 63:
         return None

@@ -174,3 +174,12 @@ def test_r22_a_record_is_indexed_alike_natively_and_in_python(batches: list[list
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(storage, "NATIVE", None)
             assert stored(batches, page_size, Path(python_dir)) == native
+
+
+def test_r26_a_strided_batch_is_decided_in_python_not_refused_by_the_native_call() -> None:
+    """Ids that are a view with a stride (not what the parse gives, but what a caller may pass) are checked
+    as well: the native pass takes only contiguous vectors, and these go the Python way."""
+    data, sizes = packaged(7, [0, 1, 2, 3], [5, 5, 5, 5], [1, 2, 3, 4])
+    ids = np.repeat(np.arange(4, dtype=np.int64), 2)[::2]
+    assert not ids.flags.c_contiguous
+    assert decisions.check_add(7, ids, np.array(sizes, dtype=np.int64), data, 1 << 20) == ("", 4, 3)
