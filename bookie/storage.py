@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkledger.bookie.core.index_pages import Page, PageCache, PageGeometry, PageKey, Slots
-from bkledger.bookie.core.records import add_batch_data_offset, add_batch_parts, be64_at
+from bkledger.bookie.core.records import add_batch_data_offset, add_batch_parts, be64_at, native_vector
 from bkledger.bookie.entrylog import EntryLogger, StorageError
 from bkledger.bookie.files import fsync_dir
 from bkledger.bookie.index import (
@@ -315,12 +315,12 @@ class LedgerStorage:
 
     def _put_record_locked(self, led: LedgerIndex, ids: Slots, log_id: int, offset: int, sizes: Slots) -> None:
         """_put_locked for a record's entries, back to back from `offset` in entry log `log_id`. Where
-        wire._native was built, each page's share is one native call (`fill_slots`; 8-10 us for 90 entries,
-        a new page now and then included, against 38-39 us) while the ids ascend and name no stored entry;
-        what is left after the first page where they do not goes through _put_locked, which keeps the
-        per-log usage right."""
+        wire._native was built (and ids and sizes are contiguous vectors), each page's share is one native
+        call (`fill_slots`; 8-10 us for 90 entries, a new page now and then included, against 38-39 us)
+        while the ids ascend and name no stored entry; what is left after the first page where they do not
+        goes through _put_locked, which keeps the per-log usage right."""
         done, end = 0, offset
-        if NATIVE is not None:
+        if NATIVE is not None and native_vector(ids) and native_vector(sizes):
             entries = self._geometry.entries
             while done < len(ids):
                 page_no = int(ids[done]) // entries

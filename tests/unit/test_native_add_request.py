@@ -183,3 +183,15 @@ def test_r26_a_strided_batch_is_decided_in_python_not_refused_by_the_native_call
     ids = np.repeat(np.arange(4, dtype=np.int64), 2)[::2]
     assert not ids.flags.c_contiguous
     assert decisions.check_add(7, ids, np.array(sizes, dtype=np.int64), data, 1 << 20) == ("", 4, 3)
+
+
+def test_r22_a_strided_batch_is_indexed_in_python_not_refused_by_the_native_call(tmp_path: Path) -> None:
+    entry_ids, sizes, data = batch(7, [0, 1, 2, 3], lac=2)
+    ids = np.repeat(np.array(entry_ids, dtype=np.int64), 2)[::2]
+    assert not ids.flags.c_contiguous
+    st = storage.LedgerStorage([tmp_path])
+    try:
+        st.add_batch(7, ids, np.array(sizes, dtype=np.int64), data)
+        assert st.entry_ids(7) == [0, 1, 2, 3] and st.read_entry(7, 3) is not None
+    finally:
+        st.close()
