@@ -102,14 +102,14 @@ def describe_bookie(before: StageTotals, after: StageTotals, cpu_seconds: float,
             f"stage means (ms): {means}")
 
 
-def _stage_totals(metrics_port: int) -> StageTotals:
+def scrape_stage_totals(metrics_port: int) -> StageTotals:
     if not metrics_port:
         return stage_totals("")
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
         return stage_totals(answer.read().decode())
 
 
-def _cpu_seconds(pid: int) -> float:
+def process_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")     # utime + stime
@@ -121,23 +121,23 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
         cluster.up(3, dict(CONF_OVERRIDES))
         ports = [bookie.port for bookie in cluster.bookies]
         for _ in range(args.runs):
-            stages_before = [_stage_totals(b.metrics_port) for b in cluster.bookies]
-            before, start = [_cpu_seconds(b.pid) for b in cluster.bookies], time.monotonic()
+            stages_before = [scrape_stage_totals(b.metrics_port) for b in cluster.bookies]
+            before, start = [process_cpu_seconds(b.pid) for b in cluster.bookies], time.monotonic()
             lat = transport_floor.measure(ports, args.rate, args.seconds, loop_class=BookieFloorLoop)
             took = time.monotonic() - start
-            used = [_cpu_seconds(b.pid) - was for b, was in zip(cluster.bookies, before, strict=True)]
+            used = [process_cpu_seconds(b.pid) - was for b, was in zip(cluster.bookies, before, strict=True)]
             cores = ", ".join(f"{seconds / took:.2f}" for seconds in used)
             q = [1000 * percentile(lat, f) for f in (0.5, 0.99, 0.999)]
             print(f"bookie floor at {args.rate:.0f}/s: p50 {q[0]:.2f} p99 {q[1]:.2f} p999 {q[2]:.2f} ms "
                   f"({len(lat)} timed); bookies' cores {cores}", flush=True)
             for i, (bookie, was) in enumerate(zip(cluster.bookies, stages_before, strict=True)):
-                print(f"  bookie {i}: {describe_bookie(was, _stage_totals(bookie.metrics_port), used[i], took)}",
+                print(f"  bookie {i}: {describe_bookie(was, scrape_stage_totals(bookie.metrics_port), used[i], took)}",
                       flush=True)
     finally:
         cluster.down(wipe=True)
 
 
-def _runs_count(text: str) -> int:
+def runs_count(text: str) -> int:
     try:
         runs = int(text)
     except ValueError:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bookie_floor", description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=transport_floor.positive, default=5000.0, help="adds/s")
     parser.add_argument("--seconds", type=transport_floor.positive, default=10.0, help="of each run")
-    parser.add_argument("--runs", type=_runs_count, default=3, help="runs of --seconds each (1 to 100)")
+    parser.add_argument("--runs", type=runs_count, default=3, help="runs of --seconds each (1 to 100)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bookie-floor-") as directory:
         _runs(args, directory)

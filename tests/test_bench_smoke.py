@@ -190,3 +190,21 @@ def test_tiny_log_offload(tmp_path: Path) -> None:
     seam = f'format("bkledger") over offloaded history vs over bookies ({label})'
     _aimed(figures, seam, runs=1)
     assert figures[f"{seam}: run 1"]["value"] > 0 and figures[f"{seam}: run 1"]["limit"] > 0
+
+
+def test_the_latency_curve_runs_the_full_client_at_each_rate(tmp_path: Path) -> None:
+    """bench.latency_curve end to end (a real ZooKeeper, three real bookies, the full client): one line per
+    run with its percentiles and the machine's and client's CPU, and one line per bookie with its cores,
+    requests per second and CPU per request read from its metrics."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.latency_curve", "--rates", "200,400", "--seconds", "0.5", "--runs", "1"],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = [line for line in done.stdout.splitlines() if line.startswith("full client at ")]
+    assert [line.split("/s")[0] for line in runs] == ["full client at 200", "full client at 400"], done.stdout
+    assert all(" p99 " in line and "busy, the client " in line for line in runs), runs
+    bookies = [line for line in done.stdout.splitlines() if line.startswith("  bookie ")]
+    assert len(bookies) == 6 and all(" cores; " in line and " ms of CPU each" in line for line in bookies), bookies
+    assert list(tmp_path.glob("latency-curve-*")) == []            # its cluster's directory is removed

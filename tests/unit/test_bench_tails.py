@@ -133,13 +133,16 @@ def test_a_group_file_appends_each_commit_whole_and_in_order(tmp_path) -> None:
 
 def test_the_floor_clis_refuse_a_journal_dir_or_run_count_they_cannot_use(tmp_path, capsys) -> None:
     """A --journal that is not a writable directory would have killed each echo server at its start (the
-    floor then waited out its ready timeout); --runs 0 ran nothing. Both are refused first, naming it."""
+    floor then waited out its ready timeout); --runs 0 ran nothing; a rate of 0, NaN or a word would have
+    started a cluster for an open loop it could not schedule. Each is refused first, naming it."""
     import pytest
 
-    from bench import bookie_floor, transport_floor
+    from bench import bookie_floor, latency_curve, transport_floor
 
     for main, argv in ((transport_floor.main, ["--journal", str(tmp_path / "missing")]),
-                       (bookie_floor.main, ["--runs", "0"]), (bookie_floor.main, ["--runs", "x"])):
+                       (bookie_floor.main, ["--runs", "0"]), (bookie_floor.main, ["--runs", "x"]),
+                       (latency_curve.main, ["--rates", "5000,0"]), (latency_curve.main, ["--rates", "fast"]),
+                       (latency_curve.main, ["--rates", "5000,nan"]), (latency_curve.main, ["--runs", "101"])):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
@@ -190,3 +193,16 @@ def test_the_bookie_floor_reads_each_stage_mean_from_the_bookies_own_metrics() -
     text = describe_bookie(before, after, cpu_seconds=0.006, seconds=2.0)
     assert text.startswith("2 requests/s, 1.50 ms of CPU each;"), text
     assert "decide 0.00, handoff 3.00, storage 0.00" in text and "fsync 0.50" in text, text
+
+
+def test_the_latency_curve_reads_its_rates_and_prints_each_run_as_one_line() -> None:
+    """bench.latency_curve: --rates is a comma-separated list of adds/s, each above 0 and finite; a run's
+    line carries the rate, the percentiles of its sorted latencies (ms), the machine's busy share and the
+    client's cores, and says so when /proc gave neither."""
+    from bench.latency_curve import describe_run, rates
+
+    assert rates("5000,10000.5") == [5000.0, 10000.5]
+    line = describe_run(5000.0, [0.001 * i for i in range(1, 1001)], 4998.0, 0.84, 0.58)
+    assert line.startswith("full client at 5000/s (acknowledged 4998/s): p50 ") and "p99 990" in line, line
+    assert line.endswith("the machine 84% busy, the client 0.58 cores"), line
+    assert "the machine's load unknown, the client's cores unknown" in describe_run(1.0, [0.01], 1.0, None, None)

@@ -1,0 +1,92 @@
+"""Is an add's tail a matter of load? add_latency's open loop at several rates, with what each process spent.
+
+add_latency measures two loads (20% and 80% of a peak); this runs the same open loop (the full client,
+E=3 Qw=3 Qa=2, 1 KiB, traced as add_latency traces) at the rates given, on one LocalCluster of three
+bookies with the bench's settings, and prints for each run its p50/p99/p999, how busy the machine was, the
+client process's cores, and per bookie its cores, requests per second and CPU per request (from its
+metrics, as bench.bookie_floor reads them; cores and requests per second over the whole run, its client's
+start and the floor probe included, so a little below the run's own). Under the client's Nagle rule (one
+AddRequest unanswered per bookie while fewer than addPipelineMinBytes are), the requests per second
+follow the round trip, not the rate: if the CPU and the tail stay where they are as the rate falls,
+the tail is the fixed cost of a request on this machine, not queueing behind load.
+
+`python -m bench.latency_curve --rates 5000,10000,20000 --seconds 10 --runs 2`
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+from bench import transport_floor
+from bench.bookie_floor import describe_bookie, process_cpu_seconds, runs_count, scrape_stage_totals
+from bench.bookie_session import CONF_OVERRIDES
+from bench.client_add import open_loop
+from bench.cluster3 import ClusterSession
+from bench.tails import percentile
+from bkledger.bookie.local.cluster import LocalCluster
+
+MAX_RATE = 1_000_000.0
+
+
+def rates(text: str) -> list[float]:
+    """'5000,10000' -> [5000.0, 10000.0]: adds/s, each above 0 and at most MAX_RATE."""
+    found = []
+    for word in text.split(","):
+        try:
+            rate = float(word)
+        except ValueError:
+            rate = 0.0
+        if not 0 < rate <= MAX_RATE:
+            raise argparse.ArgumentTypeError(f"each rate must be a number of adds/s above 0 and at most "
+                                             f"{MAX_RATE:.0f}, not {word!r} (in {text!r})")
+        found.append(rate)
+    return found
+
+
+def describe_run(rate: float, latencies: list[float], achieved: float, busy: float | None,
+                 client_cores: float | None) -> str:
+    """One run's line: the rate, p50/p99/p999 (ms), the machine's busy share and the client's cores."""
+    q = [1000 * percentile(latencies, f) for f in (0.5, 0.99, 0.999)]
+    machine = f"the machine {busy:.0%} busy" if busy is not None else "the machine's load unknown"
+    client = f"the client {client_cores:.2f} cores" if client_cores is not None else "the client's cores unknown"
+    return (f"full client at {rate:.0f}/s (acknowledged {achieved:.0f}/s): p50 {q[0]:.2f} p99 {q[1]:.2f} "
+            f"p999 {q[2]:.2f} ms; {machine}, {client}")
+
+
+def _runs(args: argparse.Namespace, directory: str) -> None:
+    cluster = LocalCluster(directory)
+    try:
+        cluster.up(3, dict(CONF_OVERRIDES))
+        session = ClusterSession(cluster)
+        for rate in args.rates:
+            for _ in range(args.runs):
+                stages_before = [scrape_stage_totals(b.metrics_port) for b in cluster.bookies]
+                before, start = [process_cpu_seconds(b.pid) for b in cluster.bookies], time.monotonic()
+                result = open_loop(session, rate, args.seconds)
+                took = time.monotonic() - start
+                steal = result.steal
+                print(describe_run(rate, result.latencies, result.achieved, steal.busy if steal else None,
+                                   steal.process_cores if steal else None), flush=True)
+                for i, (bookie, was) in enumerate(zip(cluster.bookies, stages_before, strict=True)):
+                    used = process_cpu_seconds(bookie.pid) - before[i]
+                    print(f"  bookie {i}: {used / took:.2f} cores; "
+                          f"{describe_bookie(was, scrape_stage_totals(bookie.metrics_port), used, took)}", flush=True)
+    finally:
+        cluster.down(wipe=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.latency_curve", description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", type=rates, default=[5000.0, 10000.0, 20000.0], help="adds/s, comma-separated")
+    parser.add_argument("--seconds", type=transport_floor.positive, default=10.0, help="of each run")
+    parser.add_argument("--runs", type=runs_count, default=2, help="runs per rate (1 to 100)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="latency-curve-") as directory:
+        _runs(args, directory)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
