@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import tails, transport_floor
+from bench.bookie_floor import process_cpu_seconds, scrape_stage_totals
 from bench.cluster3 import (
     ACK_QUORUM,
     ENSEMBLE,
@@ -53,6 +54,7 @@ from bench.core import MB, Context, KiB, Row, size_label, timer_loop
 from bench.disk import measure_fsync_limit
 from bench.syscount import SyscallCounter
 from bkledger.bookie import config as bkconfig
+from bkledger.bookie.add_trace import STAGES as BOOKIE_STAGES
 from bkledger.client import BookKeeper
 from bkledger.client.ledger_handle import LedgerHandle
 
@@ -67,6 +69,45 @@ SAMPLE_EVERY = 8   # the open loop times adds 0, 8, 16, ... (acknowledgements co
 PEAK_TRACE_RATE = 200_000   # adds/s the peak's closed loop keeps traces for (above any peak seen here)
 REFERENCE_GROUP = 256 * KiB
 QUORUM = f"E={ENSEMBLE} Qw={WRITE_QUORUM} Qa={ACK_QUORUM}"
+
+
+class BookieMeter:
+    """`with BookieMeter(session) as m: ...` then `m.spends`: each bookie's tails.BookieSpend meanwhile, from its
+    process's CPU time and its bookie_ADD_ENTRY_STAGE counts (as bench.bookie_floor reads them). Under the
+    client's Nagle rule a bookie gets about a request per round trip whatever the rate, so this is what
+    says whether a run's machine was busy with the adds or with the requests (bench.latency_curve)."""
+
+    def __init__(self, session: ClusterSession) -> None:
+        self.session = session
+        self.spends: list[tails.BookieSpend] = []
+        self._before: list[tuple[float, int]] = []
+        self._start = 0.0
+
+    def __enter__(self) -> BookieMeter:
+        with contextlib.suppress(OSError):          # no /proc or no metrics page: the spends stay unknown
+            self._before = [(process_cpu_seconds(b.pid), _requests(b.metrics_port))
+                            for b in self.session.cluster.bookies]
+        self._start = time.monotonic()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        took = time.monotonic() - self._start
+        if exc_type is not None or not self._before or took <= 0:
+            return                                  # a failed run's error is the one to see, not ours
+        spends = []
+        try:
+            for bookie, (cpu, requests) in zip(self.session.cluster.bookies, self._before, strict=True):
+                used, served = process_cpu_seconds(bookie.pid) - cpu, _requests(bookie.metrics_port) - requests
+                each = 1000 * used / served if served > 0 else None
+                spends.append(tails.BookieSpend(used / took, served / took, each))
+        except OSError:
+            return
+        self.spends = spends
+
+
+def _requests(metrics_port: int) -> int:
+    """The add batches a bookie has traced so far (its first add stage's count); 0 without metrics."""
+    return int(scrape_stage_totals(metrics_port)[BOOKIE_STAGES[0]][0])
 
 
 class GroupMeter:
@@ -238,6 +279,7 @@ class LatencyResult:
     gc: tails.GcPauses | None = None
     steal: tails.CpuSteal | None = None
     transport: list[float] | None = None           # s, ascending: bench.transport_floor at this rate, right after
+    bookies: list[tails.BookieSpend] = dataclasses.field(default_factory=list)   # each bookie's, over the timed window
 
 
 def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: float,
@@ -300,6 +342,7 @@ def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group:
                                                           first.metrics_port))
             probes.enter_context(_frozen_heap())    # before GcPauses: its own full collection is not the run's
             gc_pauses, steal = probes.enter_context(tails.GcPauses()), probes.enter_context(tails.CpuSteal())
+            bookies = probes.enter_context(BookieMeter(session))
             start = time.perf_counter() + 0.05
             timer = threading.Thread(target=_schedule, args=(lh, payload, rate, count, start, done, errors),
                                      name="bench-open-loop")
@@ -318,7 +361,7 @@ def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group:
     timed = [(i + 1, t - (start + i / rate)) for i, t in enumerate(done) if t]     # the sampled adds
     achieved = count / (max(done) - start)
     return LatencyResult(rate, achieved, sorted(latency for _, latency in timed), count, meter.group_bytes,
-                         meter.why_not, timed, traces, bookie_logs, floor, gc_pauses, steal)
+                         meter.why_not, timed, traces, bookie_logs, floor, gc_pauses, steal, bookies=bookies.spends)
 
 
 CDF_FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999)

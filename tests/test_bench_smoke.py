@@ -115,6 +115,7 @@ def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
         assert "floor (raw append+fdatasync" in run["why"] and "GC" in run["why"] and "steal" in run["why"], run
         assert run["limit"] > 0, run           # the floor's p99, measured meanwhile
         assert "transport floor (the same open loop" in run["why"], run
+        assert "requests/s at " in run["why"] and " ms of CPU each" in run["why"], run   # each bookie's spend
         against = figures[f"{label}: p99 against the transport floor"]
         assert against["limit"] > 0 and against["value"] > 0, against
         for name in ("p50", "p99", "p999"):
@@ -125,6 +126,8 @@ def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
     runs = [r for r in report["add_latency_runs"] if "run" in r]
     assert len(runs) == 2 and all(r["floor_ms"]["p50"] > 0 and r["gc_pauses_ms"] is not None for r in runs), runs
     assert all(0 < r["transport_ms"]["p50"] <= r["transport_ms"]["p99"] for r in runs), runs
+    assert all(len(r["bookies"]) == 3 and all(b["requests_per_s"] > 0 and b["cpu_ms_per_request"] > 0
+                                              for b in r["bookies"]) for r in runs), runs
     attributions = [r["attribution"] for r in report["add_latency_runs"] if "attribution" in r]
     assert len(attributions) == 2 and all(a["adds"] >= 1 for a in attributions), attributions
 
@@ -193,9 +196,9 @@ def test_tiny_log_offload(tmp_path: Path) -> None:
 
 
 def test_the_latency_curve_runs_the_full_client_at_each_rate(tmp_path: Path) -> None:
-    """bench.latency_curve end to end (a real ZooKeeper, three real bookies, the full client): one line per
-    run with its percentiles and the machine's and client's CPU, and one line per bookie with its cores,
-    requests per second and CPU per request read from its metrics."""
+    """bench.latency_curve end to end (a real ZooKeeper, three real bookies, the full client): per run a line
+    with its percentiles and the machine's and client's CPU, one with the bookies' cores, requests per
+    second and CPU per request, and one per bookie with its add stages' means read from its metrics."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.latency_curve", "--rates", "200,400", "--seconds", "0.5", "--runs", "1"],
         cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=180,
@@ -205,6 +208,8 @@ def test_the_latency_curve_runs_the_full_client_at_each_rate(tmp_path: Path) -> 
     runs = [line for line in done.stdout.splitlines() if line.startswith("full client at ")]
     assert [line.split("/s")[0] for line in runs] == ["full client at 200", "full client at 400"], done.stdout
     assert all(" p99 " in line and "busy, the client " in line for line in runs), runs
-    bookies = [line for line in done.stdout.splitlines() if line.startswith("  bookie ")]
-    assert len(bookies) == 6 and all(" cores; " in line and " ms of CPU each" in line for line in bookies), bookies
+    spends = [line for line in done.stdout.splitlines() if line.startswith("  the bookies ")]
+    assert len(spends) == 2 and all(" requests/s at " in line for line in spends), done.stdout
+    stages = [line for line in done.stdout.splitlines() if line.startswith("  bookie ")]
+    assert len(stages) == 6 and all(": stage means (ms): decide " in line for line in stages), stages
     assert list(tmp_path.glob("latency-curve-*")) == []            # its cluster's directory is removed

@@ -206,3 +206,13 @@ def test_the_latency_curve_reads_its_rates_and_prints_each_run_as_one_line() -> 
     assert line.startswith("full client at 5000/s (acknowledged 4998/s): p50 ") and "p99 990" in line, line
     assert line.endswith("the machine 84% busy, the client 0.58 cores"), line
     assert "the machine's load unknown, the client's cores unknown" in describe_run(1.0, [0.01], 1.0, None, None)
+
+
+def test_the_bookies_spend_is_printed_per_bookie_and_unknown_without_figures() -> None:
+    """add_latency's run line carries each bookie's cores, requests per second and CPU per request
+    (bench.client_add.BookieMeter); a bookie that traced nothing shows '?' and no meter says unknown."""
+    from bench.tails import BookieSpend, describe_spends
+
+    spends = [BookieSpend(0.304, 262.4, 1.144), BookieSpend(0.29, 255.0, None)]
+    assert describe_spends(spends) == "the bookies 0.30, 0.29 cores, 262, 255 requests/s at 1.14, ? ms of CPU each"
+    assert describe_spends([]) == "the bookies' CPU unknown"
