@@ -5,10 +5,10 @@ E=3 Qw=3 Qa=2, 1 KiB, traced as add_latency traces) at the rates given, on one L
 bookies with the bench's settings, and prints for each run its p50/p99/p999, how busy the machine was, the
 client process's cores, the cores, requests per second and CPU per request of each bookie over the
 timed window (bench.client_add.BookieMeter, as add_latency prints them), and each bookie's add stages'
-means (bench.bookie_floor). Under the client's Nagle rule (one
-AddRequest unanswered per bookie while fewer than addPipelineMinBytes are), the requests per second
-follow the round trip, not the rate: if the CPU and the tail stay where they are as the rate falls,
-the tail is the fixed cost of a request on this machine, not queueing behind load.
+means (bench.bookie_floor). Under the client's Nagle rule (one AddRequest unanswered per bookie while
+fewer than addPipelineMinBytes are), the requests per second follow the round trip, not the rate: if
+the CPU and the tail stay where they are as the rate falls, the tail is the fixed cost of a request on
+this machine, not queueing behind load.
 
 `python -m bench.latency_curve --rates 5000,10000,20000 --seconds 10 --runs 2`
 """
