@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import tails, transport_floor
-from bench.bookie_floor import process_cpu_seconds, scrape_stage_totals
+from bench.bookie_floor import StageTotals, process_cpu_seconds, scrape_stage_totals, stage_means
 from bench.cluster3 import (
     ACK_QUORUM,
     ENSEMBLE,
@@ -73,19 +73,20 @@ QUORUM = f"E={ENSEMBLE} Qw={WRITE_QUORUM} Qa={ACK_QUORUM}"
 
 class BookieMeter:
     """`with BookieMeter(session) as m: ...` then `m.spends`: each bookie's tails.BookieSpend meanwhile, from its
-    process's CPU time and its bookie_ADD_ENTRY_STAGE counts (as bench.bookie_floor reads them). Under the
+    process's CPU time and its bookie_ADD_ENTRY_STAGE histograms (as bench.bookie_floor reads them: the
+    batches traced, one per request, and each stage's mean), scraped once before and once after. Under the
     client's Nagle rule a bookie gets about a request per round trip whatever the rate, so this is what
     says whether a run's machine was busy with the adds or with the requests (bench.latency_curve)."""
 
     def __init__(self, session: ClusterSession) -> None:
         self.session = session
         self.spends: list[tails.BookieSpend] = []
-        self._before: list[tuple[float, int]] = []
+        self._before: list[tuple[float, StageTotals]] = []
         self._start = 0.0
 
     def __enter__(self) -> BookieMeter:
         with contextlib.suppress(OSError):          # no /proc or no metrics page: the spends stay unknown
-            self._before = [(process_cpu_seconds(b.pid), _requests(b.metrics_port))
+            self._before = [(process_cpu_seconds(b.pid), scrape_stage_totals(b.metrics_port))
                             for b in self.session.cluster.bookies]
         self._start = time.monotonic()
         return self
@@ -96,18 +97,14 @@ class BookieMeter:
             return                                  # a failed run's error is the one to see, not ours
         spends = []
         try:
-            for bookie, (cpu, requests) in zip(self.session.cluster.bookies, self._before, strict=True):
-                used, served = process_cpu_seconds(bookie.pid) - cpu, _requests(bookie.metrics_port) - requests
+            for bookie, (cpu, stages) in zip(self.session.cluster.bookies, self._before, strict=True):
+                used, after = process_cpu_seconds(bookie.pid) - cpu, scrape_stage_totals(bookie.metrics_port)
+                served = after[BOOKIE_STAGES[0]][0] - stages[BOOKIE_STAGES[0]][0]     # its traced add batches
                 each = 1000 * used / served if served > 0 else None
-                spends.append(tails.BookieSpend(used / took, served / took, each))
+                spends.append(tails.BookieSpend(used / took, served / took, each, stage_means(stages, after)))
         except OSError:
             return
         self.spends = spends
-
-
-def _requests(metrics_port: int) -> int:
-    """The add batches a bookie has traced so far (its first add stage's count); 0 without metrics."""
-    return int(scrape_stage_totals(metrics_port)[BOOKIE_STAGES[0]][0])
 
 
 class GroupMeter:

@@ -4,8 +4,8 @@ add_latency measures two loads (20% and 80% of a peak); this runs the same open 
 E=3 Qw=3 Qa=2, 1 KiB, traced as add_latency traces) at the rates given, on one LocalCluster of three
 bookies with the bench's settings, and prints for each run its p50/p99/p999, how busy the machine was, the
 client process's cores, the cores, requests per second and CPU per request of each bookie over the
-timed window (bench.client_add.BookieMeter, as add_latency prints them), and each bookie's add stages'
-means (bench.bookie_floor). Under the client's Nagle rule (one AddRequest unanswered per bookie while
+timed window, and each bookie's add stages' means over it (bench.client_add.BookieMeter, whose spends
+add_latency prints too). Under the client's Nagle rule (one AddRequest unanswered per bookie while
 fewer than addPipelineMinBytes are), the requests per second follow the round trip, not the rate: if
 the CPU and the tail stay where they are as the rate falls, the tail is the fixed cost of a request on
 this machine, not queueing behind load.
@@ -19,7 +19,7 @@ import argparse
 import tempfile
 
 from bench import transport_floor
-from bench.bookie_floor import runs_count, scrape_stage_totals, stage_means
+from bench.bookie_floor import runs_count
 from bench.bookie_session import CONF_OVERRIDES
 from bench.client_add import open_loop
 from bench.cluster3 import ClusterSession
@@ -61,14 +61,13 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
         session = ClusterSession(cluster)
         for rate in args.rates:
             for _ in range(args.runs):
-                stages_before = [scrape_stage_totals(b.metrics_port) for b in cluster.bookies]
                 result = open_loop(session, rate, args.seconds)
                 steal = result.steal
                 print(describe_run(rate, result.latencies, result.achieved, steal.busy if steal else None,
                                    steal.process_cores if steal else None), flush=True)
                 print(f"  {describe_spends(result.bookies)}", flush=True)
-                for i, (bookie, was) in enumerate(zip(cluster.bookies, stages_before, strict=True)):
-                    print(f"  bookie {i}: {stage_means(was, scrape_stage_totals(bookie.metrics_port))}", flush=True)
+                for i, spend in enumerate(result.bookies):
+                    print(f"  bookie {i}: {spend.stage_means}", flush=True)
     finally:
         cluster.down(wipe=True)
 

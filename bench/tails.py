@@ -370,6 +370,7 @@ class BookieSpend:
     cores: float
     requests_per_s: float
     cpu_ms_per_request: float | None     # None: no batch traced (metrics off)
+    stage_means: str = ""                # its add stages' means over the window (bench.bookie_floor.stage_means)
 
 
 def describe_spends(spends: list[BookieSpend]) -> str:
