@@ -29,6 +29,7 @@ class ConfigError(ValueError):
 class BookieConfig:
     metadataServiceUri: str = "zk://127.0.0.1:2181/ledgers"
     bookiePort: int = 3181
+    addStreamPort: int = -1                # adds over plain TCP (bookie.add_port): -1 off, 0 a free port, else this
     listenAddress: str = "0.0.0.0"         # where the servers bind (default: all interfaces, as BookKeeper)
     advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress, or when that
     #   is 0.0.0.0 this host's address (bookie.core.bookie_address; resolved when the bookie starts)
@@ -225,14 +226,26 @@ def validate(config: BookieConfig) -> None:
         raise ConfigError("rereplicationEntryBatchSize must be at least 1")
     if config.maxReadBatchBytes < 1024:
         raise ConfigError("maxReadBatchBytes must be at least 1024")
+    _validate_add_port(config)
     _validate_http(config)
     _validate_operations(config)
     if len(config.journalDirectories) != 1:
         raise ConfigError("exactly one journal directory is supported (journalDirectories)")
 
 
+def _validate_add_port(config: BookieConfig) -> None:
+    if not -1 <= config.addStreamPort < 65536:
+        raise ConfigError(f"addStreamPort must be -1 (off), 0 (a free port) or 1..65535, got {config.addStreamPort}")
+    if config.addStreamPort >= 0 and config.tlsProviderFactoryClass:
+        raise ConfigError("addStreamPort carries adds in plaintext and this bookie serves TLS "
+                          f"(tlsProviderFactoryClass={config.tlsProviderFactoryClass}): set addStreamPort=-1; "
+                          "clients then add over bookiePort, with TLS")
+
+
 def _validate_http(config: BookieConfig) -> None:
     ports = {"bookiePort": config.bookiePort}
+    if config.addStreamPort > 0:
+        ports["addStreamPort"] = config.addStreamPort
     if config.prometheusStatsHttpPort:
         ports["prometheusStatsHttpPort"] = config.prometheusStatsHttpPort
     if config.httpServerEnabled:

@@ -68,7 +68,8 @@ class NoServerStats:
         return None
 
     def request(self, kind: str) -> None:
-        """One fence, long-poll, write-LAC or force-ledger request (see ServerStats.REQUESTS)."""
+        """One fence, long-poll, write-LAC or force-ledger request, or a refused add port stream (see
+        ServerStats.REQUESTS)."""
         return None
 
     def journal_sync(self, seconds: float) -> None:
@@ -144,6 +145,8 @@ class ServerStats(NoServerStats):
         "long_poll": ("bookkeeper_server_READ_ENTRY_LONG_POLL_REQUEST", "long-poll reads of the LAC"),
         "write_lac": ("bookkeeper_server_WRITE_LAC_REQUEST", "explicit LAC writes"),
         "force_ledger": ("bookkeeper_server_FORCE_LEDGER_REQUEST", "force-ledger requests"),
+        "add_port_refused": ("bookie_ADD_PORT_REFUSED", "add port streams refused (a frame or request that "
+                             "breaks the framing or does not parse; bookie.add_port)"),
     }
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -162,14 +162,14 @@ class BookieService(pb_grpc.BookieServicer):
                 for batch in request:
                     outstanding[0] += 1
                     drained.clear()
-                    self._submit_batch(batch, reply, peer)
+                    self.submit_batch(batch, reply, peer)
             await drained.wait()
         except (asyncio.CancelledError, grpc.aio.AioRpcError):
             pass
         finally:
             out.put_nowait(end)
 
-    def _submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None], peer: str = "") -> None:
+    def submit_batch(self, batch: AddBatchView, reply: Callable[[bytes], None], peer: str = "") -> None:
         """Decide the batch (`machine.on_add`) and run what it says: store and journal it, or answer now."""
         ledger_id, entry_ids = batch.ledger_id, batch.entry_ids
         started = self.stats.add_started()
@@ -249,7 +249,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     def _run(self, effect: machine.Effect[Answer]) -> None:
         """Run one effect of the machine (a StoreAdd or JournalLac only comes with its request's data, and is
-        run where the request is decided: `_submit_batch`, `WriteLac`)."""
+        run where the request is decided: `submit_batch`, `WriteLac`)."""
         match effect:
             case machine.Reply(token=token, status=status, reason=reason):
                 token(status, reason)

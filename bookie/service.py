@@ -27,6 +27,7 @@ from pathlib import Path
 import grpc
 
 from bkledger.bookie import tuning
+from bkledger.bookie.add_port import AddPort, open_add_port
 from bkledger.bookie.address import resolve
 from bkledger.bookie.bookie import Bookie, dirs_have_data
 from bkledger.bookie.bookie_http import start_bookie_http
@@ -45,6 +46,7 @@ from bkledger.client.errors import InvalidOptionError
 from bkledger.client.meta.errors import MetadataStoreError
 from bkledger.client.meta.store import MetadataStore
 from bkledger.client.meta.zkauth import zk_auth
+from bkledger.wire.add_stream import REGISTRATION_PROPERTY
 
 log = logging.getLogger("bkledger.bookie")
 GC_STOP_WAIT_S = 10.0   # shutdown waits this long for a garbage-collection round to end
@@ -56,6 +58,8 @@ class PortInUseError(OSError):
 
 def _serving_ports(config: BookieConfig) -> list[tuple[str, int]]:
     ports = [("bookiePort", config.bookiePort)]
+    if config.addStreamPort > 0:
+        ports.append(("addStreamPort", config.addStreamPort))
     if config.prometheusStatsHttpPort:
         ports.append(("prometheusStatsHttpPort", config.prometheusStatsHttpPort))
     if config.httpServerEnabled:
@@ -118,6 +122,7 @@ class BookieServer:
         self.bookie = Bookie(config, on_fatal=self._on_journal_fatal)
         self.service: BookieService | None = None
         self.server: grpc.aio.Server | None = None
+        self.add_port: AddPort | None = None       # addStreamPort (bookie.add_port), when on
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.gc: GarbageCollector | None = None
@@ -211,6 +216,7 @@ class BookieServer:
         await self._bind(address)
         self.http = start_bookie_http(self)
         await self.server.start()
+        await self._open_add_port()
         if not await self._registered(self.service.read_only):
             await self._shutdown(None)
             return
@@ -224,6 +230,21 @@ class BookieServer:
         monitor = asyncio.create_task(self._disk_monitor())
         await self._stop.wait()
         await self._shutdown(monitor)
+
+    async def _open_add_port(self) -> None:
+        """addStreamPort: listen for add streams over plain TCP (bookie.add_port), and register where."""
+        cfg = self.config
+        if cfg.addStreamPort < 0:
+            return
+        assert self.service is not None
+        try:
+            self.add_port = await open_add_port(self.service, cfg.listenAddress, cfg.addStreamPort)
+        except OSError as exc:
+            await self._shutdown(None)
+            raise port_in_use(cfg, "addStreamPort", cfg.addStreamPort, exc.strerror or str(exc)) from None
+        self.registrar.info[REGISTRATION_PROPERTY] = str(self.add_port.port)
+        log.info("bookie %s takes adds over plain TCP on %s:%d (addStreamPort)", cfg.bookie_id,
+                 cfg.listenAddress, self.add_port.port)
 
     def _join_cluster(self) -> None:
         """Connect to ZooKeeper, create the cluster's znodes if missing, check the cookies (R24)."""
@@ -294,6 +315,8 @@ class BookieServer:
                         self.store.layout.bookie(self.config.bookie_id, self.service is not None
                                                  and self.service.read_only), self.config.zkTimeout)
         self.store.interrupt()     # garbage collection waiting for an absent ZooKeeper ends at its next retry
+        if self.add_port is not None:
+            await self.add_port.close()
         if self.server is not None:
             await self.server.stop(grace=2)
         for http in self.http:

@@ -26,7 +26,12 @@ if _version_not_supported:
 
 
 class BookieStub:
-    """Missing associated documentation comment in .proto file."""
+    """AddStream's messages also travel outside gRPC, on a bookie's add port (addStreamPort; its registration
+    property "addStreamPort"): the client opens with the 8 bytes "BKADD\0\0\1", then each message is a frame
+    of a 4-byte big-endian body length, a 1-byte kind and the body: 1 = AddRequest (client to bookie),
+    2 = AddResponse (bookie to client), 3 = the UTF-8 reason the bookie refuses the stream, after which it
+    closes it (wire/add_stream.py).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -82,7 +87,12 @@ class BookieStub:
 
 
 class BookieServicer:
-    """Missing associated documentation comment in .proto file."""
+    """AddStream's messages also travel outside gRPC, on a bookie's add port (addStreamPort; its registration
+    property "addStreamPort"): the client opens with the 8 bytes "BKADD\0\0\1", then each message is a frame
+    of a 4-byte big-endian body length, a 1-byte kind and the body: 1 = AddRequest (client to bookie),
+    2 = AddResponse (bookie to client), 3 = the UTF-8 reason the bookie refuses the stream, after which it
+    closes it (wire/add_stream.py).
+    """
 
     def AddStream(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
@@ -195,7 +205,12 @@ def add_BookieServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Bookie:
-    """Missing associated documentation comment in .proto file."""
+    """AddStream's messages also travel outside gRPC, on a bookie's add port (addStreamPort; its registration
+    property "addStreamPort"): the client opens with the 8 bytes "BKADD\0\0\1", then each message is a frame
+    of a 4-byte big-endian body length, a 1-byte kind and the body: 1 = AddRequest (client to bookie),
+    2 = AddResponse (bookie to client), 3 = the UTF-8 reason the bookie refuses the stream, after which it
+    closes it (wire/add_stream.py).
+    """
 
     @staticmethod
     def AddStream(request_iterator,

@@ -46,7 +46,7 @@ def batch(first: int, count: int) -> AddBatchView:
 
 def submit(service: BookieService, added: AddBatchView) -> asyncio.Future[bytes]:
     answered: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-    service._submit_batch(added, answered.set_result)
+    service.submit_batch(added, answered.set_result)
     return answered
 
 

@@ -142,3 +142,17 @@ def test_the_templates_commented_values_are_valid() -> None:
     text = TEMPLATE.read_text()
     values = dict(re.findall(r"^#([A-Za-z][A-Za-z0-9]*)=(.*)$", text, re.MULTILINE))
     bkconfig.from_mapping({**parse_properties(text), **values, "strictConfig": "true"})
+
+
+@pytest.mark.parametrize("value", ["-2", "65536", "3181"])
+def test_an_add_port_that_cannot_be_is_a_config_error_naming_it(value: str) -> None:
+    with pytest.raises(ConfigError, match="addStreamPort"):
+        from_mapping({"bookiePort": "3181", "addStreamPort": value})
+
+
+def test_the_add_port_is_refused_beside_tls_which_it_does_not_carry() -> None:
+    tls = {"tlsProviderFactoryClass": "org.apache.bookkeeper.tls.TLSContextFactory", "tlsKeyStore": "k.pem",
+           "tlsCertificatePath": "c.pem", "tlsTrustStore": "ca.pem"}
+    with pytest.raises(ConfigError, match="addStreamPort carries adds in plaintext"):
+        from_mapping({**tls, "addStreamPort": "0"})
+    assert from_mapping({**tls, "addStreamPort": "-1"}).addStreamPort == -1
