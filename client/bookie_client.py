@@ -14,9 +14,10 @@ of peak), and under heavy load a pipeline, so that a bookie never idles between 
 A chunk of a bulk is a request of its own that nothing joins, so waiting gains it nothing: chunks leave
 while fewer than `max_bulk_bytes_in_flight` bytes are unanswered (with two requests of 0.5 MiB in
 flight, each bookie's journal committed one request per fsync and the bulk loop idled between them).
-When the stream breaks, every registered handler hears `on_bookie_failed`, so the ledgers can treat
-what they had in flight on this bookie as failed (R9). Runs on the client's event loop; not
-thread-safe by itself.
+The add stream is gRPC's AddStream, or the same messages on the bookie's add port when its registration
+names one (client.add_port: plain TCP, about half the round trip). When the stream breaks, every
+registered handler hears `on_bookie_failed`, so the ledgers can treat what they had in flight on this
+bookie as failed (R9). Runs on the client's event loop; not thread-safe by itself.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
+from bkledger.client.add_port import AddPortCall, AddPortError
 from bkledger.client.add_trace import AddTrace, stamp_sent
 from bkledger.client.errors import BookieTlsError, BookieUnavailableError
 from bkledger.client.tls import TlsSettings, rejection
@@ -47,8 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bkledger.client.bookie")
 
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 10000),
     ("grpc.enable_retries", 0),
@@ -57,6 +60,7 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),   # (min_reconnect_backoff would also cap connect time)
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
+ADD_PORT_CONNECT_TIMEOUT_S = 10.0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024   # payload bytes of one AddRequest; a bookie takes messages of at least
                                       # 1.5 times this (bookie.core.request_checks.max_message_bytes)
 
@@ -146,15 +150,18 @@ ADD_BATCH_DATA = 8          # AddBatch.data
 class BookieClient:
     def __init__(self, bookie_id: str, address: str, max_requests_in_flight: int = 0,
                  credentials: grpc.ChannelCredentials | None = None, tls: TlsSettings | None = None,
-                 max_bulk_bytes_in_flight: int = 0, pipeline_min_bytes: int = 0):
+                 max_bulk_bytes_in_flight: int = 0, pipeline_min_bytes: int = 0, add_port: int = 0):
         """`max_requests_in_flight`: AddRequests unanswered on the stream before adds wait (0: no bound).
         `pipeline_min_bytes`: unanswered bytes below which one unanswered request is already the bound (0:
         never; the client setting addPipelineMinBytes).
         `credentials`: TLS channel credentials (client.tls; None: plaintext); `tls` explains rejections.
         `max_bulk_bytes_in_flight`: unanswered bytes up to which a bulk's chunk leaves past that bound (0: it
-        obeys the bound; the client setting maxAddBulkBytesInFlight)."""
+        obeys the bound; the client setting maxAddBulkBytesInFlight).
+        `add_port`: the bookie's add port (client.add_port), where the adds go instead of gRPC's AddStream
+        (0: AddStream)."""
         self.bookie_id = bookie_id
         self.address = address
+        self.add_port = add_port
         self.tls = tls or TlsSettings()
         self.tls_error: BookieTlsError | None = None      # the TLS rejection that broke this connection
         self.channel = (grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS) if credentials
@@ -266,8 +273,22 @@ class BookieClient:
         head = self._queued[0]
         return head.sealed and self._in_flight_bytes + head.nbytes <= self._bulk_limit
 
+    async def _open_add_call(self) -> grpc.aio.StreamStreamCall | AddPortCall:
+        """The add stream: on the bookie's add port when it has one, else gRPC's AddStream."""
+        if not self.add_port:
+            return self.add_stream()
+        call = AddPortCall(self.bookie_id, _host(self.address), self.add_port, MAX_RESPONSE_BYTES)
+        await call.open(ADD_PORT_CONNECT_TIMEOUT_S)
+        return call
+
     async def _run_stream(self) -> None:
-        call = self.add_stream()
+        try:
+            call = await self._open_add_call()
+        except AddPortError as exc:
+            log.warning("add stream to %s failed: %s", self.bookie_id, exc)
+            if not self._closed:
+                self._fail()
+            return
         reader = asyncio.get_running_loop().create_task(self._read_acks(call))
         try:
             while not self._closed:
@@ -282,7 +303,7 @@ class BookieClient:
                         stamp_sent(queued.traces, self.bookie_id)
                 if reader.done():
                     break
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError, AddPortError) as exc:
             self._note_tls(exc)
             log.warning("add stream to %s failed: %s", self.bookie_id, self.tls_error or _short(exc))
         finally:
@@ -291,10 +312,12 @@ class BookieClient:
                     await _quiet(call.done_writing())
                     await _quiet(asyncio.wait_for(reader, 5))
                 reader.cancel()
+            if isinstance(call, AddPortCall):
+                call.close()
             if not self._closed:
                 self._fail()
 
-    async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall | AddPortCall) -> None:
         try:
             async for response in call:
                 for ack in response.acks:
@@ -302,7 +325,7 @@ class BookieClient:
                     if handler is not None:
                         handler.on_ack(self.bookie_id, ack)
                 self._answer(len(response.acks))
-        except grpc.aio.AioRpcError as exc:
+        except (grpc.aio.AioRpcError, AddPortError) as exc:
             if not self._closed:
                 self._note_tls(exc)
                 log.warning("ack stream from %s failed: %s", self.bookie_id, self.tls_error or _short(exc))
@@ -456,6 +479,11 @@ def _pieces(sizes: Sequence[int] | IntArray, limit: int) -> Iterator[tuple[int, 
             lo, start = i, offset
         offset += int(size)
     yield lo, len(sizes), start, offset
+
+
+def _host(address: str) -> str:
+    """The host of a "host:port" (or "[v6]:port") address."""
+    return address.rsplit(":", 1)[0].strip("[]")
 
 
 def _short(exc: BaseException) -> str:

@@ -76,7 +76,7 @@ class BookKeeper(LogsMixin, TransactionsMixin, OffloadPolicyMixin):
                               auth=zk_auth(self.config)).start()
         runtime = EventLoopThread()
         pool = BookiePool(store, self.config.maxAddRequestsInFlight, pool_tls, self.config.maxAddBulkBytesInFlight,
-                          self.config.addPipelineMinBytes)
+                          self.config.addPipelineMinBytes, self.config.useAddStreamPort)
         health = BookieHealth(self.config.bookieFailureHistoryExpirationMSec / 1000.0,
                               self.config.reorderReadSequenceEnabled)
         metrics = client_metrics(metrics_registry)

@@ -40,6 +40,8 @@ class ClientConfig:
     addPipelineMinBytes: int = 256 * 1024    # per bookie connection: a second request (up to maxAddRequestsInFlight)
                                              # leaves only while the unanswered ones carry at least this many
                                              # bytes; below it, one at a time (0: always up to the bound)
+    useAddStreamPort: bool = True            # add over a bookie's add port (its addStreamPort: plain TCP, faster
+                                             # than gRPC) when it has one and TLS is off; false: always gRPC
     maxOutstandingAdds: int = 4000           # adds in flight per ledger before add_entry waits (deeper queues
                                              # only delay acks past addEntryTimeoutSec when many ledgers share a bookie)
     ensembleChangeMaxAttempts: int = 5       # bounded ensemble changes per failure

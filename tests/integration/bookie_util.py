@@ -57,9 +57,10 @@ def package(ledger_id: int, entry_ids: Sequence[int], payload: bytes = b"x" * 10
 
 async def add_async(
     address: str, ledger_id: int, entry_ids: Sequence[int], *, key: bytes = KEY, recovery: bool = False,
-    per_batch: int = 100, timeout: float = 30.0, raw: tuple[bytes, list[int]] | None = None,
+    per_batch: int = 100, timeout: float = 30.0, raw: tuple[bytes, list[int]] | None = None, add_port: int = 0,
 ) -> AddResult:
-    client = BookieClient(address, address)
+    """`add_port`: add over the bookie's add port (bookie.add_port) instead of gRPC's AddStream."""
+    client = BookieClient(address, address, add_port=add_port)
     collector = _Collector(len(entry_ids))
     client.register(ledger_id, collector)
     start = time.monotonic()
