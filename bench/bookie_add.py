@@ -1,8 +1,9 @@
-"""bookie_add: adds to ONE real bookie through the gRPC add stream, against the raw disk limit.
+"""bookie_add: adds to ONE real bookie through its add stream, against the raw disk limit.
 
 The client side is the real one (`client.bookie_client.BookieClient`, entries packaged by
 `client.protocol.digest.package_batch` with CRC32C) with a bounded window of entries in flight and a
-few hundred entries per send. The bookie journals each group with one write and one fdatasync
+few hundred entries per send, on the bookie's add port as a client sends them (bookie.add_port; gRPC's
+AddStream for a bookie without one). The bookie journals each group with one write and one fdatasync
 (journalSyncData=true) and acknowledges only after it, so its ceiling is the raw append + fdatasync
 speed at the group size it actually makes. That group size is measured from outside: journal bytes
 grown / fdatasync calls counted with `perf stat` (bench.syscount); the limit is then measured at that
@@ -71,9 +72,11 @@ async def _wait(acks: _Acks, until: int) -> None:
         await acks.event.wait()
 
 
-async def _write(address: str, ledger_id: int, payload_size: int, seconds: float, window: int) -> tuple[int, float]:
-    """Add entries for `seconds` with at most `window` in flight; (entries acknowledged, elapsed)."""
-    client = BookieClient("bench-bookie", address)
+async def _write(address: str, ledger_id: int, payload_size: int, seconds: float, window: int,
+                 add_port: int = 0) -> tuple[int, float]:
+    """Add entries for `seconds` with at most `window` in flight; (entries acknowledged, elapsed). `add_port`:
+    the bookie's, where the adds go as a client sends them (0: gRPC's AddStream)."""
+    client = BookieClient("bench-bookie", address, add_port=add_port)
     acks = _Acks()
     client.register(ledger_id, acks)
     digest, key = make_digest("crc32c"), master_key(PASSWORD)
@@ -105,14 +108,14 @@ def write_ledger(ctx: Context, session: BookieSession, payload_size: int) -> Add
     why_not = SyscallCounter.available()
     settings = ctx.settings
     before = session.journal_bytes()
+    write = _write(session.process.address, ledger_id, payload_size, settings.add_seconds, settings.window_entries,
+                   session.process.add_port)
     if why_not:
-        entries, elapsed = asyncio.run(_write(session.process.address, ledger_id, payload_size,
-                                              settings.add_seconds, settings.window_entries))
+        entries, elapsed = asyncio.run(write)
         fsyncs: int | None = None
     else:
         with SyscallCounter(session.process.pid) as counter:
-            entries, elapsed = asyncio.run(_write(session.process.address, ledger_id, payload_size,
-                                                  settings.add_seconds, settings.window_entries))
+            entries, elapsed = asyncio.run(write)
         fsyncs = counter.counts.get(FDATASYNC)
         why_not = "" if fsyncs else "perf counted no fdatasync calls"
     grown = session.journal_bytes() - before

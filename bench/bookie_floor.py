@@ -3,8 +3,9 @@
 The same client shape as the transport floor (a timer thread, one asyncio loop thread, at most one request
 unanswered per server, an add done at the second of three answers), but each request is a real AddRequest:
 one AddBatch of the drained adds, packaged with their headers and CRC32C digests as the client packages
-them, on each bookie's AddStream. There is no LedgerHandle, no writer machine, no future per add and no
-ledger metadata (a bookie takes adds to a ledger it has not seen; the first add names the master key). So
+them, on each bookie's add port (as the client sends them; `--grpc`: on gRPC's AddStream). There is
+no LedgerHandle, no writer machine, no future per add and no ledger metadata (a bookie takes adds to a
+ledger it has not seen; the first add names the master key). So
 of what add_latency measures above the transport floor, this floor holds the bookie's part (its request
 path, storage, journal and fdatasync) and leaves out the client's.
 
@@ -17,6 +18,7 @@ read from its metrics: every batch is traced).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import os
 import tempfile
@@ -31,6 +33,7 @@ from bench.bookie_session import CONF_OVERRIDES
 from bench.tails import percentile
 from bkledger.bookie.add_trace import STAGES
 from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client.add_port import AddPortCall
 from bkledger.client.protocol.digest import DigestManager, package_batch
 from bkledger.proto import bookie_pb2 as pb
 
@@ -59,10 +62,31 @@ def encode_request(drains: list[Drained]) -> bytes:
     return pb.AddRequest(batches=[batch]).SerializeToString()
 
 
+class AddPortStream(BookieStream):
+    """The same requests on the bookie's add port (bookie.add_port), as the client sends them when the
+    bookie has one; `port` is the add port."""
+
+    async def start(self) -> None:
+        call = AddPortCall(f"bookie at {self.port}", "127.0.0.1", self.port, transport_floor.MAX_MESSAGE)
+        await call.open(transport_floor.READY_TIMEOUT)
+        self.call: Any = call
+        self.channel: Any = _Closer(call)
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._write()), loop.create_task(self._read())]
+
+
+class _Closer:
+    def __init__(self, call: AddPortCall) -> None:
+        self.call = call
+
+    async def close(self) -> None:
+        self.call.close()
+
+
 class BookieFloorLoop(transport_floor.FloorLoop):
     """Each run writes a ledger of its own; a drain's adds get the next entry ids."""
 
-    stream_class = BookieStream
+    stream_class: type[transport_floor.FloorStream] = BookieStream
 
     def __init__(self, ports: list[int], count: int) -> None:
         super().__init__(ports, count)
@@ -74,6 +98,12 @@ class BookieFloorLoop(transport_floor.FloorLoop):
         self.next_entry += len(payloads)
         blob, sizes = package_batch(_DIGEST, self.ledger_id, first, first - 1, 0, payloads)
         return self.ledger_id, first, sizes, blob
+
+
+class AddPortFloorLoop(BookieFloorLoop):
+    """The same on the bookies' add ports (`ports`: theirs)."""
+
+    stream_class = AddPortStream
 
 
 StageTotals = dict[str, tuple[float, float]]     # stage -> (batches observed, ms in all)
@@ -130,11 +160,13 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
     cluster = LocalCluster(directory)
     try:
         cluster.up(3, dict(CONF_OVERRIDES))
-        ports = [bookie.port for bookie in cluster.bookies]
+        grpc_ports = [bookie.port for bookie in cluster.bookies]
+        add_ports = [bookie.add_port for bookie in cluster.bookies]
+        ports, loop_class = (grpc_ports, BookieFloorLoop) if args.grpc else (add_ports, AddPortFloorLoop)
         for _ in range(args.runs):
             stages_before = [scrape_stage_totals(b.metrics_port) for b in cluster.bookies]
             before, start = [process_cpu_seconds(b.pid) for b in cluster.bookies], time.monotonic()
-            lat = transport_floor.measure(ports, args.rate, args.seconds, loop_class=BookieFloorLoop)
+            lat = transport_floor.measure(ports, args.rate, args.seconds, loop_class=loop_class)
             took = time.monotonic() - start
             used = [process_cpu_seconds(b.pid) - was for b, was in zip(cluster.bookies, before, strict=True)]
             cores = ", ".join(f"{seconds / took:.2f}" for seconds in used)
@@ -163,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=transport_floor.positive, default=5000.0, help="adds/s")
     parser.add_argument("--seconds", type=transport_floor.positive, default=10.0, help="of each run")
     parser.add_argument("--runs", type=runs_count, default=3, help="runs of --seconds each (1 to 100)")
+    parser.add_argument("--grpc", action="store_true", help="send on gRPC's AddStream, not on the add port")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bookie-floor-") as directory:
         _runs(args, directory)

@@ -8,7 +8,8 @@ timed window, and each bookie's add stages' means over it (bench.client_add.Book
 add_latency prints too). Under the client's Nagle rule (one AddRequest unanswered per bookie while
 fewer than addPipelineMinBytes are), the requests per second follow the round trip, not the rate: if
 the CPU and the tail stay where they are as the rate falls, the tail is the fixed cost of a request on
-this machine, not queueing behind load.
+this machine, not queueing behind load. `--set KEY=VALUE` puts a bookie setting over the bench's, to
+compare two settings on the same machine (e.g. `--set addStreamPort=-1`: adds over gRPC).
 
 `python -m bench.latency_curve --rates 5000,10000,20000 --seconds 10 --runs 2`
 """
@@ -16,6 +17,7 @@ this machine, not queueing behind load.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 
 from bench import transport_floor
@@ -24,7 +26,7 @@ from bench.bookie_session import CONF_OVERRIDES
 from bench.client_add import open_loop
 from bench.cluster3 import ClusterSession
 from bench.tails import describe_spends, percentile
-from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.bookie.local.cluster import ClusterError, LocalCluster
 
 MAX_RATE = 1_000_000.0
 
@@ -44,6 +46,14 @@ def rates(text: str) -> list[float]:
     return found
 
 
+def setting(text: str) -> tuple[str, str]:
+    """'KEY=VALUE' -> (KEY, VALUE): a bookie setting over the bench's (the bookie checks the value)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE (a bookie setting), not {text!r}")
+    return key.strip(), value.strip()
+
+
 def describe_run(rate: float, latencies: list[float], achieved: float, busy: float | None,
                  client_cores: float | None) -> str:
     """One run's line: the rate, p50/p99/p999 (ms), the machine's busy share and the client's cores."""
@@ -57,7 +67,7 @@ def describe_run(rate: float, latencies: list[float], achieved: float, busy: flo
 def _runs(args: argparse.Namespace, directory: str) -> None:
     cluster = LocalCluster(directory)
     try:
-        cluster.up(3, dict(CONF_OVERRIDES))
+        cluster.up(3, {**CONF_OVERRIDES, **dict(args.set)})
         session = ClusterSession(cluster)
         for rate in args.rates:
             for _ in range(args.runs):
@@ -77,9 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=rates, default=[5000.0, 10000.0, 20000.0], help="adds/s, comma-separated")
     parser.add_argument("--seconds", type=transport_floor.positive, default=10.0, help="of each run")
     parser.add_argument("--runs", type=runs_count, default=2, help="runs per rate (1 to 100)")
+    parser.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a bookie setting over the bench's, e.g. addStreamPort=-1 (repeatable)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="latency-curve-") as directory:
-        _runs(args, directory)
+        try:
+            _runs(args, directory)
+        except ClusterError as exc:      # a --set the bookies refuse, say
+            print(f"python -m bench.latency_curve: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -2,10 +2,11 @@
 
 Used by `bkledger local up|down|status`, by `make demo` and by the integration-test fixtures. Beside
 each bookie runs an autorecovery daemon (`bkledger autorecovery`, log `bookie-<i>/autorecovery.log`)
-unless disabled. With `secure`, bookies serve TLS with client authentication and every znode gets
-ZooKeeper ACLs (material in `<dir>/secure/`, see bookie.local.secure). The state (addresses, ports,
-pids of bookies and daemons, directories) lives in `<dir>/cluster.json`, so another process can stop the
-cluster or find a bookie to kill, pause or restart.
+unless disabled. Each bookie also takes adds on an add port of its own (`addStreamPort`, bookie.add_port;
+not in a secure cluster, whose bookies serve TLS only). With `secure`, bookies serve TLS with client
+authentication and every znode gets ZooKeeper ACLs (material in `<dir>/secure/`, see
+bookie.local.secure). The state (addresses, ports, pids of bookies and daemons, directories) lives in
+`<dir>/cluster.json`, so another process can stop the cluster or find a bookie to kill, pause or restart.
 
 `down` keeps the data and the state; `up` over the same directory restarts that cluster: ZooKeeper on
 its port over its data, each bookie with its configuration, so with its port and id (a bookie's id is
@@ -61,6 +62,7 @@ class BookieProcess:
     metrics_port: int = 0           # the bookie's prometheusStatsHttpPort (0: off)
     http_port: int = 0              # the bookie's admin HTTP port (0: off)
     autorecovery_metrics_port: int = 0   # the autorecovery daemon's prometheusStatsHttpPort (0: off)
+    add_port: int = 0               # the bookie's addStreamPort (0: off, or one the system picks)
 
     @property
     def autorecovery_log(self) -> str:
@@ -290,7 +292,7 @@ class LocalCluster:
             if not bindable(proc.port):
                 raise ClusterError(f"bookie-{proc.index}'s port {proc.port}, kept in {self.state_path} (its id "
                                    f"{proc.bookie_id} is in its cookies), is taken now: " + fix.format(port=proc.port))
-            for attr in ("metrics_port", "http_port", "autorecovery_metrics_port"):
+            for attr in ("metrics_port", "http_port", "autorecovery_metrics_port", "add_port"):
                 port = getattr(proc, attr)
                 if port and not bindable(port):
                     setattr(proc, attr, free_port())
@@ -303,6 +305,8 @@ class LocalCluster:
         ports = {"prometheusStatsHttpPort": str(proc.metrics_port), "allowLoopback": "true"}  # confs before it
         if proc.http_port:
             ports["httpServerPort"] = str(proc.http_port)
+        if proc.add_port:
+            ports["addStreamPort"] = str(proc.add_port)
         try:
             config = bkconfig.load(Path(proc.conf)).with_overrides(**{**ports, **overrides})
         except bkconfig.ConfigError as exc:
@@ -311,6 +315,7 @@ class LocalCluster:
         proc.port, proc.bookie_id = config.bookiePort, config.bookie_id
         proc.metrics_port = config.prometheusStatsHttpPort
         proc.http_port = config.httpServerPort if config.httpServerEnabled else 0
+        proc.add_port = max(config.addStreamPort, 0)
 
     def add_bookie(self, conf_overrides: dict[str, str], autorecovery: bool | None = None) -> BookieProcess:
         index = len(self.bookies)
@@ -329,6 +334,7 @@ class LocalCluster:
             "openLedgerRereplicationGracePeriod": "10000",
             "rwRereplicateBackoffMs": "1000",
             **_operations_ports(conf_overrides),
+            **({} if self.secure or "addStreamPort" in conf_overrides else {"addStreamPort": str(free_port())}),
             **(SecureMaterial(self.base_dir).bookie_options(index) if self.secure else {}),
             **conf_overrides,
         }
@@ -342,7 +348,8 @@ class LocalCluster:
         proc = BookieProcess(index, config.bookie_id, port, str(conf_path), str(journal),
                              [str(d) for d in config.ledger_dirs], str(home / "bookie.log"),
                              metrics_port=config.prometheusStatsHttpPort,
-                             http_port=config.httpServerPort if config.httpServerEnabled else 0)
+                             http_port=config.httpServerPort if config.httpServerEnabled else 0,
+                             add_port=max(config.addStreamPort, 0))
         self.bookies.append(proc)
         self.start_bookie(index)
         if self.autorecovery if autorecovery is None else autorecovery:

@@ -142,7 +142,8 @@ def test_the_floor_clis_refuse_a_journal_dir_or_run_count_they_cannot_use(tmp_pa
     for main, argv in ((transport_floor.main, ["--journal", str(tmp_path / "missing")]),
                        (bookie_floor.main, ["--runs", "0"]), (bookie_floor.main, ["--runs", "x"]),
                        (latency_curve.main, ["--rates", "5000,0"]), (latency_curve.main, ["--rates", "fast"]),
-                       (latency_curve.main, ["--rates", "5000,nan"]), (latency_curve.main, ["--runs", "101"])):
+                       (latency_curve.main, ["--rates", "5000,nan"]), (latency_curve.main, ["--runs", "101"]),
+                       (latency_curve.main, ["--set", "addStreamPort"]), (latency_curve.main, ["--set", "=3"])):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
