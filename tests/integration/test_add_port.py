@@ -12,6 +12,7 @@ import pytest
 
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client import BookKeeper
+from bkledger.client.protocol.digest import package_batch
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.add_stream import (
     HEADER_SIZE,
@@ -24,7 +25,7 @@ from bkledger.wire.add_stream import (
     header,
     unpack_header,
 )
-from tests.integration.bookie_util import KEY, add, package, read, wait_for
+from tests.integration.bookie_util import DIGEST, KEY, add, package, read, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -171,3 +172,27 @@ def test_a_client_gone_inside_a_frame_leaves_the_bookie_serving(one_bookie: Loca
     _still_serves(one_bookie)
     log = (one_bookie.base_dir / "bookie-0" / "bookie.log").read_text()
     assert "Traceback" not in log
+
+
+def test_a_client_that_never_reads_its_acks_is_no_longer_read(one_bookie: LocalCluster) -> None:
+    """Acks the client leaves unread fill the socket and the bookie's write buffer; the bookie then stops
+    reading that client's requests (its sends stall), and goes on serving everyone else meanwhile."""
+    entries = 2000
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)      # before connect: a small window
+        sock.connect(("127.0.0.1", one_bookie.bookies[0].add_port))
+        sock.settimeout(5.0)
+        sock.sendall(MAGIC)
+        stalled = False
+        for _ in range(2000):                  # at most ~180 MB; the stall comes after a few MB
+            ledger_id = next(_ledger_ids)
+            data, sizes = package_batch(DIGEST, ledger_id, 0, -1, 0, [b"0123456789"] * entries)
+            batch = pb.AddBatch(ledger_id=ledger_id, master_key=KEY, entry_ids=range(entries), sizes=sizes,
+                                data=data)
+            try:
+                sock.sendall(frame(REQUEST, pb.AddRequest(batches=[batch]).SerializeToString()))
+            except TimeoutError:
+                stalled = True
+                break
+        assert stalled, "the bookie read every request of a client that never read an ack"
+        _still_serves(one_bookie)
