@@ -46,7 +46,6 @@ class AddPortConnection(asyncio.Protocol):
         self.refused: str | None = None   # why the stream is refused; sent once `outstanding` is 0
         self._acks: list[bytes] = []
         self._flush_scheduled = False
-        self._write_paused = False
         self._eof = False                 # the client sent all it will send
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
@@ -88,12 +87,10 @@ class AddPortConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """The client does not read its acks: stop reading its requests until it does."""
-        self._write_paused = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self._write_paused = False
         if self.transport is not None and self.refused is None and not self.transport.is_closing():
             self.transport.resume_reading()
 
