@@ -17,6 +17,8 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator
 
+from google.protobuf.message import DecodeError
+
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.add_stream import HEADER_SIZE, KINDS, MAGIC, REFUSED, REQUEST, RESPONSE, header, unpack_header
 
@@ -91,7 +93,11 @@ class AddPortCall:
             if kind == REFUSED:
                 raise AddPortError(f"bookie {self.bookie_id} refused the add stream: "
                                    f"{body.decode('utf-8', 'replace')}")
-            yield pb.AddResponse.FromString(body)
+            try:
+                response = pb.AddResponse.FromString(body)
+            except DecodeError as exc:
+                raise self._broken(f"a response that does not parse: {exc}") from exc
+            yield response
 
     async def _frame(self, reader: asyncio.StreamReader) -> tuple[int | None, bytes]:
         try:

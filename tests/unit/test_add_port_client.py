@@ -67,6 +67,7 @@ def test_requests_leave_after_the_preamble_and_responses_come_back_until_the_boo
     (header(RESPONSE, 1001), "a frame of 1001 bytes, over the 1000 taken"),
     (header(RESPONSE, 10) + b"abc", "the stream ended inside a frame"),
     (b"\x00\x00", "inside a frame's header"),
+    (frame(RESPONSE, b"\xff\xff\xff"), "a response that does not parse"),
 ])
 def test_each_way_the_bookie_ends_the_stream_badly_is_an_error_naming_it(sent: bytes, why: str) -> None:
     async def bookie(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
