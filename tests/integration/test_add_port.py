@@ -12,7 +12,6 @@ import pytest
 
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client import BookKeeper
-from bkledger.client.protocol.digest import package_batch
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.add_stream import (
     HEADER_SIZE,
@@ -25,7 +24,7 @@ from bkledger.wire.add_stream import (
     header,
     unpack_header,
 )
-from tests.integration.bookie_util import DIGEST, KEY, add, package, read, wait_for
+from tests.integration.bookie_util import KEY, add, package, read, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -176,23 +175,28 @@ def test_a_client_gone_inside_a_frame_leaves_the_bookie_serving(one_bookie: Loca
 
 def test_a_client_that_never_reads_its_acks_is_no_longer_read(one_bookie: LocalCluster) -> None:
     """Acks the client leaves unread fill the socket and the bookie's write buffer; the bookie then stops
-    reading that client's requests (its sends stall), and goes on serving everyone else meanwhile."""
-    entries = 2000
+    reading that client's requests (its sends stall), and goes on serving everyone else meanwhile.
+
+    Each batch is refused at once (EBADREQ: its entries have no headers), and its ack echoes its entry ids,
+    9-byte varints each (ids near 2**62): about as many ack bytes as request bytes, so the acks fill the
+    bookie's socket buffers (up to 4 MiB here) within a few MiB of requests, whatever the kernel's buffer
+    tuning, while the bookie does no disk work."""
+    entries, first = 4000, 1 << 62
+    request = pb.AddRequest(batches=[pb.AddBatch(ledger_id=next(_ledger_ids), master_key=KEY,
+                                                 entry_ids=range(first, first + entries), sizes=[0] * entries,
+                                                 data=b"")]).SerializeToString()
+    sent, stalled = 0, False
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)      # before connect: a small window
         sock.connect(("127.0.0.1", one_bookie.bookies[0].add_port))
         sock.settimeout(5.0)
         sock.sendall(MAGIC)
-        stalled = False
-        for _ in range(2000):                  # at most ~180 MB; the stall comes after a few MB
-            ledger_id = next(_ledger_ids)
-            data, sizes = package_batch(DIGEST, ledger_id, 0, -1, 0, [b"0123456789"] * entries)
-            batch = pb.AddBatch(ledger_id=ledger_id, master_key=KEY, entry_ids=range(entries), sizes=sizes,
-                                data=data)
+        while sent < (400 << 20) and not stalled:   # unpaused, the bookie would read all 400 MiB
             try:
-                sock.sendall(frame(REQUEST, pb.AddRequest(batches=[batch]).SerializeToString()))
+                sock.sendall(frame(REQUEST, request))
+                sent += len(request)
             except TimeoutError:
                 stalled = True
-                break
-        assert stalled, "the bookie read every request of a client that never read an ack"
+        assert stalled, f"the bookie read all {sent >> 20} MiB from a client that never read an ack"
+        assert sent < (80 << 20), sent     # the bookie's buffers, the client's and the kernel's: no more
         _still_serves(one_bookie)
