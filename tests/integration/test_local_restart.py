@@ -165,3 +165,29 @@ def test_a_first_start_on_a_port_in_use_writes_no_cookie(tmp_path: Path, metadat
     assert not list(tmp_path.rglob("VERSION"))
     with MetadataStore(metadata_uri) as store:
         assert store.read_cookie(config.bookie_id) is None
+
+
+def test_a_kept_add_port_is_kept_and_one_taken_now_is_moved(tmp_path: Path) -> None:
+    """Each bookie's add port (addStreamPort) is kept across `down` and `up` like its other ports; one that
+    another process holds now is moved to a free one, registered there, and the client adds on it."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    try:
+        cluster.up(2, autorecovery=False)
+        kept = [b.add_port for b in cluster.bookies]
+        assert all(kept)
+        cluster.down()
+        with socket.create_server(("127.0.0.1", kept[1])):     # the second bookie's add port, taken
+            cluster = LocalCluster(tmp_path / "cluster")
+            cluster.up(2, autorecovery=False)
+        moved = [b.add_port for b in cluster.bookies]
+        assert moved[0] == kept[0] and moved[1] not in (0, kept[1])
+        with BookKeeper(cluster.metadata_service_uri, config=FAST) as bk:
+            for bookie, port in zip(cluster.bookies, moved, strict=True):
+                info = bk.store.bookie_info(bookie.bookie_id)
+                assert info is not None and info["addStreamPort"] == str(port)
+            handle = bk.create_ledger(2, 2, 2, password=PASSWORD)
+            assert handle.add_entry(b"on the moved port", timeout=10) == 0
+            handle.close()
+            assert sorted(c.add_port for c in bk._ctx.pool._clients.values()) == sorted(moved)
+    finally:
+        cluster.down()
