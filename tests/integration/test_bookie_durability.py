@@ -48,14 +48,18 @@ needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace
 
 
 @needs_strace
-def test_add_is_acknowledged_only_after_fsync(cluster_factory):
-    """R8: with every fdatasync held back 1.5 s, no add can be acknowledged sooner."""
+@pytest.mark.parametrize("over", ["grpc", "add_port"])
+def test_add_is_acknowledged_only_after_fsync(cluster_factory, over: str):
+    """R8: with every fdatasync held back 1.5 s, no add can be acknowledged sooner, over gRPC's AddStream
+    or the bookie's add port (addStreamPort)."""
     cluster = cluster_factory(1)
     bookie = cluster.bookies[0]
-    assert add(bookie.address, 1, [0]).ok() == [0]          # warm: connection and ledger exist
+    port = bookie.add_port if over == "add_port" else 0
+    assert over == "grpc" or port
+    assert add(bookie.address, 1, [0], add_port=port).ok() == [0]    # warm: connection and ledger exist
     tracer = _strace(bookie.pid, "delay_enter=1500000")
     try:
-        result = add(bookie.address, 1, [1])
+        result = add(bookie.address, 1, [1], add_port=port)
     finally:
         tracer.send_signal(signal.SIGINT)
         tracer.wait(10)
