@@ -298,8 +298,12 @@ def attribute(adds: list[dict[str, Any]], bookie_logs: dict[str, list[dict[str, 
             found.append((add, batch))
     bookie = {s: statistics.median([b["stagesMs"][s] for _, b in found]) if found else 0.0 for s in BOOKIE_STAGES}
     outside = statistics.median([a["stages_ms"]["bookie"] - b["totalMs"] for a, b in found]) if found else 0.0
+    stamped = [(a, b) for a, b in found if a.get("sent_ns") and a.get("acked_ns") and b.get("receivedNs")
+               and b.get("repliedNs")]
+    there = statistics.median([(b["receivedNs"] - a["sent_ns"]) / 1e6 for a, b in stamped]) if stamped else None
+    back = statistics.median([(a["acked_ns"] - b["repliedNs"]) / 1e6 for a, b in stamped]) if stamped else None
     return {"adds": len(adds), "on_bookie": len(found), "before_client_ms": before, "client_ms": client,
-            "bookie_ms": bookie, "outside_bookie_ms": outside}
+            "bookie_ms": bookie, "outside_bookie_ms": outside, "to_bookie_ms": there, "from_bookie_ms": back}
 
 
 def describe_attribution(att: dict[str, Any], timed: int, threshold_ms: float) -> str:
@@ -310,7 +314,10 @@ def describe_attribution(att: dict[str, Any], timed: int, threshold_ms: float) -
     if att["on_bookie"]:
         inside = ", ".join(f"{s} {b[s]:.1f}" for s in BOOKIE_STAGES)
         text += (f"; of the bookie stage, on the deciding bookie ({att['on_bookie']} adds in its slow-add log): "
-                 f"{inside}; outside it (network, the bookie's loop before reading) {att['outside_bookie_ms']:.1f}")
+                 f"{inside}; outside it {att['outside_bookie_ms']:.1f}")
+        if att.get("to_bookie_ms") is not None and att.get("from_bookie_ms") is not None:
+            text += (f" (the way there, until the bookie's loop read the request, {att['to_bookie_ms']:.1f}; the way "
+                     f"back, until the client's loop read the acknowledgement, {att['from_bookie_ms']:.1f})")
     else:
         text += f"; no deciding bookie logged them (each took < {threshold_ms:g} ms there)"
     return f"medians (ms) of the {att['adds']} traced adds at or above p99 (of {timed} timed): {text}"

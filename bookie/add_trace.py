@@ -17,7 +17,9 @@ takes it off the add stream to the moment its acknowledgement is queued on the s
 
 Each finished trace is observed into the `bookie_ADD_ENTRY_STAGE` histogram (label `stage`, ms) when
 metrics are on, and a trace whose total reaches `slowAddThresholdMs` is kept in a bounded flight
-recorder (`slowAddLogSize` newest), read by the admin HTTP API at `/api/v1/bookie/slow_adds`.
+recorder (`slowAddLogSize` newest), read by the admin HTTP API at `/api/v1/bookie/slow_adds`; each
+record carries its `receivedNs` and `repliedNs` stamps, which a client on the same host can set beside
+its own (`sent_ns`, `acked_ns`) to split the network's share into the way there and the way back.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class BatchTrace:
             "entries": self.entries,
             "time": self.wall,
             "totalMs": self.total_ns / 1e6,
+            "receivedNs": self.received,     # CLOCK_MONOTONIC: comparable with a client's stamps on this host
+            "repliedNs": self.replied,
             "stagesMs": {name: ns / 1e6 for name, ns in zip(STAGES, self.stages_ns(), strict=True)},
             "slowestStage": slowest_stage(self.stages_ns()),
         }

@@ -94,6 +94,7 @@ class AddTrace:
     def as_dict(self) -> dict[str, Any]:
         stages = self.stages_ns()
         start = self.enqueued
+        deciding = self.deciding_bookie()
         return {
             "ledger_id": self.ledger_id,
             "entry_id": self.entry_id,
@@ -101,7 +102,9 @@ class AddTrace:
             "total_ms": self.total_ns / 1e6,
             "stages_ms": {name: ns / 1e6 for name, ns in zip(STAGES, stages, strict=True)},
             "slowest_stage": STAGES[max(range(len(STAGES)), key=lambda i: stages[i])],
-            "deciding_bookie": self.deciding_bookie(),
+            "deciding_bookie": deciding,
+            "sent_ns": self.sent.get(deciding, 0) if deciding is not None else 0,     # CLOCK_MONOTONIC
+            "acked_ns": self.acked.get(deciding, 0) if deciding is not None else 0,
             "bookies": {b: {"sent_ms": (self.sent[b] - start) / 1e6 if b in self.sent else None,
                             "acked_ms": (self.acked[b] - start) / 1e6 if b in self.acked else None}
                         for b in sorted(set(self.sent) | set(self.acked))},

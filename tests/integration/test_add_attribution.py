@@ -4,7 +4,9 @@ A slow fdatasync (strace fault injection on the bookie process) must show on the
 stage of its slow-add log (`/api/v1/bookie/slow_adds`) and of its stage histogram, and on the client as
 the `bookie` stage of `BookKeeper.slow_adds()`. A paused bookie (SIGSTOP) must show on the client as the
 `bookie` stage while the bookie's own log, which only starts counting once it reads the request, holds no
-slow batch for it: the time went before the bookie had the request.
+slow batch for it: the time went before the bookie had the request. Both sides stamp with CLOCK_MONOTONIC, so
+the client's `sent_ns` / `acked_ns` and the bookie's `receivedNs` / `repliedNs` split what is outside the
+bookie into the way there and the way back (bench.tails.attribute): the pause is on the way there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bench.tails import attribute
 from bkledger.client import BookKeeper
 from bkledger.client.config import ClientConfig
 from tests.integration.conftest import FAST_CLIENT
@@ -88,6 +91,10 @@ def test_slow_fsync_is_attributed_to_fsync(cluster_factory):
         assert add["slowest_stage"] == "bookie", add
         assert add["stages_ms"]["bookie"] >= 180, add
         assert add["deciding_bookie"] == bookie.bookie_id, add
+        there, back = batches[0]["receivedNs"] - add["sent_ns"], add["acked_ns"] - batches[0]["repliedNs"]
+        assert 0 <= there < 100e6 and 0 <= back < 100e6, (add, batches)     # one clock: the stall is inside
+    att = attribute([client[i] for i in slow_ids], {bookie.bookie_id: answer["slowAdds"]})
+    assert att["bookie_ms"]["fsync"] >= 180 and att["to_bookie_ms"] < 100 and att["from_bookie_ms"] < 100, att
     assert stage_sum(bookie.http_port, "fsync") - fsync_before >= 3 * 180
 
 
@@ -98,8 +105,9 @@ def _stopped(pid: int) -> bool:
 
 def test_paused_bookie_is_attributed_to_the_bookie_stage(cluster_factory):
     """The bookie stopped (SIGSTOP) for 0.5 s while an add is on its way: the client names the `bookie`
-    stage (sent -> acknowledged), and the bookie's slow-add log has no slow batch for that entry."""
-    cluster = cluster_factory(1)
+    stage (sent -> acknowledged), the bookie's slow-add log has no slow batch for that entry, and the batch
+    it logged (it logs every one here) puts the pause on the way there."""
+    cluster = cluster_factory(1, {"slowAddThresholdMs": "0"})
     bookie = cluster.bookies[0]
     bk = BookKeeper(cluster.metadata_service_uri, config=ClientConfig.from_options(TRACE_ALL))
     try:
@@ -129,5 +137,7 @@ def test_paused_bookie_is_attributed_to_the_bookie_stage(cluster_factory):
     times = add["bookies"][bookie.bookie_id]
     assert times["sent_ms"] is not None and times["sent_ms"] < 100, add       # written to the stream at once ...
     assert times["acked_ms"] >= 450, add                                       # ... answered after the pause
-    slow_there = [b for b in covering(answer["slowAdds"], lh.ledger_id, entry_id) if b["totalMs"] >= 450]
-    assert not slow_there, f"the bookie counted the pause as its own: {slow_there}"
+    there = covering(answer["slowAdds"], lh.ledger_id, entry_id)
+    assert there and all(b["totalMs"] < 450 for b in there), f"the bookie counted the pause as its own: {there}"
+    att = attribute([add], {bookie.bookie_id: there})
+    assert att["on_bookie"] == 1 and att["to_bookie_ms"] >= 450 and att["from_bookie_ms"] < 100, att

@@ -26,6 +26,7 @@ def test_the_ack_that_makes_the_quorum_decides_the_add():
     record = trace.as_dict()
     assert record["slowest_stage"] == "bookie" and record["deciding_bookie"] == "b3"
     assert record["bookies"]["b1"] == {"sent_ms": 2.0, "acked_ms": 90.0}
+    assert (record["sent_ns"], record["acked_ns"]) == (trace.sent["b3"], 40 * MS)   # the deciding bookie's stamps
 
 
 def test_missing_stamps_take_the_one_before():
@@ -80,6 +81,7 @@ def test_the_bookie_names_the_stage_that_held_a_batch():
     assert trace.stages_ns() == (1 * MS, 2 * MS, 1 * MS, 1 * MS, 1 * MS, 200 * MS, 2 * MS, 1 * MS)
     record = trace.as_dict()
     assert record["slowestStage"] == "fsync"
+    assert (record["receivedNs"], record["repliedNs"]) == (base, base + 209 * MS)
     assert list(record["stagesMs"]) == ["decide", "handoff", "storage", "journal_queue", "journal_write", "fsync",
                                         "to_loop", "reply"]
 

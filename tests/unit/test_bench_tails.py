@@ -37,6 +37,19 @@ def test_the_deciding_bookies_batch_explains_the_bookie_stage():
     assert "bookie 60.0" in text and "fsync 45.0" in text and "of 300 timed" in text
 
 
+def test_the_stamps_split_the_outside_into_the_way_there_and_back():
+    """One clock on both sides: received - sent is the way there, acked - replied the way back; a record
+    without the stamps (an older bookie) leaves the split out of the row rather than guessing it."""
+    add = {**client_add(8, 50.0), "sent_ns": 1_000_000_000, "acked_ns": 1_050_000_000}
+    logged = {**batch(0, 9, 40.0), "receivedNs": 1_007_000_000, "repliedNs": 1_048_000_000}
+    att = attribute([add], {"b1": [logged]})
+    assert att["to_bookie_ms"] == 7.0 and att["from_bookie_ms"] == 2.0 and att["outside_bookie_ms"] == 9.0
+    assert "the way there, until the bookie's loop read the request, 7.0" in describe_attribution(att, 10, 2.0)
+    unstamped = attribute([client_add(8, 50.0)], {"b1": [batch(0, 9, 40.0)]})
+    assert unstamped["to_bookie_ms"] is None and unstamped["from_bookie_ms"] is None
+    assert "the way there" not in describe_attribution(unstamped, 10, 2.0)
+
+
 def test_no_logged_batch_says_so():
     att = attribute([client_add(8, 5.0)], {"b1": []})
     assert att["on_bookie"] == 0
