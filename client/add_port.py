@@ -60,9 +60,19 @@ class AddPortCall:
 
     async def write(self, data: bytes) -> None:
         """Send one serialized AddRequest (waits while the socket's buffer is full)."""
+        await self.write_frame(header(REQUEST, len(data)) + data)
+
+    @staticmethod
+    def frame_head(size: int) -> bytes:
+        """The header of a request frame whose AddRequest has `size` bytes."""
+        return header(REQUEST, size)
+
+    async def write_frame(self, frame: bytes) -> None:
+        """Send one request frame, `frame_head(n)` followed by an AddRequest of n bytes, built by the caller
+        in one piece (a frame written as two would be joined by the transport: one more copy of it)."""
         writer = self._stream_writer()
         try:
-            writer.writelines((header(REQUEST, len(data)), data))
+            writer.write(frame)
             await writer.drain()
         except OSError as exc:
             raise AddPortError(f"bookie {self.bookie_id}: writing to its add port {self.where} failed: {exc!r}") \

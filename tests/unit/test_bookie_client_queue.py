@@ -10,8 +10,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bkledger.client.add_port import AddPortCall
 from bkledger.client.bookie_client import BookieClient, _Batch, _Queued
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire.add_stream import REQUEST, FrameReader
 
 KEY = b"k" * 20
 
@@ -219,6 +221,21 @@ def test_hand_serialized_request_parses_as_the_protobuf_one(batches) -> None:
             ledger_id, key, recovery, priority, flags)
         assert list(got.entry_ids) == batch.entry_ids and list(got.sizes) == batch.sizes
         assert got.data == b"".join(batch.chunks)
+
+
+@given(st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=5), min_size=1, max_size=4))
+def test_a_request_framed_in_its_own_join_is_the_frame_the_bookie_reads(ledgers) -> None:
+    """The add port's request frame is built in the AddRequest's one join (no second copy of its
+    payload): the header of the request's own size, then the same bytes; the bookie's reader gets them."""
+    queued = _Queued()
+    for ledger_id, chunks in enumerate(ledgers):
+        batch = queued.batches.setdefault((ledger_id, KEY, False, False, 0), _Batch())
+        for chunk in chunks:
+            batch.add([len(batch.entry_ids)], [len(chunk)], chunk)
+    body = queued.encode()
+    framed = queued.encode(AddPortCall.frame_head)
+    assert framed == AddPortCall.frame_head(len(body)) + body
+    assert FrameReader(frozenset({REQUEST}), len(body)).feed(framed) == [(REQUEST, body)]
 
 
 @given(st.lists(st.integers(0, 2**62), min_size=1, max_size=50), st.integers(0, 2**40), st.booleans(),
