@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -219,18 +220,24 @@ class CpuSteal:
     """`with CpuSteal() as s: ...` then `s.fraction`: the share of all CPU time stolen by the hypervisor;
     `s.busy`: the share of all CPU time not idle (nor waiting for I/O), and `s.process_cores`: this
     process's CPU-seconds per second meanwhile. The client of one process runs Python on one core at a
-    time (the GIL), so process_cores near 1 says the client itself was the limit of the run."""
+    time (the GIL), so process_cores near 1 says the client itself was the limit of the run.
+    `s.loop_cores`: the part of it spent by the client's event loop threads (LOOP_THREAD_PREFIX, alive from
+    start to end), the thread that sends requests and reads acknowledgements: near 1 it is the bottleneck,
+    well below it an ack it read late waited for the GIL or for the machine, not for its own work."""
 
     def __init__(self) -> None:
         self.fraction: float | None = None
         self.seconds = 0.0
         self.busy: float | None = None
         self.process_cores: float | None = None
+        self.loop_cores: float | None = None
         self._before: list[int] | None = None
         self._process_before = (0.0, 0.0)
+        self._loops_before: dict[int, float] = {}
 
     def __enter__(self) -> CpuSteal:
         self._before = _cpu_times()
+        self._loops_before = _loop_thread_seconds()
         self._process_before = (_process_seconds(), time.perf_counter())
         return self
 
@@ -239,6 +246,9 @@ class CpuSteal:
         wall = time.perf_counter() - began
         if wall > 0:
             self.process_cores = (_process_seconds() - process_seconds) / wall
+            after_loops = _loop_thread_seconds()
+            spent = [after_loops[t] - before for t, before in self._loops_before.items() if t in after_loops]
+            self.loop_cores = sum(spent) / wall if spent else None
         after = _cpu_times()
         if self._before is None or after is None or len(after) < 8:
             return
@@ -254,12 +264,32 @@ class CpuSteal:
             return "steal unknown (no /proc/stat)"
         busy = f"; the machine {self.busy:.0%} busy" if self.busy is not None else ""
         cores = f", the client's process {self.process_cores:.2f} cores" if self.process_cores is not None else ""
+        if cores and self.loop_cores is not None:
+            cores += f" (its event loop thread {self.loop_cores:.2f})"
         return f"CPU steal {self.fraction:.1%} ({self.seconds:.2f} CPU-s){busy}{cores}"
 
 
 def _process_seconds() -> float:
     times = os.times()
     return times.user + times.system
+
+
+LOOP_THREAD_PREFIX = "bkledger-client"      # client.runtime's event loop threads
+
+
+def _loop_thread_seconds() -> dict[int, float]:
+    """CPU-seconds so far of this process's client event loop threads, by native thread id."""
+    found: dict[int, float] = {}
+    for thread in threading.enumerate():
+        if not thread.name.startswith(LOOP_THREAD_PREFIX) or thread.native_id is None:
+            continue
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[thread.native_id] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
 
 
 # ---- attribution -------------------------------------------------------------------------------
@@ -418,6 +448,7 @@ def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
                       "steal_fraction": run.steal.fraction if run.steal is not None else None,
                       "machine_busy": run.steal.busy if run.steal is not None else None,
                       "client_process_cores": run.steal.process_cores if run.steal is not None else None,
+                      "client_loop_cores": run.steal.loop_cores if run.steal is not None else None,
                       "bookies": [dataclasses.asdict(spend) for spend in run.bookies]})
     for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
         values = sorted(_ms(r.latencies, fraction) for r in runs)

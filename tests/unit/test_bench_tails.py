@@ -82,6 +82,34 @@ def test_cpu_watch_reports_this_process_and_the_machine() -> None:
     assert watch.process_cores is not None and 0.0 < watch.process_cores < 1.5     # one busy thread (shared CPUs)
     assert watch.busy is not None and 0.0 < watch.busy <= 1.0
     assert "the client's process" in watch.describe()
+    assert watch.loop_cores is None                 # no client here: no loop thread to speak of
+
+
+def test_cpu_watch_counts_the_client_loop_threads_apart() -> None:
+    """A busy thread named as a client's loop thread is counted, as one thread; this (main) thread, asleep,
+    adds nothing to it."""
+    import threading
+
+    from bench import tails
+
+    started, stop = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        started.set()
+        while not stop.is_set():
+            pass
+
+    loop = threading.Thread(target=spin, name=tails.LOOP_THREAD_PREFIX + "-test", daemon=True)
+    loop.start()
+    assert started.wait(10)
+    try:
+        with tails.CpuSteal() as watch:
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        loop.join(10)
+    assert watch.loop_cores is not None and 0.2 < watch.loop_cores < 1.2      # one thread (clock ticks of 10 ms)
+    assert f"its event loop thread {watch.loop_cores:.2f}" in watch.describe()
 
 
 class _RecordingStream:
@@ -220,6 +248,7 @@ def test_the_latency_curve_reads_its_rates_and_prints_each_run_as_one_line() -> 
     assert line.startswith("full client at 5000/s (acknowledged 4998/s): p50 ") and "p99 990" in line, line
     assert line.endswith("the machine 84% busy, the client 0.58 cores"), line
     assert "the machine's load unknown, the client's cores unknown" in describe_run(1.0, [0.01], 1.0, None, None)
+    assert "the client 0.58 cores (its event loop thread 0.41)" in describe_run(1.0, [0.01], 1.0, 0.8, 0.58, 0.41)
 
 
 def test_the_bookies_spend_is_printed_per_bookie_and_unknown_without_figures() -> None:
