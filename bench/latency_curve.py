@@ -25,7 +25,7 @@ from bench.bookie_floor import runs_count
 from bench.bookie_session import CONF_OVERRIDES
 from bench.client_add import open_loop
 from bench.cluster3 import ClusterSession
-from bench.tails import describe_spends, percentile
+from bench.tails import describe_loop, describe_spends, percentile
 from bkledger.bookie.local.cluster import ClusterError, LocalCluster
 
 MAX_RATE = 1_000_000.0
@@ -55,14 +55,15 @@ def setting(text: str) -> tuple[str, str]:
 
 
 def describe_run(rate: float, latencies: list[float], achieved: float, busy: float | None,
-                 client_cores: float | None, loop_cores: float | None = None) -> str:
+                 client_cores: float | None, loop_cores: float | None = None,
+                 loop_runqueue: float | None = None) -> str:
     """One run's line: the rate, p50/p99/p999 (ms), the machine's busy share, the client's cores and its
-    event loop thread's."""
+    event loop thread's time on a core and waiting for one."""
     q = [1000 * percentile(latencies, f) for f in (0.5, 0.99, 0.999)]
     machine = f"the machine {busy:.0%} busy" if busy is not None else "the machine's load unknown"
     client = f"the client {client_cores:.2f} cores" if client_cores is not None else "the client's cores unknown"
     if client_cores is not None and loop_cores is not None:
-        client += f" (its event loop thread {loop_cores:.2f})"
+        client += f" (its event loop thread {describe_loop(loop_cores, loop_runqueue)})"
     return (f"full client at {rate:.0f}/s (acknowledged {achieved:.0f}/s): p50 {q[0]:.2f} p99 {q[1]:.2f} "
             f"p999 {q[2]:.2f} ms; {machine}, {client}")
 
@@ -77,8 +78,8 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
                 result = open_loop(session, rate, args.seconds)
                 steal = result.steal
                 print(describe_run(rate, result.latencies, result.achieved, steal.busy if steal else None,
-                                   steal.process_cores if steal else None, steal.loop_cores if steal else None),
-                      flush=True)
+                                   steal.process_cores if steal else None, steal.loop_cores if steal else None,
+                                   steal.loop_runqueue if steal else None), flush=True)
                 print(f"  {describe_spends(result.bookies)}", flush=True)
                 for i, spend in enumerate(result.bookies):
                     print(f"  bookie {i}: {spend.stage_means}", flush=True)

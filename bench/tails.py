@@ -222,8 +222,10 @@ class CpuSteal:
     process's CPU-seconds per second meanwhile. The client of one process runs Python on one core at a
     time (the GIL), so process_cores near 1 says the client itself was the limit of the run.
     `s.loop_cores`: the part of it spent by the client's event loop threads (LOOP_THREAD_PREFIX, alive from
-    start to end), the thread that sends requests and reads acknowledgements: near 1 it is the bottleneck,
-    well below it an ack it read late waited for the GIL or for the machine, not for its own work."""
+    start to end), the thread that sends requests and reads acknowledgements, and `s.loop_runqueue`: the
+    share of the time those threads were runnable but waiting for a core (/proc schedstat; None without
+    it). A loop on a core half the time and waiting for one a quarter of it is not short of work to do:
+    its acks wait for the machine's cores."""
 
     def __init__(self) -> None:
         self.fraction: float | None = None
@@ -231,13 +233,14 @@ class CpuSteal:
         self.busy: float | None = None
         self.process_cores: float | None = None
         self.loop_cores: float | None = None
+        self.loop_runqueue: float | None = None
         self._before: list[int] | None = None
         self._process_before = (0.0, 0.0)
-        self._loops_before: dict[int, float] = {}
+        self._loops_before: dict[int, tuple[float, float | None]] = {}
 
     def __enter__(self) -> CpuSteal:
         self._before = _cpu_times()
-        self._loops_before = _loop_thread_seconds()
+        self._loops_before = _loop_thread_times()
         self._process_before = (_process_seconds(), time.perf_counter())
         return self
 
@@ -246,9 +249,7 @@ class CpuSteal:
         wall = time.perf_counter() - began
         if wall > 0:
             self.process_cores = (_process_seconds() - process_seconds) / wall
-            after_loops = _loop_thread_seconds()
-            spent = [after_loops[t] - before for t, before in self._loops_before.items() if t in after_loops]
-            self.loop_cores = sum(spent) / wall if spent else None
+            self._loops_after(_loop_thread_times(), wall)
         after = _cpu_times()
         if self._before is None or after is None or len(after) < 8:
             return
@@ -259,13 +260,21 @@ class CpuSteal:
             self.seconds = delta[7] / os.sysconf("SC_CLK_TCK")
             self.busy = 1 - (delta[3] + delta[4]) / total
 
+    def _loops_after(self, after: dict[int, tuple[float, float | None]], wall: float) -> None:
+        pairs = [(before, after[t]) for t, before in self._loops_before.items() if t in after]
+        if not pairs:
+            return
+        self.loop_cores = sum(a[0] - b[0] for b, a in pairs) / wall
+        waits = [a[1] - b[1] for b, a in pairs if a[1] is not None and b[1] is not None]
+        self.loop_runqueue = sum(waits) / wall if len(waits) == len(pairs) else None
+
     def describe(self) -> str:
         if self.fraction is None:
             return "steal unknown (no /proc/stat)"
         busy = f"; the machine {self.busy:.0%} busy" if self.busy is not None else ""
         cores = f", the client's process {self.process_cores:.2f} cores" if self.process_cores is not None else ""
         if cores and self.loop_cores is not None:
-            cores += f" (its event loop thread {self.loop_cores:.2f})"
+            cores += f" (its event loop thread {describe_loop(self.loop_cores, self.loop_runqueue)})"
         return f"CPU steal {self.fraction:.1%} ({self.seconds:.2f} CPU-s){busy}{cores}"
 
 
@@ -277,18 +286,32 @@ def _process_seconds() -> float:
 LOOP_THREAD_PREFIX = "bkledger-client"      # client.runtime's event loop threads
 
 
-def _loop_thread_seconds() -> dict[int, float]:
-    """CPU-seconds so far of this process's client event loop threads, by native thread id."""
-    found: dict[int, float] = {}
+def describe_loop(cores: float, runqueue: float | None) -> str:
+    """'0.49 on a core, 0.27 waiting for one' (or only the first where the kernel keeps no schedstat)."""
+    return f"{cores:.2f} on a core" + (f", {runqueue:.2f} waiting for one" if runqueue is not None else "")
+
+
+def _loop_thread_times() -> dict[int, tuple[float, float | None]]:
+    """Of this process's client event loop threads, by native thread id: seconds so far on a core and
+    runnable on a run queue (/proc schedstat, in ns; where it is missing, stat's CPU ticks and None)."""
+    found: dict[int, tuple[float, float | None]] = {}
     for thread in threading.enumerate():
         if not thread.name.startswith(LOOP_THREAD_PREFIX) or thread.native_id is None:
             continue
+        task = f"/proc/self/task/{thread.native_id}"
         try:
-            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+            with open(f"{task}/schedstat") as f:
+                on_core, waiting = f.read().split()[:2]
+            found[thread.native_id] = (int(on_core) / 1e9, int(waiting) / 1e9)
+            continue
+        except (OSError, ValueError):
+            pass
+        try:
+            with open(f"{task}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        found[thread.native_id] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        found[thread.native_id] = ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), None)
     return found
 
 
@@ -449,6 +472,7 @@ def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
                       "machine_busy": run.steal.busy if run.steal is not None else None,
                       "client_process_cores": run.steal.process_cores if run.steal is not None else None,
                       "client_loop_cores": run.steal.loop_cores if run.steal is not None else None,
+                      "client_loop_runqueue": run.steal.loop_runqueue if run.steal is not None else None,
                       "bookies": [dataclasses.asdict(spend) for spend in run.bookies]})
     for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
         values = sorted(_ms(r.latencies, fraction) for r in runs)

@@ -108,8 +108,10 @@ def test_cpu_watch_counts_the_client_loop_threads_apart() -> None:
     finally:
         stop.set()
         loop.join(10)
-    assert watch.loop_cores is not None and 0.2 < watch.loop_cores < 1.2      # one thread (clock ticks of 10 ms)
-    assert f"its event loop thread {watch.loop_cores:.2f}" in watch.describe()
+    assert watch.loop_cores is not None and 0.2 < watch.loop_cores < 1.2      # one thread
+    assert watch.loop_runqueue is not None and 0.0 <= watch.loop_runqueue < 0.8   # this kernel keeps schedstat
+    assert watch.loop_cores + watch.loop_runqueue < 1.2                         # one thread's time, not more
+    assert f"its event loop thread {watch.loop_cores:.2f} on a core, " in watch.describe()
 
 
 class _RecordingStream:
@@ -248,7 +250,9 @@ def test_the_latency_curve_reads_its_rates_and_prints_each_run_as_one_line() -> 
     assert line.startswith("full client at 5000/s (acknowledged 4998/s): p50 ") and "p99 990" in line, line
     assert line.endswith("the machine 84% busy, the client 0.58 cores"), line
     assert "the machine's load unknown, the client's cores unknown" in describe_run(1.0, [0.01], 1.0, None, None)
-    assert "the client 0.58 cores (its event loop thread 0.41)" in describe_run(1.0, [0.01], 1.0, 0.8, 0.58, 0.41)
+    assert "the client 0.58 cores (its event loop thread 0.41 on a core, 0.20 waiting for one)" in describe_run(
+        1.0, [0.01], 1.0, 0.8, 0.58, 0.41, 0.2)
+    assert describe_run(1.0, [0.01], 1.0, 0.8, 0.58, 0.41).endswith("(its event loop thread 0.41 on a core)")
 
 
 def test_the_bookies_spend_is_printed_per_bookie_and_unknown_without_figures() -> None:
