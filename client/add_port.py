@@ -60,7 +60,7 @@ class AddPortCall:
 
     async def write(self, data: bytes) -> None:
         """Send one serialized AddRequest (waits while the socket's buffer is full)."""
-        await self.write_frame(header(REQUEST, len(data)) + data)
+        await self.write_frame(self.frame_head(len(data)) + data)
 
     @staticmethod
     def frame_head(size: int) -> bytes:
