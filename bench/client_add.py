@@ -51,7 +51,7 @@ from bench.cluster3 import (
     fresh_cluster_session,
 )
 from bench.core import MB, Context, KiB, Row, size_label, timer_loop
-from bench.disk import measure_fsync_limit
+from bench.disk import DiskLoad, DiskLoadMeter, measure_fsync_limit
 from bench.syscount import SyscallCounter
 from bkledger.bookie import config as bkconfig
 from bkledger.bookie.add_trace import STAGES as BOOKIE_STAGES
@@ -277,6 +277,8 @@ class LatencyResult:
     steal: tails.CpuSteal | None = None
     transport: list[float] | None = None           # s, ascending: bench.transport_floor at this rate, right after
     bookies: list[tails.BookieSpend] = dataclasses.field(default_factory=list)   # each bookie's, over the timed window
+    disk: DiskLoad | None = None                  # the bookies' disk meanwhile (everyone's I/O on it)
+    disk_why_not: str = ""
 
 
 def _schedule(lh: LedgerHandle, payload: bytes, rate: float, count: int, start: float,
@@ -324,7 +326,8 @@ def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group:
               data_dir: Path | None = None) -> LatencyResult:
     """One open-loop run. The client traces the adds the bench times (entries 0, 8, 16, ...: client.add_trace,
     every one kept); beside it run the floor probe (groups of `floor_group` bytes in `data_dir`), the
-    client process's GC pauses and the machine's CPU steal (bench.tails)."""
+    client process's GC pauses, the machine's CPU steal (bench.tails) and the load of the bookies' disk
+    (bench.disk.DiskLoadMeter)."""
     payload = os.urandom(ENTRY_SIZE)
     count = max(10, int(rate * seconds))
     done = [0.0] * count
@@ -340,6 +343,7 @@ def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group:
             probes.enter_context(_frozen_heap())    # before GcPauses: its own full collection is not the run's
             gc_pauses, steal = probes.enter_context(tails.GcPauses()), probes.enter_context(tails.CpuSteal())
             bookies = probes.enter_context(BookieMeter(session))
+            disk = probes.enter_context(DiskLoadMeter(first.journal_dir))
             start = time.perf_counter() + 0.05
             timer = threading.Thread(target=_schedule, args=(lh, payload, rate, count, start, done, errors),
                                      name="bench-open-loop")
@@ -358,7 +362,8 @@ def open_loop(session: ClusterSession, rate: float, seconds: float, floor_group:
     timed = [(i + 1, t - (start + i / rate)) for i, t in enumerate(done) if t]     # the sampled adds
     achieved = count / (max(done) - start)
     return LatencyResult(rate, achieved, sorted(latency for _, latency in timed), count, meter.group_bytes,
-                         meter.why_not, timed, traces, bookie_logs, floor, gc_pauses, steal, bookies=bookies.spends)
+                         meter.why_not, timed, traces, bookie_logs, floor, gc_pauses, steal, bookies=bookies.spends,
+                         disk=disk.load, disk_why_not=disk.why_not)
 
 
 CDF_FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999)

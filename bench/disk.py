@@ -6,12 +6,15 @@ the same group size, on the same file system, is the most a journal of that grou
 journal writes either through the page cache (write(2)) or, by default, with O_DIRECT
 (journalDirectIO, `bookie.direct_append`); the limit is the better of the two, each measured for half
 the time, so a journal that gains from O_DIRECT is not compared to the slower way.
-`measure_fsync_limit` is public so other benchmarks measure their own limit in their own run, and
-`DiskMeter` counts what the disk under a directory was given to write while a benchmark ran.
+`measure_fsync_limit` is public so other benchmarks measure their own limit in their own run,
+`DiskMeter` counts what the disk under a directory was given to write while a benchmark ran, and
+`DiskLoadMeter` how loaded that disk was meanwhile (MB/s written, time per write request, requests in
+flight), from /proc/diskstats.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -26,17 +29,85 @@ SECTOR = 512          # /proc/diskstats counts 512-byte sectors on every device
 DISKSTATS = Path("/proc/diskstats")
 
 
-def _sectors_written(device: tuple[int, int]) -> int | None:
-    """Sectors written to the block device (major, minor) since boot, or None if the kernel lists none."""
+def _device_counters(device: tuple[int, int]) -> list[int] | None:
+    """The counters /proc/diskstats keeps for the block device (major, minor) since boot (reads completed,
+    merged, sectors, ms; writes completed, merged, sectors, ms; I/Os in flight, ms busy, weighted ms, ...),
+    or None if the kernel lists none (a file system on no block device: tmpfs, overlay)."""
     try:
         lines = DISKSTATS.read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         fields = line.split()
-        if len(fields) > 9 and (int(fields[0]), int(fields[1])) == device:
-            return int(fields[9])
+        if len(fields) > 13 and (int(fields[0]), int(fields[1])) == device:
+            return [int(f) for f in fields[3:]]
     return None
+
+
+def _sectors_written(device: tuple[int, int]) -> int | None:
+    """Sectors written to the block device (major, minor) since boot, or None if the kernel lists none."""
+    counters = _device_counters(device)
+    return counters[6] if counters is not None else None
+
+
+def _device_of(directory: Path | str) -> tuple[int, int]:
+    st = os.stat(directory)
+    return os.major(st.st_dev), os.minor(st.st_dev)
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskLoad:
+    """What the block device under a directory was doing over a stretch of time, everyone's I/O included."""
+
+    written_mb_per_s: float
+    writes_per_s: float
+    ms_per_write: float       # mean time a write request spent queued and served by the device
+    in_flight: float          # mean requests in flight (queued or served), reads included
+    busy: float               # share of the time with at least one request in flight
+
+    def describe(self) -> str:
+        return (f"the disk wrote {self.written_mb_per_s:.0f} MB/s in {self.writes_per_s:,.0f} requests/s of "
+                f"{self.ms_per_write:.2f} ms each (mean, queued and served), {self.in_flight:.1f} in flight, "
+                f"busy {self.busy:.0%}")
+
+
+def disk_load(before: list[int], after: list[int], seconds: float) -> DiskLoad | None:
+    """The load between two snapshots of a device's /proc/diskstats counters `seconds` apart; None when
+    that is no time or the counters went back (the device was replaced)."""
+    delta = [a - b for a, b in zip(after[:11], before[:11], strict=True)]
+    if seconds <= 0 or min(delta[:8] + delta[9:]) < 0:
+        return None
+    writes = delta[4]
+    return DiskLoad(written_mb_per_s=delta[6] * SECTOR / seconds / MB, writes_per_s=writes / seconds,
+                    ms_per_write=delta[7] / writes if writes else 0.0, in_flight=delta[10] / 1000 / seconds,
+                    busy=min(1.0, delta[9] / 1000 / seconds))
+
+
+class DiskLoadMeter:
+    """`with DiskLoadMeter(directory) as m: ...` then `m.load` (a DiskLoad of the block device holding
+    `directory` meanwhile) or None with `m.why_not`. Unlike DiskMeter it syncs nothing: it watches what
+    the device does under a benchmark's own load, write-back included."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.device = _device_of(directory)
+        self.load: DiskLoad | None = None
+        self.why_not = ""
+        self._before: tuple[list[int], float] | None = None
+
+    def __enter__(self) -> DiskLoadMeter:
+        counters = _device_counters(self.device)
+        self._before = (counters, time.perf_counter()) if counters is not None else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = _device_counters(self.device)
+        if self._before is None or after is None:
+            self.why_not = f"device {self.device[0]}:{self.device[1]} is not in {DISKSTATS}"
+            return
+        counters, began = self._before
+        self.load = disk_load(counters, after, time.perf_counter() - began)
+        if self.load is None:
+            self.why_not = "the device's counters went back"
 
 
 class DiskMeter:
@@ -44,8 +115,7 @@ class DiskMeter:
     wrote meanwhile, everyone's writes included) or None with `m.why_not`."""
 
     def __init__(self, directory: Path | str) -> None:
-        st = os.stat(directory)
-        self.device = (os.major(st.st_dev), os.minor(st.st_dev))
+        self.device = _device_of(directory)
         self.written: int | None = None
         self.why_not = ""
         self._before: int | None = None

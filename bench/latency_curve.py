@@ -4,11 +4,11 @@ add_latency measures two loads (20% and 80% of a peak); this runs the same open 
 E=3 Qw=3 Qa=2, 1 KiB, traced as add_latency traces) at the rates given, on one LocalCluster of three
 bookies with the bench's settings, and prints for each run its p50/p99/p999, how busy the machine was, the
 client process's cores, the cores, requests per second and CPU per request of each bookie over the
-timed window, and each bookie's add stages' means over it (bench.client_add.BookieMeter, whose spends
-add_latency prints too). Under the client's Nagle rule (one AddRequest unanswered per bookie while
-fewer than addPipelineMinBytes are), the requests per second follow the round trip, not the rate: if
-the CPU and the tail stay where they are as the rate falls, the tail is the fixed cost of a request on
-this machine, not queueing behind load. `--set KEY=VALUE` puts a bookie setting over the bench's, to
+timed window, each bookie's add stages' means over it (bench.client_add.BookieMeter, whose spends
+add_latency prints too) and the load of the bookies' disk (bench.disk.DiskLoadMeter). Under the
+client's Nagle rule (one AddRequest unanswered per bookie while fewer than addPipelineMinBytes are),
+the requests per second follow the round trip, not the rate: if the CPU and the tail stay where they
+are as the rate falls, the tail is the fixed cost of a request on this machine, not queueing behind load. `--set KEY=VALUE` puts a bookie setting over the bench's, to
 compare two settings on the same machine (e.g. `--set addStreamPort=-1`: adds over gRPC).
 
 `python -m bench.latency_curve --rates 5000,10000,20000 --seconds 10 --runs 2`
@@ -81,6 +81,8 @@ def _runs(args: argparse.Namespace, directory: str) -> None:
                                    steal.process_cores if steal else None, steal.loop_cores if steal else None,
                                    steal.loop_runqueue if steal else None), flush=True)
                 print(f"  {describe_spends(result.bookies)}", flush=True)
+                if result.disk is not None:
+                    print(f"  {result.disk.describe()}", flush=True)
                 for i, spend in enumerate(result.bookies):
                     print(f"  bookie {i}: {spend.stage_means}", flush=True)
     finally:

@@ -444,9 +444,9 @@ def describe_spends(spends: list[BookieSpend]) -> str:
 
 
 def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
-    """Every run's p50/p99/p999 with its floor, GC pauses, CPU steal and the bookies' CPU per request; the
-    spread of each percentile; the stage attribution of the worst run's p99 adds. The same per run in
-    ctx.facts["add_latency_runs"]."""
+    """Every run's p50/p99/p999 with its floor, GC pauses, CPU steal, the bookies' CPU per request and
+    their disk's load; the spread of each percentile; the stage attribution of the worst run's p99 adds.
+    The same per run in ctx.facts["add_latency_runs"]."""
     rows: list[Row] = []
     facts = ctx.facts.setdefault("add_latency_runs", [])
     for k, run in enumerate(runs, 1):
@@ -454,10 +454,11 @@ def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
         floor_p99 = _ms(run.floor.latencies, 0.99) if run.floor is not None and run.floor.latencies else None
         gc_text = run.gc.describe() if run.gc is not None else "GC not watched"
         steal_text = run.steal.describe() if run.steal is not None else "steal unknown"
+        disk_text = run.disk.describe() if run.disk is not None else f"the disk's load unknown ({run.disk_why_not})"
         rows.append(Row("add_latency", f"{label}: run {k} p99", p99, "ms", floor_p99,
                         f"p50 {p50:.2f}, p99 {p99:.2f}, p999 {p999:.2f} ms ({len(run.latencies)} timed); "
                         f"limit: the floor's p99; {_floor_text(run)}; {_transport_text(run)}; client {gc_text}; "
-                        f"{steal_text}; {describe_spends(run.bookies)}"))
+                        f"{steal_text}; {describe_spends(run.bookies)}; {disk_text}"))
         facts.append({"label": label, "run": k, "p50_ms": p50, "p99_ms": p99, "p999_ms": p999,
                       "achieved": run.achieved, "rate": run.rate, "group_bytes": run.group_bytes,
                       "floor_group_bytes": run.floor.group_bytes if run.floor is not None else None,
@@ -473,7 +474,8 @@ def run_rows(ctx: Any, label: str, runs: list[Any]) -> list[Row]:
                       "client_process_cores": run.steal.process_cores if run.steal is not None else None,
                       "client_loop_cores": run.steal.loop_cores if run.steal is not None else None,
                       "client_loop_runqueue": run.steal.loop_runqueue if run.steal is not None else None,
-                      "bookies": [dataclasses.asdict(spend) for spend in run.bookies]})
+                      "bookies": [dataclasses.asdict(spend) for spend in run.bookies],
+                      "disk": dataclasses.asdict(run.disk) if run.disk is not None else None})
     for name, fraction in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
         values = sorted(_ms(r.latencies, fraction) for r in runs)
         rows.append(Row("add_latency", f"{label}: {name} spread", statistics.median(values), "ms", None,

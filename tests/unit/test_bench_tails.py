@@ -263,3 +263,47 @@ def test_the_bookies_spend_is_printed_per_bookie_and_unknown_without_figures() -
     spends = [BookieSpend(0.304, 262.4, 1.144), BookieSpend(0.29, 255.0, None)]
     assert describe_spends(spends) == "the bookies 0.30, 0.29 cores, 262, 255 requests/s at 1.14, ? ms of CPU each"
     assert describe_spends([]) == "the bookies' CPU unknown"
+
+
+def _counters(writes: int, sectors: int, write_ms: int, busy_ms: int, weighted_ms: int) -> list[int]:
+    """/proc/diskstats counters of one device: reads (4), writes (4), in flight, busy ms, weighted ms."""
+    return [7, 0, 56, 3, writes, 0, sectors, write_ms, 1, busy_ms, weighted_ms]
+
+
+def test_the_disk_load_is_read_from_two_snapshots_of_the_devices_counters() -> None:
+    """Over 2 s: 1,000 writes of 1,000,000 sectors (512 MB) that took 3,000 ms of queue and service, the
+    device busy 1.5 s with 4,000 request-ms in flight: 256 MB/s, 500 writes/s, 3 ms each, 2 in flight."""
+    from bench.disk import disk_load
+
+    before = _counters(writes=5_000, sectors=10_000, write_ms=900, busy_ms=100, weighted_ms=2_000)
+    after = _counters(writes=6_000, sectors=1_010_000, write_ms=3_900, busy_ms=1_600, weighted_ms=6_000)
+    load = disk_load(before, after, 2.0)
+    assert load is not None
+    assert (load.written_mb_per_s, load.writes_per_s, load.ms_per_write) == (256.0, 500.0, 3.0)
+    assert (load.in_flight, load.busy) == (2.0, 0.75)
+    assert load.describe() == ("the disk wrote 256 MB/s in 500 requests/s of 3.00 ms each (mean, queued and "
+                               "served), 2.0 in flight, busy 75%")
+    idle = disk_load(before, before, 2.0)
+    assert idle is not None and idle.ms_per_write == 0.0        # no writes: no time per write, not a division
+    assert disk_load(after, before, 2.0) is None                 # counters that went back: a replaced device
+    assert disk_load(before, after, 0.0) is None
+
+
+def test_the_disk_load_meter_sees_this_processs_writes_or_says_why_not(tmp_path) -> None:
+    """On a block device, a synced 4 MiB write shows as written bytes; elsewhere (tmpfs) the meter says the
+    device is not in /proc/diskstats instead of a load."""
+    import os
+
+    from bench.disk import DiskLoadMeter
+
+    with DiskLoadMeter(tmp_path) as meter:
+        fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, os.urandom(4 << 20))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if meter.load is None:
+        assert "is not in /proc/diskstats" in meter.why_not
+    else:
+        assert meter.load.written_mb_per_s > 0 and meter.load.writes_per_s > 0
