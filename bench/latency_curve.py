@@ -1,15 +1,15 @@
 """Is an add's tail a matter of load? add_latency's open loop at several rates, with what each process spent.
 
-add_latency measures two loads (20% and 80% of a peak); this runs the same open loop (the full client,
-E=3 Qw=3 Qa=2, 1 KiB, traced as add_latency traces) at the rates given, on one LocalCluster of three
-bookies with the bench's settings, and prints for each run its p50/p99/p999, how busy the machine was, the
-client process's cores, the cores, requests per second and CPU per request of each bookie over the
-timed window, each bookie's add stages' means over it (bench.client_add.BookieMeter, whose spends
-add_latency prints too) and the load of the bookies' disk (bench.disk.DiskLoadMeter). Under the
-client's Nagle rule (one AddRequest unanswered per bookie while fewer than addPipelineMinBytes are),
-the requests per second follow the round trip, not the rate: if the CPU and the tail stay where they
-are as the rate falls, the tail is the fixed cost of a request on this machine, not queueing behind load. `--set KEY=VALUE` puts a bookie setting over the bench's, to
-compare two settings on the same machine (e.g. `--set addStreamPort=-1`: adds over gRPC).
+add_latency measures two loads (20% and 80% of a peak); this runs the same open loop (the full client, E=3
+Qw=3 Qa=2, 1 KiB, traced as add_latency traces) at the rates given, on one LocalCluster of three bookies
+with the bench's settings, and prints for each run its p50/p99/p999, how busy the machine was, the client
+process's cores, the cores, requests per second and CPU per request of each bookie over the timed window,
+each bookie's add stages' means over it (bench.client_add.BookieMeter, whose spends add_latency prints too)
+and the load of the bookies' disk (bench.disk.DiskLoadMeter). Under the client's Nagle rule (one AddRequest
+unanswered per bookie while fewer than addPipelineMinBytes are), the requests per second follow the round
+trip, not the rate: if the CPU and the tail stay where they are as the rate falls, the tail is the fixed
+cost of a request on this machine, not queueing behind load. `--set KEY=VALUE` puts a bookie setting over
+the bench's, to compare two settings on the same machine (e.g. `--set addStreamPort=-1`: adds over gRPC).
 
 `python -m bench.latency_curve --rates 5000,10000,20000 --seconds 10 --runs 2`
 """
