@@ -92,7 +92,9 @@ def test_slow_fsync_is_attributed_to_fsync(cluster_factory):
         assert add["stages_ms"]["bookie"] >= 180, add
         assert add["deciding_bookie"] == bookie.bookie_id, add
         there, back = batches[0]["receivedNs"] - add["sent_ns"], add["acked_ns"] - batches[0]["repliedNs"]
-        assert 0 <= there < 100e6 and 0 <= back < 100e6, (add, batches)     # one clock: the stall is inside
+        # One clock, so the stall is inside the bookie. The client stamps `sent` when its write returns, after
+        # the kernel has the bytes: the bookie may read them first (CI saw -0.44 ms), never by 10 ms.
+        assert -10e6 < there < 100e6 and 0 <= back < 100e6, (add, batches)
     att = attribute([client[i] for i in slow_ids], {bookie.bookie_id: answer["slowAdds"]})
     assert att["bookie_ms"]["fsync"] >= 180 and att["to_bookie_ms"] < 100 and att["from_bookie_ms"] < 100, att
     assert stage_sum(bookie.http_port, "fsync") - fsync_before >= 3 * 180
