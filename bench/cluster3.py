@@ -37,15 +37,16 @@ class ClientSizes:
     rss_bytes: int              # payload written to the lone bookie of bookie_rss
     latency_rounds: int         # open-loop runs per load level of add_latency; each is printed
     peak_rounds: int            # closed-loop runs whose median is the peak add_latency's loads are taken of
+    peak_probes: int            # open-loop runs at most that cap that median at what an open loop sustains
 
     @staticmethod
     def of(ctx: Context) -> ClientSizes:
         mode, add = ctx.settings.mode, ctx.settings.add_seconds
         if mode == "tiny":
-            return ClientSizes(add, 0.5, 0.5, 1, 200, 1_000, 8 * MiB, 1, 1)
+            return ClientSizes(add, 0.5, 0.5, 1, 200, 1_000, 8 * MiB, 1, 1, 1)
         if mode == "quick":
-            return ClientSizes(add, 2.0, 2.0, 1, 1_000, 1_000, 64 * MiB, 1, 1)
-        return ClientSizes(add, 10.0, 10.0, 3, 5_000, 1_000, 1024 * MiB, 5, 3)   # issue 48: 5 runs per load
+            return ClientSizes(add, 2.0, 2.0, 1, 1_000, 1_000, 64 * MiB, 1, 1, 2)
+        return ClientSizes(add, 10.0, 10.0, 3, 5_000, 1_000, 1024 * MiB, 5, 3, 3)   # issue 48: 5 runs per load
 
 
 @dataclasses.dataclass

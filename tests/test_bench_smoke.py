@@ -105,8 +105,9 @@ def test_tiny_add_latency_tells_its_tails(tmp_path: Path) -> None:
     assert report["errors"] == {}
     figures = {r["figure"]: r for r in report["rows"]}
     # the loads are fractions of a peak measured in the latency runs' own conditions, a row of its own
-    peak = figures["peak the loads are fractions of (1 writer, closed loop)"]
+    peak = figures["peak the loads are fractions of (1 writer, what the open loop sustains)"]
     assert peak["value"] > 0 and "on fresh clusters, traced as the latency runs" in peak["why"], peak
+    assert "open loops at " in peak["why"] and " acknowledged)" in peak["why"], peak   # the one probe of tiny
     for load in ("20%", "80%"):
         label = next(f.split(":")[0] for f in figures if f.startswith(f"{load} of peak"))
         scheduled = figures[f"{label}: acknowledged rate"]["limit"]
