@@ -72,4 +72,3 @@ def describe(peak: Peak) -> str:
         return f"open loops at {probes}: the highest that kept up (>= {KEPT_UP:.2f})"
     return (f"open loops at {probes}: none kept up (>= {KEPT_UP:.2f}), so {BELOW_ACKED:.2f} of what the last "
             "acknowledged, not confirmed")
-
