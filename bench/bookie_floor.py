@@ -34,6 +34,7 @@ from bench.tails import percentile
 from bkledger.bookie.add_trace import STAGES
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client.add_port import AddPortCall
+from bkledger.client.bookie_client import MAX_REQUEST_BYTES
 from bkledger.client.protocol.digest import DigestManager, package_batch
 from bkledger.proto import bookie_pb2 as pb
 
@@ -46,9 +47,14 @@ Drained = tuple[int, int, list[int], bytes]     # (ledger id, first entry id, pa
 
 class BookieStream(transport_floor.FloorStream):
     """A bookie's AddStream: the drains queued meanwhile leave as one AddRequest of one AddBatch (their
-    entry ids are consecutive), so each request gets one answer, as the floor counts them."""
+    entry ids are consecutive), so each request gets one answer, as the floor counts them; a backlog
+    larger than the client's MAX_REQUEST_BYTES leaves in several, as the client splits it."""
 
     method = "/bkledger.v1.Bookie/AddStream"
+    max_request_bytes = MAX_REQUEST_BYTES      # a bookie refuses larger messages; the client splits at this
+
+    def nbytes(self, chunk: Any) -> int:
+        return len(chunk[3])
 
     def encode(self, queued: list[Any]) -> bytes:
         return encode_request(queued)

@@ -71,6 +71,7 @@ class FloorStream:
     """One server's stream: requests leave one at a time, each with everything queued for it meanwhile."""
 
     method = METHOD
+    max_request_bytes = 0       # 0: one message holds everything queued
 
     def __init__(self, floor: FloorLoop, port: int) -> None:
         self.floor = floor
@@ -99,11 +100,28 @@ class FloorStream:
             self.wakeup.clear()
             if self.unanswered or not self.queued:
                 continue
-            requests = [request for request, _ in self.queued]
-            data = self.encode([chunk for _, chunk in self.queued])
+            taken = self._take()
+            self.unanswered.append([request for request, _ in taken])
+            await self.call.write(self.encode([chunk for _, chunk in taken]))
+
+    def _take(self) -> list[tuple[int, Any]]:
+        """The queued requests the next message holds: all of them, or, with `max_request_bytes`, the oldest
+        up to that many bytes (at least one), as the client splits what a bookie would refuse."""
+        if not self.max_request_bytes:
+            taken = list(self.queued)
             self.queued.clear()
-            self.unanswered.append(requests)
-            await self.call.write(data)
+            return taken
+        taken = [self.queued.popleft()]
+        nbytes = self.nbytes(taken[0][1])
+        while self.queued and nbytes + self.nbytes(self.queued[0][1]) <= self.max_request_bytes:
+            request = self.queued.popleft()
+            nbytes += self.nbytes(request[1])
+            taken.append(request)
+        return taken
+
+    def nbytes(self, chunk: Any) -> int:
+        """The payload bytes of one queued request's data (the echo floor: its length)."""
+        return len(chunk)
 
     def encode(self, queued: list[Any]) -> bytes:
         """One message of what the requests queued meanwhile hold (the echo floor: their bytes, joined)."""

@@ -142,6 +142,26 @@ def test_the_transport_floor_completes_an_add_at_the_second_answer_of_three() ->
     floor.loop.close()
 
 
+def test_the_bookie_floor_splits_a_backlog_as_the_client_does() -> None:
+    """bench.bookie_floor's stream sent everything queued as one message; behind a stall at 90,000 adds/s
+    that passed the bookie's message limit, the bookie refused it and the floor never answered. Now a
+    message holds the oldest drains up to MAX_REQUEST_BYTES (at least one), in order; the echo floor still
+    sends everything queued."""
+    from bench.bookie_floor import BookieStream
+    from bench.transport_floor import FloorStream
+    from bkledger.client.bookie_client import MAX_REQUEST_BYTES
+
+    third = MAX_REQUEST_BYTES // 3
+    stream = BookieStream(None, 0)  # type: ignore[arg-type]
+    for request, size in enumerate([third, third, third, third, 2 * MAX_REQUEST_BYTES]):
+        stream.queued.append((request, (7, request, [size], b"x" * size)))
+    assert [[r for r, _ in stream._take()] for _ in range(3)] == [[0, 1, 2], [3], [4]]
+    assert not stream.queued
+    echo = FloorStream(None, 0)  # type: ignore[arg-type]
+    echo.queued.extend([(0, b"a" * MAX_REQUEST_BYTES), (1, b"b" * MAX_REQUEST_BYTES)])
+    assert [r for r, _ in echo._take()] == [0, 1] and not echo.queued
+
+
 def test_the_transport_floor_cli_refuses_a_rate_or_time_that_is_not_above_zero(capsys) -> None:
     """A rate of 0 divided by zero in the timer, and a negative time ran nothing: both are refused first."""
     import pytest
