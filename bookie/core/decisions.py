@@ -11,6 +11,7 @@ The driver executes what these return; nothing here touches a socket, a file or 
 from __future__ import annotations
 
 import dataclasses
+import errno
 from collections.abc import Sequence
 
 import numpy as np
@@ -304,3 +305,14 @@ def disk_state(usages: Sequence[float], threshold: float, lwm: float, read_only_
     if read_only_now:
         return not all(u < lwm for u in usages)
     return False
+
+
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def checkpoint_failure_counts(error_number: int | None) -> bool:
+    """Does a failed checkpoint count toward checkpointFailuresBeforeReadOnly (storage failed, read-only)?
+    Not when the process or the system ran out of file descriptors (EMFILE, ENFILE): that is not the disk,
+    and a client that opens connections until the bookie has none left must not turn it read-only for
+    good. The journal keeps everything until the next checkpoint passes it."""
+    return error_number not in OUT_OF_DESCRIPTORS

@@ -7,7 +7,10 @@ temporary directory: sparse index files with holes, and flushes that fail for re
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
+import resource
 import time
 from pathlib import Path
 
@@ -116,6 +119,46 @@ def test_failed_checkpoints_are_counted_and_turn_storage_failed(tmp_path: Path) 
     bookie.close()
     again = LedgerStorage([tmp_path / "l"])
     assert again.is_fenced(2)
+    again.close()
+
+
+def test_checkpoints_out_of_file_descriptors_do_not_turn_storage_failed(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A client that opened connections to the add port until the bookie had no descriptor left made every
+    checkpoint fail with EMFILE, and after checkpointFailuresBeforeReadOnly the bookie stayed read-only
+    after the connections were gone (seen with 20,000 connections). Here the process runs out of
+    descriptors for real: the failures are counted, storage does not count as failed, and once descriptors
+    are free the next checkpoint passes. The pure rule: `decisions.checkpoint_failure_counts`."""
+    assert not decisions.checkpoint_failure_counts(24) and decisions.checkpoint_failure_counts(5)   # EMFILE, EIO
+    assert decisions.checkpoint_failure_counts(None)
+    fatal: list[BaseException] = []
+    bookie = Bookie(_config(tmp_path), on_fatal=fatal.append)
+    bookie.start()
+    assert bookie.storage is not None and bookie.journal is not None
+    bookie.storage.set_master_key(1, KEY)
+    add(bookie.storage, 1, [0, 1])
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers: list[int] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 16, hard))
+        with contextlib.suppress(OSError):
+            while True:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+        for _ in range(3):
+            bookie._checkpoint(bookie.journal.position())
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert bookie.checkpoint_failures == 3 and bookie.last_checkpoint_time == 0.0
+    warned = [r.getMessage() for r in caplog.records if "out of file descriptors" in r.getMessage()]
+    assert len(warned) == 3 and all("Too many open files" in w for w in warned)
+    assert not bookie.storage_failed and not fatal
+    bookie._checkpoint(bookie.journal.position())
+    assert bookie.last_checkpoint_time > 0 and bookie.checkpoint_failures == 3
+    bookie.close()
+    again = LedgerStorage([tmp_path / "l"])
+    assert again.master_key(1) == KEY
     again.close()
 
 
