@@ -7,7 +7,11 @@ as over gRPC; acks are written as they come, those ready together in one AddResp
 the framing or does not parse is refused as AddStream refuses it: the batches read before it are answered,
 then one REFUSED frame says why, the connection is closed and nothing after it is read; the bookie logs a
 warning and counts it (`bookie_ADD_PORT_REFUSED`). A client that stops reading its acks stops being read
-(the transport's write buffer is the bound, as HTTP/2's flow control is gRPC's).
+(the transport's write buffer is the bound, as HTTP/2's flow control is gRPC's). At most
+`addStreamPortMaxConnections` connections are open at once (bookie.service keeps it under half the
+open-file limit): one more gets a REFUSED frame and the close before anything is read, counted the same
+way and logged once per REFUSAL_LOG_INTERVAL_S (bookie.log_limit), so that a client opening connections
+at will can neither take the descriptors the journal and the entry logs need nor flood the log.
 
 There is no TLS on this port: a bookie that serves TLS refuses `addStreamPort` (bookie.config). The port
 the bookie listens on is in its registration (`addStreamPort`), which is how clients find it.
@@ -21,6 +25,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from bkledger.bookie.log_limit import LogLimit, left_out_note
 from bkledger.bookie.request_guard import parse_add_stream
 from bkledger.bookie.server import add_response_bytes
 from bkledger.wire.add_stream import MAGIC, REFUSED, REQUEST, RESPONSE, FrameError, FrameReader, frame, header
@@ -31,14 +36,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_S = 2.0      # at shutdown: how long open connections are given to take their last acks
+REFUSAL_LOG_INTERVAL_S = 10.0   # at most one line per this for connections refused past the limit
 
 
 class AddPortConnection(asyncio.Protocol):
     """One client's add stream on the add port."""
 
-    def __init__(self, service: BookieService, connections: set[AddPortConnection]) -> None:
+    def __init__(self, service: BookieService, connections: set[AddPortConnection], max_connections: int,
+                 refusals: LogLimit) -> None:
         self.service = service
         self.connections = connections
+        self.max_connections = max_connections
+        self.refusals = refusals
         self.reader = FrameReader(frozenset({REQUEST}), service.max_message_bytes, MAGIC)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -54,12 +63,27 @@ class AddPortConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if len(self.connections) >= self.max_connections:
+            self._refuse_connection()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connections.add(self)
         log.debug("add port: connection from %s", self.peer)
+
+    def _refuse_connection(self) -> None:
+        """One connection past addStreamPortMaxConnections: a REFUSED frame saying why, then the close,
+        before anything is read; counted, and logged at most once per REFUSAL_LOG_INTERVAL_S."""
+        self.service.stats.request("add_port_refused")
+        self.refused = (f"too many connections: {len(self.connections)} open (addStreamPortMaxConnections); "
+                        "try again later or over bookiePort (useAddStreamPort=false)")
+        left_out = self.refusals.allow()
+        if left_out is not None:
+            log.warning("add port: refused a connection from %s: %d connections open (addStreamPortMaxConnections)%s",
+                        self.peer, len(self.connections), left_out_note(left_out))
+        self._end()
 
     def data_received(self, data: bytes) -> None:
         if self.refused is not None:
@@ -167,10 +191,12 @@ class AddPort:
             connection.close()
 
 
-async def open_add_port(service: BookieService, host: str, port: int) -> AddPort:
-    """Listen on host:port (0: a port the system picks) for add streams; OSError if it cannot be bound."""
+async def open_add_port(service: BookieService, host: str, port: int, max_connections: int) -> AddPort:
+    """Listen on host:port (0: a port the system picks) for add streams, at most `max_connections` open at
+    once; OSError if it cannot be bound."""
     connections: set[AddPortConnection] = set()
+    refusals = LogLimit(REFUSAL_LOG_INTERVAL_S)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: AddPortConnection(service, connections), host, port,
-                                      reuse_address=True)
+    server = await loop.create_server(lambda: AddPortConnection(service, connections, max_connections, refusals),
+                                      host, port, reuse_address=True)
     return AddPort(server, connections)

@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -36,6 +38,7 @@ from bkledger.bookie.core import decisions
 from bkledger.bookie.core.cookie import Cookie, CookieError, decide
 from bkledger.bookie.gc import GarbageCollector
 from bkledger.bookie.http_admin import AdminHttpServer
+from bkledger.bookie.log_limit import LogLimit, left_out_note
 from bkledger.bookie.memory import pin_malloc_thresholds
 from bkledger.bookie.registration import Registrar, call_bounded
 from bkledger.bookie.server import BookieService, add_to_server, grpc_options
@@ -198,6 +201,7 @@ class BookieServer:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(quiet_accept_failures(LogLimit(ACCEPT_FAILURE_LOG_INTERVAL_S)))
         watch_stop_signals(self._on_stop_signal)
         for sig in STOP_SIGNALS:    # the fallback (see bookie.stop_signals): wakes the loop itself
             self._loop.add_signal_handler(sig, self._on_stop_signal, FALLBACK.format(sig.name))
@@ -238,7 +242,8 @@ class BookieServer:
             return
         assert self.service is not None
         try:
-            self.add_port = await open_add_port(self.service, cfg.listenAddress, cfg.addStreamPort)
+            self.add_port = await open_add_port(self.service, cfg.listenAddress, cfg.addStreamPort,
+                                                add_port_connections(cfg.addStreamPortMaxConnections))
         except OSError as exc:
             await self._shutdown(None)
             raise port_in_use(cfg, "addStreamPort", cfg.addStreamPort, exc.strerror or str(exc)) from None
@@ -327,6 +332,36 @@ class BookieServer:
         await asyncio.to_thread(self.bookie.close)
         await call_bounded("close the ZooKeeper session", self.store.close, 5)
         log.info("bookie %s stopped", self.config.bookie_id)
+
+
+ACCEPT_FAILURE_LOG_INTERVAL_S = 10.0
+ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+def add_port_connections(configured: int) -> int:
+    """addStreamPortMaxConnections, but at most half the process's open-file limit: connections past that
+    would starve the journal, the entry logs and the checkpoint of descriptors (bookie.add_port)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or configured <= soft // 2:
+        return configured
+    log.info("addStreamPortMaxConnections=%d lowered to %d: half the open-file limit (%d)", configured,
+             max(1, soft // 2), soft)
+    return max(1, soft // 2)
+
+
+def quiet_accept_failures(limit: LogLimit) -> ExceptionHandler:
+    """The loop's exception handler: asyncio logs a failed accept (out of file descriptors, say) with its
+    traceback each time it tries again, which a client opening connections at will turns into a flood of
+    log lines; those are limited to one per interval (bookie.log_limit). Everything else: asyncio's own."""
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+            loop.default_exception_handler(context)
+            return
+        left_out = limit.allow()
+        if left_out is not None:
+            log.warning("a listening socket cannot accept: %r (out of file descriptors? too many connections); "
+                        "it tries again in 1 s%s", context.get("exception"), left_out_note(left_out))
+    return handle
 
 
 def run_bookie(config: BookieConfig) -> int:

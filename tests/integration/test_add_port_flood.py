@@ -1,0 +1,123 @@
+"""A client that opens connections to the add port as fast as it can: the bookie refuses those past
+addStreamPortMaxConnections with a reason, keeps file descriptors for its own files, logs a bounded number
+of lines, and goes on serving; and where the process runs out of descriptors anyway, it stays writable
+once they are free. Seen before the limit: 20,000 connections left a bookie read-only (its checkpoints
+failed with EMFILE) and wrote 835,000 log lines. Real bookie processes; raw sockets play the flood; the
+bookie's open-file limit is lowered for real (prlimit) so that a few hundred connections exhaust it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import socket
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire.add_stream import HEADER_SIZE, REFUSED, unpack_header
+from tests.integration.bookie_util import add, read, wait_for
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 20.0
+MAX_CONNECTIONS = 40
+_ledger_ids = iter(range(7_900_000, 8_000_000))
+
+
+@pytest.fixture(scope="module")
+def flooded(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
+    from tests.integration.conftest import start_cluster
+
+    conf = {"addStreamPortMaxConnections": str(MAX_CONNECTIONS), "flushInterval": "200",
+            "checkpointFailuresBeforeReadOnly": "2"}
+    made = start_cluster(tmp_path_factory.mktemp("add-port-flood"), zookeeper, 1, conf)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+@contextlib.contextmanager
+def _open_connections(cluster: LocalCluster, count: int) -> Iterator[list[socket.socket]]:
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", cluster.bookies[0].add_port), timeout=WAIT_S)
+            sock.settimeout(WAIT_S)
+            socks.append(sock)
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _first_frame(sock: socket.socket) -> tuple[int, bytes]:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    size, kind = unpack_header(data[:HEADER_SIZE])
+    return kind, data[HEADER_SIZE:HEADER_SIZE + size]
+
+
+def _log(cluster: LocalCluster) -> str:
+    return (cluster.base_dir / "bookie-0" / "bookie.log").read_text(errors="replace")
+
+
+def _state(cluster: LocalCluster) -> dict[str, object]:
+    url = f"http://127.0.0.1:{cluster.bookies[0].http_port}/api/v1/bookie/state"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        state: dict[str, object] = json.loads(answer.read())
+    return state
+
+
+def _serves(cluster: LocalCluster) -> bool:
+    bookie = cluster.bookies[0]
+    ledger_id = next(_ledger_ids)
+    return (add(bookie.bookie_id, ledger_id, [0, 1], add_port=bookie.add_port).ok() == [0, 1]
+            and read(bookie.bookie_id, ledger_id, 1).status == pb.EOK)
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_connections_past_the_limit_are_refused_with_a_reason_and_few_log_lines(flooded: LocalCluster) -> None:
+    pid, base = flooded.bookies[0].pid, _open_fds(flooded.bookies[0].pid)
+    with _open_connections(flooded, MAX_CONNECTIONS) as held:
+        wait_for(lambda: _open_fds(pid) >= base + MAX_CONNECTIONS, WAIT_S, "the connections accepted")
+        with _open_connections(flooded, 25) as extra:
+            refusals = [_first_frame(sock) for sock in extra]
+        assert {kind for kind, _ in refusals} == {REFUSED}
+        assert all(b"addStreamPortMaxConnections" in why for _, why in refusals)
+        assert len(held) == MAX_CONNECTIONS
+    wait_for(lambda: _serves(flooded), WAIT_S, "adds over the add port once the connections are closed")
+    warnings = [line for line in _log(flooded).splitlines() if "add port: refused a connection" in line]
+    assert 1 <= len(warnings) <= 3, warnings     # 25 refusals, one line per 10 s
+
+
+def test_a_bookie_out_of_descriptors_logs_little_and_stays_writable(flooded: LocalCluster) -> None:
+    """The open-file limit lowered under the connection limit: the connections exhaust the descriptors,
+    accepts fail and checkpoints fail with EMFILE; afterwards the bookie is writable and serves."""
+    pid = flooded.bookies[0].pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (_open_fds(pid) + MAX_CONNECTIONS // 2, hard))
+        with _open_connections(flooded, MAX_CONNECTIONS):
+            wait_for(lambda: "a listening socket cannot accept" in _log(flooded), WAIT_S, "an accept failing")
+            wait_for(lambda: "checkpoint: out of file descriptors" in _log(flooded), WAIT_S,
+                     "a checkpoint failing for want of descriptors")
+            wait_for(lambda: _log(flooded).count("checkpoint: out of file descriptors") >= 3, WAIT_S,
+                     "more failed checkpoints than checkpointFailuresBeforeReadOnly")
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    wait_for(lambda: _serves(flooded), WAIT_S, "adds once the descriptors are free")
+    state = _state(flooded)
+    assert not state["storageFailed"] and state["readOnly"] is False, state
+    log = _log(flooded)
+    assert log.count("a listening socket cannot accept") <= 3
+    assert "socket.accept() out of system resource" not in log
