@@ -8,8 +8,9 @@ A producer with nothing else to do may ask to commit its record itself (`append(
 journal thread is idle and nothing is queued, the record is written, synced and answered on the caller's
 thread, the same one-group commit without the two thread wake-ups of the hand-off (at low load those were
 a fifth of a bookie's CPU per add). One committer at a time (`_committing`), so groups stay in order.
-Files are `current/<hex id>.txn` with a 16-byte header, rolled at journalMaxSizeMB; replay reads them
-from a LastLogMark and stops each file at its torn tail (R23). Also owns the lastMark file I/O.
+Files are `current/<hex id>.txn` with a 16-byte header, rolled at journalMaxSizeMB (later while no file
+descriptor is free: `Journal._roll`); replay reads them from a LastLogMark and stops each file at its
+torn tail (R23). Also owns the lastMark file I/O.
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bkledger.bookie.core.decisions import OUT_OF_DESCRIPTORS
 from bkledger.bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
 from bkledger.bookie.direct_append import DirectAppender, open_direct
 from bkledger.bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
+from bkledger.bookie.log_limit import LogLimit, left_out_note
 from bkledger.bookie.thread_guard import FAILURES
 
 __all__ = ["Journal", "JournalClosedError", "JournalStats", "LogMark", "read_mark_file", "write_mark_file"]
 
 log = logging.getLogger(__name__)
+
+ROLL_LOG_INTERVAL_S = 10.0      # at most one line per this while rolls are put off (Journal._roll)
 
 MAGIC = b"BKJN"
 VERSION = 1
@@ -54,6 +59,7 @@ class JournalStats:
     fsyncs: int = 0
     bytes_written: int = 0
     rolls: int = 0
+    rolls_deferred: int = 0     # rolls put off for want of a file descriptor (see Journal._roll)
 
 
 @dataclass
@@ -158,6 +164,7 @@ class Journal:
         self._unsynced = False                  # written without fdatasync (journalSyncData=false, deferred)
         self._last_sync = time.monotonic()
         self.max_size = max_size_mb * 1024 * 1024
+        self._roll_log = LogLimit(ROLL_LOG_INTERVAL_S)
         self.max_backups = max_backups
         self.direct_io = direct_io
         self.on_fatal = on_fatal
@@ -205,6 +212,11 @@ class Journal:
     # ---- files --------------------------------------------------------------------------------
 
     def _open_new_file(self) -> None:
+        self._fd, self._file_id, self._direct = self._new_file()
+        self._offset = HEADER_SIZE
+
+    def _new_file(self) -> tuple[int, int, DirectAppender | None]:
+        """Create the next journal file with its header, durably: (descriptor, file id, direct appender)."""
         ids = list_journal_ids(self.current_dir)
         file_id = ids[-1] + 1 if ids else int(time.time() * 1000)
         path = self.current_dir / _file_name(file_id)
@@ -214,15 +226,14 @@ class Journal:
             write_all(fd, header)
             os.fsync(fd)
             fsync_dir(self.current_dir)
+            direct_fd = open_direct(path, os.O_WRONLY) if self.direct_io else None
         except OSError:
             os.close(fd)
             raise
-        direct_fd = open_direct(path, os.O_WRONLY) if self.direct_io else None
-        if direct_fd is not None:
-            os.close(fd)
-            fd = direct_fd
-            self._direct = DirectAppender(fd, HEADER_SIZE, header)
-        self._fd, self._file_id, self._offset = fd, file_id, HEADER_SIZE
+        if direct_fd is None:
+            return fd, file_id, None
+        os.close(fd)
+        return direct_fd, file_id, DirectAppender(direct_fd, HEADER_SIZE, header)
 
     def _close_file(self, sync: bool) -> None:
         if self._fd < 0:
@@ -239,8 +250,24 @@ class Journal:
                 self._direct = None
 
     def _roll(self) -> None:
+        """Go on in a new file. The new one is made before the current one is closed: when the process has
+        no file descriptor to spare (EMFILE, ENFILE: a flood of connections, say), the groups go on into
+        the current file past journalMaxSizeMB, and the next group tries again (logged once per
+        ROLL_LOG_INTERVAL_S), instead of the journal failing for good."""
+        try:
+            made = self._new_file()
+        except OSError as exc:
+            if exc.errno not in OUT_OF_DESCRIPTORS:
+                raise
+            self.stats.rolls_deferred += 1
+            left_out = self._roll_log.allow()
+            if left_out is not None:
+                log.warning("journal: cannot start a new file (%s); writing on in file %x past journalMaxSizeMB "
+                            "until a descriptor is free%s", exc, self._file_id, left_out_note(left_out))
+            return
         self._close_file(sync=True)
-        self._open_new_file()
+        self._fd, self._file_id, self._direct = made
+        self._offset = HEADER_SIZE
         self.stats.rolls += 1
 
     def position(self) -> LogMark:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import threading
 from pathlib import Path
 
@@ -248,6 +250,43 @@ def test_roll_at_max_size(tmp_path: Path) -> None:
     assert len(ids) >= 2 and j.stats.rolls >= 1
     got, _ = _replay(tmp_path)
     assert len(got) == 8 and len({f for f, _, _ in got}) == len(ids)
+
+
+def test_a_roll_with_no_descriptor_to_spare_writes_on_in_the_current_file(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A roll closed the current file before it made the next: with the process out of descriptors (a
+    flood of connections), making the next failed with EMFILE and the journal failed for good, so the
+    bookie stayed read-only. Now the groups go on into the current file, past journalMaxSizeMB, one
+    warning says so, and the first group once a descriptor is free rolls. For real: the open-file limit
+    is lowered and /dev/null opened until EMFILE."""
+    big = rec.encode_add_batch(1, [0], [300_000], bytes(300_000))
+    j = _write(tmp_path, [big] * 4, max_size_mb=1)      # 1.2 MB in the first file: the next group rolls
+    before = jmod.list_journal_ids(tmp_path / "current")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers: list[int] = []
+    starved = Waiter()
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+        with contextlib.suppress(OSError):
+            while True:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+        for _ in range(3):
+            j.append([big], starved)
+        assert starved.wait(3) == [None] * 3
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not j.failed and j.stats.rolls_deferred >= 1 and j.stats.rolls == 0     # a roll per group formed
+    assert jmod.list_journal_ids(tmp_path / "current") == before
+    freed = Waiter()
+    j.append([big], freed)
+    assert freed.wait(1) == [None] and j.stats.rolls == 1
+    assert len(jmod.list_journal_ids(tmp_path / "current")) == len(before) + 1
+    j.close()
+    got, _ = _replay(tmp_path)
+    assert len(got) == 8
+    assert sum("cannot start a new file" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_checkpoint_runs_on_journal_thread_with_applied_mark(tmp_path: Path) -> None:
