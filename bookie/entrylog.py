@@ -21,6 +21,7 @@ descriptors, safe from many threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -96,21 +97,25 @@ class EntryLogger:
             self.rolls += 1
         log_id = self._next_id
         path = self.path(log_id)
-        fd = open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL) if self.direct_io else None
         header = _HEADER.pack(MAGIC, VERSION)
-        if fd is not None:
+        fd = open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL) if self.direct_io else None
+        direct = fd is not None
+        if fd is None:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            if not direct:
+                write_all(fd, header)
+            fsync_dir(self.current)
+        except OSError:     # out of descriptors for the directory, say: no half-made log, the next add tries again
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        self._next_id += 1
+        if direct:
             self._direct = DirectAppender(fd)
             self._pending = bytearray(header)
             self._unwritten = (log_id, 0)
-        else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                write_all(fd, header)
-            except OSError:
-                os.close(fd)
-                raise
-        fsync_dir(self.current)
-        self._next_id += 1
         self._active_id, self._active_fd, self._active_size = log_id, fd, HEADER_SIZE
 
     def append(self, record: Sequence[bytes | memoryview]) -> tuple[int, int]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import random
+import resource
 from pathlib import Path
 
 import pytest
@@ -194,3 +197,33 @@ def test_records_larger_than_a_write_are_readable_and_written_in_whole_blocks_on
     reopened = EntryLogger(tmp_path / "current", 1 << 30)
     _check(reopened, placed)
     reopened.close()
+
+
+def test_a_roll_with_no_descriptor_to_spare_fails_that_add_only(tmp_path: Path) -> None:
+    """Rolling to a new log with the process out of descriptors (a flood of connections): closing the full
+    log frees the one descriptor the new log takes, and syncing the directory then fails with EMFILE. That
+    append raises; once descriptors are free the next one rolls and is written. The new log was left
+    half-made under an id the next roll tried again with O_EXCL: every later add failed (EEXIST) until a
+    restart. For real: the open-file limit is lowered and /dev/null opened until EMFILE."""
+    logger = EntryLogger(tmp_path / "current", 4096)
+    record = os.urandom(3000)
+    first = logger.append(pieces(record))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers: list[int] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+        with contextlib.suppress(OSError):
+            while True:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+        with pytest.raises(OSError) as raised:
+            logger.append(pieces(record))      # the log is full: this one rolls
+        assert raised.value.errno == errno.EMFILE
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    second = logger.append(pieces(record))
+    assert second[0] != first[0]
+    logger.flush()
+    assert logger.read(*first, len(record)) == record and logger.read(*second, len(record)) == record
+    logger.close()
