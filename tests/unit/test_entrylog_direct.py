@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import random
-import resource
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from bkledger.bookie import direct_append
 from bkledger.bookie.direct_append import ALIGN, open_direct
 from bkledger.bookie.entrylog import HEADER_SIZE, WRITE_BYTES, EntryLogger, StorageError
+from tests.unit.descriptors import out_of_descriptors
 
 
 @pytest.fixture
@@ -208,20 +207,9 @@ def test_a_roll_with_no_descriptor_to_spare_fails_that_add_only(tmp_path: Path) 
     logger = EntryLogger(tmp_path / "current", 4096)
     record = os.urandom(3000)
     first = logger.append(pieces(record))
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    fillers: list[int] = []
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
-        with contextlib.suppress(OSError):
-            while True:
-                fillers.append(os.open(os.devnull, os.O_RDONLY))
-        with pytest.raises(OSError) as raised:
-            logger.append(pieces(record))      # the log is full: this one rolls
-        assert raised.value.errno == errno.EMFILE
-    finally:
-        for fd in fillers:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with out_of_descriptors(), pytest.raises(OSError) as raised:
+        logger.append(pieces(record))      # the log is full: this one rolls
+    assert raised.value.errno == errno.EMFILE
     second = logger.append(pieces(record))
     assert second[0] != first[0]
     logger.flush()

@@ -7,10 +7,7 @@ temporary directory: sparse index files with holes, and flushes that fail for re
 
 from __future__ import annotations
 
-import contextlib
-import os
 import queue
-import resource
 import time
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from bkledger.bookie.core.index_pages import PageGeometry
 from bkledger.bookie.journal import Journal
 from bkledger.bookie.storage import LedgerStorage
 from bkledger.bookie.thread_guard import FAILURES
+from tests.unit.descriptors import out_of_descriptors
 from tests.unit.test_storage import add
 
 KEY = b"k" * 20
@@ -137,19 +135,9 @@ def test_checkpoints_out_of_file_descriptors_do_not_turn_storage_failed(tmp_path
     assert bookie.storage is not None and bookie.journal is not None
     bookie.storage.set_master_key(1, KEY)
     add(bookie.storage, 1, [0, 1])
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    fillers: list[int] = []
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 16, hard))
-        with contextlib.suppress(OSError):
-            while True:
-                fillers.append(os.open(os.devnull, os.O_RDONLY))
+    with out_of_descriptors():
         for _ in range(3):
             bookie._checkpoint(bookie.journal.position())
-    finally:
-        for fd in fillers:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert bookie.checkpoint_failures == 3 and bookie.last_checkpoint_time == 0.0
     warned = [r.getMessage() for r in caplog.records if "out of file descriptors" in r.getMessage()]
     assert len(warned) == 3 and all("Too many open files" in w for w in warned)

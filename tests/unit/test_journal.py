@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
 import threading
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 from bkledger.bookie import journal as jmod
 from bkledger.bookie.core import records as rec
 from bkledger.bookie.journal import Journal, JournalClosedError, LogMark, read_mark_file, write_mark_file
+from tests.unit.descriptors import out_of_descriptors
 
 
 class Waiter:
@@ -262,21 +261,11 @@ def test_a_roll_with_no_descriptor_to_spare_writes_on_in_the_current_file(tmp_pa
     big = rec.encode_add_batch(1, [0], [300_000], bytes(300_000))
     j = _write(tmp_path, [big] * 4, max_size_mb=1)      # 1.2 MB in the first file: the next group rolls
     before = jmod.list_journal_ids(tmp_path / "current")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    fillers: list[int] = []
     starved = Waiter()
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
-        with contextlib.suppress(OSError):
-            while True:
-                fillers.append(os.open(os.devnull, os.O_RDONLY))
+    with out_of_descriptors():
         for _ in range(3):
             j.append([big], starved)
         assert starved.wait(3) == [None] * 3
-    finally:
-        for fd in fillers:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert not j.failed and j.stats.rolls_deferred >= 1 and j.stats.rolls == 0     # a roll per group formed
     assert jmod.list_journal_ids(tmp_path / "current") == before
     freed = Waiter()
