@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bkledger.bookie.core.decisions import OUT_OF_DESCRIPTORS
+from bkledger.bookie.core.decisions import out_of_descriptors
 from bkledger.bookie.core.records import LogMark, Record, decode_log_mark, encode_log_mark, iter_records
 from bkledger.bookie.direct_append import DirectAppender, open_direct
 from bkledger.bookie.files import fsync_dir, list_hex_ids, remove_gradually, remove_leftovers, write_all
@@ -257,7 +257,7 @@ class Journal:
         try:
             made = self._new_file()
         except OSError as exc:
-            if exc.errno not in OUT_OF_DESCRIPTORS:
+            if not out_of_descriptors(exc.errno):
                 raise
             self.stats.rolls_deferred += 1
             left_out = self._roll_log.allow()

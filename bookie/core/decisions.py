@@ -310,9 +310,15 @@ def disk_state(usages: Sequence[float], threshold: float, lwm: float, read_only_
 OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
+def out_of_descriptors(error_number: int | None) -> bool:
+    """Did an OSError come from the process or the system having no file descriptor left (EMFILE, ENFILE)?
+    Not a fault of the disk: what failed for it is tried again (a checkpoint, a journal roll)."""
+    return error_number in OUT_OF_DESCRIPTORS
+
+
 def checkpoint_failure_counts(error_number: int | None) -> bool:
     """Does a failed checkpoint count toward checkpointFailuresBeforeReadOnly (storage failed, read-only)?
     Not when the process or the system ran out of file descriptors (EMFILE, ENFILE): that is not the disk,
     and a client that opens connections until the bookie has none left must not turn it read-only for
     good. The journal keeps everything until the next checkpoint passes it."""
-    return error_number not in OUT_OF_DESCRIPTORS
+    return not out_of_descriptors(error_number)
