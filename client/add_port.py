@@ -7,7 +7,10 @@ in its registration; a client uses it unless `useAddStreamPort=false` or the cli
 port is plaintext).
 
 Failures are AddPortError (an OSError): the connection could not be made or broke, the bookie refused
-the stream (its REFUSED frame's reason), or it sent bytes that are not this framing.
+the stream (AddPortRefused: its REFUSED frame's reason), or it sent bytes that are not this framing.
+A bookie refuses a connection past its `addStreamPortMaxConnections` before reading anything from it:
+`AddPortRefused.answered` says whether any response came first, so that the caller knows whether the
+requests it wrote may be sent again elsewhere (client.bookie_client sends them over gRPC instead).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from google.protobuf.message import DecodeError
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.add_stream import HEADER_SIZE, KINDS, MAGIC, REFUSED, REQUEST, RESPONSE, header, unpack_header
 
-__all__ = ["AddPortCall", "AddPortError"]
+__all__ = ["AddPortCall", "AddPortError", "AddPortRefused"]
 
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 10, 5, 3   # a silent peer is dead after ~25 s
 USER_TIMEOUT_MS = 25_000      # ... and one that does not acknowledge what was sent to it, after 25 s
@@ -30,6 +33,16 @@ USER_TIMEOUT_MS = 25_000      # ... and one that does not acknowledge what was s
 
 class AddPortError(OSError):
     """The add port's stream failed: why, and which bookie."""
+
+
+class AddPortRefused(AddPortError):
+    """The bookie refused the stream (a REFUSED frame): its `reason`, and whether it had `answered` any
+    request on it before (if not, it processed none: it refuses before reading, or at the first request)."""
+
+    def __init__(self, message: str, reason: str, answered: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.answered = answered
 
 
 class AddPortCall:
@@ -41,6 +54,7 @@ class AddPortCall:
         self.max_response = max_response
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self.responses = 0     # AddResponses received on this stream
 
     @property
     def where(self) -> str:
@@ -101,12 +115,14 @@ class AddPortCall:
             if kind is None:
                 return
             if kind == REFUSED:
-                raise AddPortError(f"bookie {self.bookie_id} refused the add stream: "
-                                   f"{body.decode('utf-8', 'replace')}")
+                reason = body.decode("utf-8", "replace")
+                raise AddPortRefused(f"bookie {self.bookie_id} refused the add stream: {reason}", reason,
+                                     self.responses > 0)
             try:
                 response = pb.AddResponse.FromString(body)
             except DecodeError as exc:
                 raise self._broken(f"a response that does not parse: {exc}") from exc
+            self.responses += 1
             yield response
 
     async def _frame(self, reader: asyncio.StreamReader) -> tuple[int | None, bytes]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -142,3 +143,12 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float 
             return got
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def add_port_refusals(metrics_port: int) -> float:
+    """The bookie's bookie_ADD_PORT_REFUSED_total, from its metrics endpoint (0 before the first)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("bookie_ADD_PORT_REFUSED_total "):
+                return float(line.split()[1])
+    return 0.0

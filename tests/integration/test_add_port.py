@@ -5,7 +5,6 @@ bookie goes on serving every other connection. Real bookie processes; raw socket
 from __future__ import annotations
 
 import socket
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +23,7 @@ from bkledger.wire.add_stream import (
     header,
     unpack_header,
 )
-from tests.integration.bookie_util import KEY, add, package, read, wait_for
+from tests.integration.bookie_util import KEY, add, add_port_refusals, package, read, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -68,15 +67,6 @@ def _request(ledger_id: int, entry_ids: list[int]) -> bytes:
     return pb.AddRequest(batches=[batch]).SerializeToString()
 
 
-def _refusals(cluster: LocalCluster) -> float:
-    url = f"http://127.0.0.1:{cluster.bookies[0].metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        for line in answer.read().decode().splitlines():
-            if line.startswith("bookie_ADD_PORT_REFUSED_total "):
-                return float(line.split()[1])
-    return 0.0
-
-
 def _still_serves(cluster: LocalCluster) -> None:
     """A fresh client's adds over the add port are acknowledged, and read back over gRPC."""
     bookie = cluster.bookies[0]
@@ -115,13 +105,13 @@ def test_a_client_of_the_library_adds_over_the_add_port_and_can_be_told_not_to(o
 
 @pytest.mark.parametrize("opening", [b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", b"BKADD\x00\x00\x09" + b"\x00" * 8])
 def test_a_stream_that_is_not_this_framing_is_refused_with_a_reason(one_bookie: LocalCluster, opening: bytes) -> None:
-    before = _refusals(one_bookie)
+    before = add_port_refusals(one_bookie.bookies[0].metrics_port)
     with _connect(one_bookie) as sock:
         sock.sendall(opening)
         frames = _frames_until_closed(sock)
     assert len(frames) == 1 and frames[0][0] == REFUSED
     assert b"preamble" in frames[0][1]
-    wait_for(lambda: _refusals(one_bookie) == before + 1, WAIT_S, "the refusal counted")
+    wait_for(lambda: add_port_refusals(one_bookie.bookies[0].metrics_port) == before + 1, WAIT_S, "the refusal counted")
     log = (one_bookie.base_dir / "bookie-0" / "bookie.log").read_text()
     assert "add port: stream from 127.0.0.1" in log and "refused: the stream does not begin" in log
     _still_serves(one_bookie)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import resource
 import socket
@@ -19,9 +20,10 @@ import psutil
 import pytest
 
 from bkledger.bookie.local.cluster import LocalCluster
+from bkledger.client import BookKeeper
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.add_stream import HEADER_SIZE, REFUSED, unpack_header
-from tests.integration.bookie_util import add, read, wait_for
+from tests.integration.bookie_util import add, add_port_refusals, read, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -108,6 +110,29 @@ def test_connections_past_the_limit_are_refused_with_a_reason_and_few_log_lines(
     wait_for(lambda: _serves(flooded), WAIT_S, "adds over the add port once the connections are closed")
     warnings = [line for line in _log(flooded).splitlines() if "add port: refused a connection" in line]
     assert 1 <= len(warnings) <= 3, warnings     # 25 refusals, one line per 10 s
+
+
+def test_a_client_the_add_port_refuses_adds_over_grpc_instead(flooded: LocalCluster,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Every add port connection held by a flood: a client's stream there is refused before anything is
+    read, so its connection sends the same requests over bookiePort. It does not treat the bookie as
+    failed: with one bookie there is none to change the ensemble to, and its adds would fail."""
+    bookie = flooded.bookies[0]
+    payloads = [os.urandom(100 + i) for i in range(50)]
+    with _open_connections(flooded, MAX_CONNECTIONS):
+        wait_for(lambda: _held(flooded) == MAX_CONNECTIONS, WAIT_S, "the connections accepted")
+        refused_before = add_port_refusals(bookie.metrics_port)
+        with caplog.at_level(logging.WARNING, logger="bkledger.client"), \
+                BookKeeper(flooded.metadata_service_uri) as bk:
+            lh = bk.create_ledger(1, 1, 1, password=b"flooded")
+            futures = [lh.add_entry_async(payload) for payload in payloads]
+            assert [future.result(timeout=WAIT_S) for future in futures] == list(range(len(payloads)))
+            assert [entry.payload for entry in lh.read_entries(0, len(payloads) - 1)] == payloads
+            assert len(lh.metadata.fragments) == 1        # no ensemble change: the bookie did not fail
+            lh.close()
+        assert add_port_refusals(bookie.metrics_port) > refused_before
+    fallbacks = [r.getMessage() for r in caplog.records if "adds over bookiePort (gRPC) instead" in r.getMessage()]
+    assert len(fallbacks) == 1 and "addStreamPortMaxConnections" in fallbacks[0], fallbacks
 
 
 def test_a_bookie_out_of_descriptors_logs_little_and_stays_writable(flooded: LocalCluster) -> None:

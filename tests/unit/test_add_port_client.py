@@ -95,32 +95,59 @@ def test_a_port_nobody_listens_on_says_how_to_add_over_grpc_instead() -> None:
 class _Handler:
     def __init__(self) -> None:
         self.failed = asyncio.Event()
+        self.acked: list[int] = []
 
     def on_ack(self, bookie_id: str, ack: pb.AddAck) -> None:
-        raise AssertionError("no ack was sent")
+        self.acked += ack.entry_ids
 
     def on_bookie_failed(self, bookie_id: str) -> None:
         self.failed.set()
 
 
-def test_a_refused_stream_fails_the_connection_and_its_ledgers_hear_it(caplog: pytest.LogCaptureFixture) -> None:
+def _refusing(answer_first: bool) -> Script:
+    """A bookie that reads one request, answers it (or not), then refuses the stream."""
     async def bookie(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readexactly(len(MAGIC) + HEADER_SIZE)
+        await reader.readexactly(len(MAGIC))
+        size, _ = unpack_header(await reader.readexactly(HEADER_SIZE))
+        await reader.readexactly(size)
+        if answer_first:
+            writer.write(frame(RESPONSE, _ack_body(0)))
         writer.write(frame(REFUSED, b"no"))
         writer.close()
+    return bookie
 
-    async def client(port: int) -> bool:
-        connection = BookieClient("b1", "127.0.0.1:1", add_port=port)
-        handler = _Handler()
-        connection.register(7, handler)
-        connection.send_add(7, b"k" * 20, [0], [3], b"abc")
-        await handler.failed.wait()
-        await connection.close()
-        return connection.failed
 
+async def _add_until_failed(port: int) -> list[int]:
+    """One add on a connection whose gRPC port (127.0.0.1:1) nobody listens on; the entries acknowledged
+    before the connection failed."""
+    connection = BookieClient("b1", "127.0.0.1:1", add_port=port)
+    handler = _Handler()
+    connection.register(7, handler)
+    connection.send_add(7, b"k" * 20, [0], [3], b"abc")
+    await handler.failed.wait()
+    await connection.close()
+    assert connection.failed
+    return handler.acked
+
+
+def test_a_stream_refused_after_an_answer_fails_the_connection_and_its_ledgers_hear_it(
+        caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="bkledger.client.bookie"):
-        assert _run(bookie, client) is True
-    assert any("refused the add stream: no" in r.getMessage() for r in caplog.records)
+        assert _run(_refusing(answer_first=True), _add_until_failed) == [0]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("refused the add stream: no" in m for m in messages), messages
+    assert not any("over bookiePort (gRPC) instead" in m for m in messages), messages
+
+
+def test_a_stream_refused_before_any_answer_goes_over_grpc_instead(caplog: pytest.LogCaptureFixture) -> None:
+    """The bookie processed none of the requests: the connection sends them again over gRPC (here unreachable,
+    so the ledgers hear the bookie failed only then)."""
+    with caplog.at_level(logging.WARNING, logger="bkledger.client.bookie"):
+        assert _run(_refusing(answer_first=False), _add_until_failed) == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("its add port refused it before answering anything (no); this connection adds over bookiePort "
+               "(gRPC) instead" in m for m in messages), messages
+    assert any("add stream to b1 failed: UNAVAILABLE" in m for m in messages), messages
 
 
 @pytest.mark.parametrize(("info", "port"), [
