@@ -8,7 +8,7 @@ the framing or does not parse is refused as AddStream refuses it: the batches re
 then one REFUSED frame says why, the connection is closed and nothing after it is read; the bookie logs a
 warning and counts it (`bookie_ADD_PORT_REFUSED`). A client that stops reading its acks stops being read
 (the transport's write buffer is the bound, as HTTP/2's flow control is gRPC's). At most
-`addStreamPortMaxConnections` connections are open at once (bookie.service keeps it under half the
+`addStreamPortMaxConnections` connections are open at once (bookie.service keeps it under a quarter of the
 open-file limit): one more gets a REFUSED frame and the close before anything is read, counted the same
 way and logged once per REFUSAL_LOG_INTERVAL_S (bookie.log_limit), so that a client opening connections
 at will can neither take the descriptors the journal and the entry logs need nor flood the log.

@@ -211,14 +211,13 @@ class Bookie:
     def _checkpoint_failed(self, exc: Exception) -> None:
         """Counted and logged with its traceback; after checkpointFailuresBeforeReadOnly in a row the ledger
         storage counts as failed (as BookKeeper's failed disk) and the bookie turns read-only until restarted.
-        A failure for want of file descriptors is counted and logged but is not the disk's
-        (`decisions.checkpoint_failure_counts`): the next checkpoint tries again."""
+        A failure for want of file descriptors is counted and logged (one line per interval, no traceback:
+        bookie.thread_guard) but is not the disk's (`decisions.checkpoint_failure_counts`): the next
+        checkpoint tries again."""
         self.checkpoint_failures += 1
         FAILURES.record("checkpoint", f"checkpoint {self.checkpoint_failures} (journal kept, {exc!r})")
         if not decisions.checkpoint_failure_counts(exc.errno if isinstance(exc, OSError) else None):
-            log.warning("checkpoint: out of file descriptors (%s); not a storage failure, tried again next "
-                        "interval (too many connections?)", exc)
-            return
+            return      # not the disk's: logged by FAILURES (one line per interval), tried again next interval
         self._failed_in_a_row += 1
         if self._failed_in_a_row >= self.config.checkpointFailuresBeforeReadOnly and not self.storage_failed:
             self.storage_failed = f"{self._failed_in_a_row} checkpoints in a row failed, the last with {exc!r}"

@@ -30,7 +30,10 @@ class BookieConfig:
     metadataServiceUri: str = "zk://127.0.0.1:2181/ledgers"
     bookiePort: int = 3181
     addStreamPort: int = -1                # adds over plain TCP (bookie.add_port): -1 off, 0 a free port, else this
-    addStreamPortMaxConnections: int = 1024   # bkledger's own: more are refused (at most half the open-file limit)
+    addStreamPortMaxConnections: int = 1024   # bkledger's own: more are refused (at most a quarter of the
+                                           # open-file limit)
+    bookiePortMaxConnections: int = 1024   # bkledger's own: gRPC closes more at once (at most a quarter of the
+                                           # open-file limit)
     listenAddress: str = "0.0.0.0"         # where the servers bind (default: all interfaces, as BookKeeper)
     advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress, or when that
     #   is 0.0.0.0 this host's address (bookie.core.bookie_address; resolved when the bookie starts)
@@ -258,8 +261,9 @@ def _validate_http(config: BookieConfig) -> None:
         raise ConfigError(f"{', '.join(ports)} must be different ports, got {ports}")
     if config.httpServerSocketTimeoutMs < 1 or config.httpServerMaxConnections < 1:
         raise ConfigError("httpServerSocketTimeoutMs and httpServerMaxConnections must be at least 1")
-    if config.addStreamPortMaxConnections < 1:
-        raise ConfigError(f"addStreamPortMaxConnections must be at least 1, got {config.addStreamPortMaxConnections}")
+    for key in ("addStreamPortMaxConnections", "bookiePortMaxConnections"):
+        if getattr(config, key) < 1:
+            raise ConfigError(f"{key} must be at least 1, got {getattr(config, key)}")
 
 
 SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}

@@ -499,12 +499,16 @@ GRPC_OPTIONS = [
 ]
 
 
-def grpc_options(config: BookieConfig) -> list[tuple[str, int]]:
-    """GRPC_OPTIONS and the largest message received, which follows nettyMaxFrameSizeBytes (plus the batch
-    overhead, `request_checks.max_message_bytes`): a larger one is refused by gRPC with RESOURCE_EXHAUSTED
-    before it is buffered (it was 256 MiB: four 200 MB adds took a bookie to 1.6 GB)."""
+def grpc_options(config: BookieConfig, max_connections: int) -> list[tuple[str, int]]:
+    """GRPC_OPTIONS, the largest message received and the most connections open at once.
+    The message limit follows nettyMaxFrameSizeBytes (plus the batch overhead,
+    `request_checks.max_message_bytes`): a larger one is refused by gRPC with RESOURCE_EXHAUSTED before it
+    is buffered (it was 256 MiB: four 200 MB adds took a bookie to 1.6 GB). Past `max_connections`
+    (bookiePortMaxConnections) gRPC closes a new connection as soon as it is accepted, before any byte:
+    unbounded, a client opening connections at will took every descriptor of the process."""
     limit = request_checks.max_message_bytes(config.nettyMaxFrameSizeBytes)
-    return [("grpc.max_receive_message_length", limit), *GRPC_OPTIONS]
+    return [("grpc.max_receive_message_length", limit), ("grpc.max_allowed_incoming_connections", max_connections),
+            *GRPC_OPTIONS]
 
 
 def range_batch_bytes(ledger_id: int, entry_ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],

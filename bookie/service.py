@@ -214,7 +214,8 @@ class BookieServer:
         self.bookie.start()
         self.service = BookieService(self.bookie, cfg.bookie_id, self._loop)
         self.service.read_only = cfg.forceReadOnlyBookie or self.bookie.journal_failed
-        self.server = grpc.aio.server(options=grpc_options(cfg))
+        self.server = grpc.aio.server(options=grpc_options(
+            cfg, port_connections(cfg.bookiePortMaxConnections, "bookiePortMaxConnections")))
         add_to_server(self.service, self.server)
         address = f"{cfg.listenAddress}:{cfg.bookiePort}"
         await self._bind(address)
@@ -243,7 +244,8 @@ class BookieServer:
         assert self.service is not None
         try:
             self.add_port = await open_add_port(self.service, cfg.listenAddress, cfg.addStreamPort,
-                                                add_port_connections(cfg.addStreamPortMaxConnections))
+                                                port_connections(cfg.addStreamPortMaxConnections,
+                                                                 "addStreamPortMaxConnections"))
         except OSError as exc:
             await self._shutdown(None)
             raise port_in_use(cfg, "addStreamPort", cfg.addStreamPort, exc.strerror or str(exc)) from None
@@ -338,15 +340,16 @@ ACCEPT_FAILURE_LOG_INTERVAL_S = 10.0
 ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
 
 
-def add_port_connections(configured: int) -> int:
-    """addStreamPortMaxConnections, but at most half the process's open-file limit: connections past that
-    would starve the journal, the entry logs and the checkpoint of descriptors (bookie.add_port)."""
+def port_connections(configured: int, key: str) -> int:
+    """A port's connection limit (`key`: addStreamPortMaxConnections, bookiePortMaxConnections), but at most
+    a quarter of the process's open-file limit, so that the two ports' connections together leave half of
+    it to the journal, the entry logs, the index files and the checkpoint (a flood of connections that took
+    them all failed every checkpoint and every new file; bookie.add_port)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or configured <= soft // 2:
+    if soft == resource.RLIM_INFINITY or configured <= soft // 4:
         return configured
-    log.info("addStreamPortMaxConnections=%d lowered to %d: half the open-file limit (%d)", configured,
-             max(1, soft // 2), soft)
-    return max(1, soft // 2)
+    log.info("%s=%d lowered to %d: a quarter of the open-file limit (%d)", key, configured, max(1, soft // 4), soft)
+    return max(1, soft // 4)
 
 
 def quiet_accept_failures(limit: LogLimit) -> ExceptionHandler:

@@ -1,20 +1,22 @@
 """A client that opens connections to the add port as fast as it can: the bookie refuses those past
-addStreamPortMaxConnections with a reason, keeps file descriptors for its own files, logs a bounded number
-of lines, and goes on serving; and where the process runs out of descriptors anyway, it stays writable
-once they are free. Seen before the limit: 20,000 connections left a bookie read-only (its checkpoints
-failed with EMFILE) and wrote 835,000 log lines. Real bookie processes; raw sockets play the flood; the
-bookie's open-file limit is lowered for real (prlimit) so that a few hundred connections exhaust it."""
+addStreamPortMaxConnections with a reason (those to bookiePort past bookiePortMaxConnections are closed),
+keeps file descriptors for its own files, logs a bounded number of lines, and goes on serving; and where
+the process runs out of descriptors anyway, it stays writable once they are free. Seen before the limit:
+20,000 connections left a bookie read-only (its checkpoints failed with EMFILE) and wrote 835,000 log
+lines. Real bookie processes; raw sockets play the flood; the bookie's open-file limit is lowered for real
+(prlimit) so that a few hundred connections exhaust it."""
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import os
 import resource
 import socket
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
@@ -36,7 +38,8 @@ _ledger_ids = iter(range(7_900_000, 8_000_000))
 def flooded(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
     from tests.integration.conftest import start_cluster
 
-    conf = {"addStreamPortMaxConnections": str(MAX_CONNECTIONS), "flushInterval": "200",
+    conf = {"addStreamPortMaxConnections": str(MAX_CONNECTIONS), "bookiePortMaxConnections": str(MAX_CONNECTIONS),
+            "flushInterval": "200",
             "checkpointFailuresBeforeReadOnly": "2"}
     made = start_cluster(tmp_path_factory.mktemp("add-port-flood"), zookeeper, 1, conf)
     try:
@@ -46,12 +49,14 @@ def flooded(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[Loc
 
 
 @contextlib.contextmanager
-def _open_connections(cluster: LocalCluster, count: int) -> Iterator[list[socket.socket]]:
+def _open_connections(cluster: LocalCluster, count: int, port: int = 0) -> Iterator[list[socket.socket]]:
+    """`count` connections to `port` (default: the add port), closed at the end once the bookie closed its ends."""
+    port = port or cluster.bookies[0].add_port
     socks: list[socket.socket] = []
-    held_before = _held(cluster)
+    held_before = _held(cluster, port)
     try:
         for _ in range(count):
-            sock = socket.create_connection(("127.0.0.1", cluster.bookies[0].add_port), timeout=WAIT_S)
+            sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
             sock.settimeout(WAIT_S)
             socks.append(sock)
         yield socks
@@ -59,7 +64,7 @@ def _open_connections(cluster: LocalCluster, count: int) -> Iterator[list[socket
         for sock in socks:
             sock.close()
     # the bookie closes its ends after ours: until then they hold its descriptors (a next test counts them)
-    wait_for(lambda: _held(cluster) <= held_before, WAIT_S, "the bookie closing the connections")
+    wait_for(lambda: _held(cluster, port) <= held_before, WAIT_S, "the bookie closing the connections")
 
 
 def _first_frame(sock: socket.socket) -> tuple[int, bytes]:
@@ -81,6 +86,24 @@ def _state(cluster: LocalCluster) -> dict[str, object]:
     return state
 
 
+@contextlib.contextmanager
+def _checkpoint_failures(cluster: LocalCluster) -> Iterator[Callable[[], int]]:
+    """The bookie's checkpointFailures, asked over one kept-alive admin HTTP connection: opened now, it needs
+    no descriptor of the bookie's later, when a flood has taken them all (a new connection would not be
+    accepted)."""
+    connection = http.client.HTTPConnection("127.0.0.1", cluster.bookies[0].http_port, timeout=WAIT_S)
+
+    def failures() -> int:
+        connection.request("GET", "/api/v1/bookie/state")
+        return int(json.loads(connection.getresponse().read())["checkpointFailures"])
+
+    try:
+        failures()
+        yield failures
+    finally:
+        connection.close()
+
+
 def _serves(cluster: LocalCluster) -> bool:
     bookie = cluster.bookies[0]
     ledger_id = next(_ledger_ids)
@@ -88,11 +111,12 @@ def _serves(cluster: LocalCluster) -> bool:
             and read(bookie.bookie_id, ledger_id, 1).status == pb.EOK)
 
 
-def _held(cluster: LocalCluster) -> int:
-    """Connections the bookie has open on its add port, in any state (a descriptor each)."""
+def _held(cluster: LocalCluster, port: int = 0) -> int:
+    """Connections the bookie has open on `port` (default: its add port), in any state (a descriptor each)."""
     bookie = cluster.bookies[0]
+    port = port or bookie.add_port
     return sum(1 for c in psutil.Process(bookie.pid).net_connections("tcp")
-               if c.laddr and c.laddr.port == bookie.add_port and c.status != psutil.CONN_LISTEN)
+               if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN)
 
 
 def _open_fds(pid: int) -> int:
@@ -135,24 +159,43 @@ def test_a_client_the_add_port_refuses_adds_over_grpc_instead(flooded: LocalClus
     assert len(fallbacks) == 1 and "addStreamPortMaxConnections" in fallbacks[0], fallbacks
 
 
+def test_connections_past_the_limit_on_bookie_port_are_closed_and_adds_go_on(flooded: LocalCluster) -> None:
+    """bookiePortMaxConnections: gRPC closes a connection past it at once, before any byte (those within it
+    get the server's HTTP/2 settings), so the flood holds no more descriptors than that and the add port
+    goes on taking adds. Unbounded, connections to bookiePort took every descriptor of the process."""
+    bookie = flooded.bookies[0]
+    with _open_connections(flooded, MAX_CONNECTIONS, bookie.port) as held:
+        wait_for(lambda: _held(flooded, bookie.port) == MAX_CONNECTIONS, WAIT_S, "the connections accepted")
+        with _open_connections(flooded, 25, bookie.port) as extra:
+            assert [sock.recv(64) for sock in extra] == [b""] * len(extra)
+        assert held[0].recv(64)          # the first ones were taken: the server's preface came
+        assert _held(flooded, bookie.port) <= MAX_CONNECTIONS
+        ledger_id = next(_ledger_ids)
+        assert add(bookie.bookie_id, ledger_id, [0, 1], add_port=bookie.add_port).ok() == [0, 1]
+    wait_for(lambda: _serves(flooded), WAIT_S, "adds and reads once the connections are closed")
+
+
 def test_a_bookie_out_of_descriptors_logs_little_and_stays_writable(flooded: LocalCluster) -> None:
     """The open-file limit lowered under the connection limit: the connections exhaust the descriptors,
     accepts fail and checkpoints fail with EMFILE; afterwards the bookie is writable and serves."""
     pid = flooded.bookies[0].pid
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    try:
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (_open_fds(pid) + MAX_CONNECTIONS // 2, hard))
-        with _open_connections(flooded, MAX_CONNECTIONS):
-            wait_for(lambda: "a listening socket cannot accept" in _log(flooded), WAIT_S, "an accept failing")
-            wait_for(lambda: "checkpoint: out of file descriptors" in _log(flooded), WAIT_S,
-                     "a checkpoint failing for want of descriptors")
-            wait_for(lambda: _log(flooded).count("checkpoint: out of file descriptors") >= 3, WAIT_S,
-                     "more failed checkpoints than checkpointFailuresBeforeReadOnly")
-    finally:
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    with _checkpoint_failures(flooded) as checkpoint_failures:
+        failed_before = checkpoint_failures()
+        try:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (_open_fds(pid) + MAX_CONNECTIONS // 2, hard))
+            with _open_connections(flooded, MAX_CONNECTIONS):
+                wait_for(lambda: "a listening socket cannot accept" in _log(flooded), WAIT_S, "an accept failing")
+                wait_for(lambda: checkpoint_failures() >= failed_before + 3, WAIT_S,
+                         "more checkpoints failing for want of descriptors than checkpointFailuresBeforeReadOnly")
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
     wait_for(lambda: _serves(flooded), WAIT_S, "adds once the descriptors are free")
     state = _state(flooded)
     assert not state["storageFailed"] and state["readOnly"] is False, state
     log = _log(flooded)
     assert log.count("a listening socket cannot accept") <= 3
     assert "socket.accept() out of system resource" not in log
+    failed = [line for line in log.splitlines() if "checkpoint thread: checkpoint" in line]
+    assert 1 <= len(failed) <= 3 and all("out of file descriptors" in line for line in failed), failed
+    assert "Traceback" not in log
