@@ -8,9 +8,9 @@ port is plaintext).
 
 Failures are AddPortError (an OSError): the connection could not be made or broke, the bookie refused
 the stream (AddPortRefused: its REFUSED frame's reason), or it sent bytes that are not this framing.
-A bookie refuses a connection past its `addStreamPortMaxConnections` before reading anything from it:
-`AddPortRefused.answered` says whether any response came first, so that the caller knows whether the
-requests it wrote may be sent again elsewhere (client.bookie_client sends them over gRPC instead).
+`AddPortCall.responses` counts the responses received: a stream that ends before any (a bookie refuses a
+connection past its `addStreamPortMaxConnections` before reading from it) goes on over gRPC in
+client.bookie_client.
 """
 
 from __future__ import annotations
@@ -36,13 +36,11 @@ class AddPortError(OSError):
 
 
 class AddPortRefused(AddPortError):
-    """The bookie refused the stream (a REFUSED frame): its `reason`, and whether it had `answered` any
-    request on it before (if not, it processed none: it refuses before reading, or at the first request)."""
+    """The bookie refused the stream (a REFUSED frame), for `reason`."""
 
-    def __init__(self, message: str, reason: str, answered: bool) -> None:
+    def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
-        self.answered = answered
 
 
 class AddPortCall:
@@ -116,8 +114,7 @@ class AddPortCall:
                 return
             if kind == REFUSED:
                 reason = body.decode("utf-8", "replace")
-                raise AddPortRefused(f"bookie {self.bookie_id} refused the add stream: {reason}", reason,
-                                     self.responses > 0)
+                raise AddPortRefused(f"bookie {self.bookie_id} refused the add stream: {reason}", reason)
             try:
                 response = pb.AddResponse.FromString(body)
             except DecodeError as exc:

@@ -15,12 +15,12 @@ A chunk of a bulk is a request of its own that nothing joins, so waiting gains i
 while fewer than `max_bulk_bytes_in_flight` bytes are unanswered (with two requests of 0.5 MiB in
 flight, each bookie's journal committed one request per fsync and the bulk loop idled between them).
 The add stream is gRPC's AddStream, or the same messages on the bookie's add port when its registration
-names one (client.add_port: plain TCP, about half the round trip). An add port that refuses the stream
-before answering anything (a bookie at addStreamPortMaxConnections refuses before reading) processed
-none of its requests: they go again, first, on gRPC's AddStream, which this connection uses from then
-on. When the stream breaks otherwise, every registered handler hears `on_bookie_failed`, so the ledgers
-can treat what they had in flight on this bookie as failed (R9). Runs on the client's event loop; not
-thread-safe by itself.
+names one (client.add_port: plain TCP, about half the round trip). An add port stream that ends before
+the bookie answered anything on it (a bookie at addStreamPortMaxConnections refuses a connection before
+reading it) goes on over gRPC's AddStream: the requests written to it go again, first, to the same
+bookie. When a stream breaks otherwise, every registered handler hears `on_bookie_failed`, so the
+ledgers can treat what they had in flight on this bookie as failed (R9). Runs on the client's event
+loop; not thread-safe by itself.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
-from bkledger.client.add_port import AddPortCall, AddPortError, AddPortRefused
+from bkledger.client.add_port import AddPortCall, AddPortError
 from bkledger.client.add_trace import AddTrace, stamp_sent
 from bkledger.client.errors import BookieTlsError, BookieUnavailableError
 from bkledger.client.tls import TlsSettings, rejection
@@ -65,7 +65,6 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 ADD_PORT_CONNECT_TIMEOUT_S = 10.0
-REFUSAL_WAIT_S = 1.0       # a write to the add port failed: how long to wait for the bookie's refusal behind it
 MAX_REQUEST_BYTES = 4 * 1024 * 1024   # payload bytes of one AddRequest; a bookie takes messages of at least
                                       # 1.5 times this (bookie.core.request_checks.max_message_bytes)
 
@@ -299,22 +298,25 @@ class BookieClient:
                 self._fail()
             return
         try:
-            refused = await self._serve(call)
-            if refused is not None and not self._closed:
-                log.warning("add stream to %s: its add port refused it before answering anything (%s); this "
-                            "connection adds over bookiePort (gRPC) instead", self.bookie_id, refused.reason)
-                self._requeue(refused.sent)
+            unanswered = await self._serve(call)
+            if unanswered is not None and not self._closed:
+                log.warning("add stream to %s: its add port ended the stream before answering anything (%s); this "
+                            "connection adds over bookiePort (gRPC) instead", self.bookie_id, unanswered.why)
+                self._requeue(unanswered.sent)
                 await self._serve(self.add_stream())
         finally:
             if not self._closed:
                 self._fail()
 
-    async def _serve(self, call: grpc.aio.StreamStreamCall | AddPortCall) -> _Refusal | None:
-        """Write the queued requests to `call` until it ends or the connection closes. A _Refusal: the add
-        port refused the stream before answering any request (so the bookie processed none of them), with
-        the requests written to it, oldest first, to be sent again elsewhere."""
+    async def _serve(self, call: grpc.aio.StreamStreamCall | AddPortCall) -> _Unanswered | None:
+        """Write the queued requests to `call` until it ends or the connection closes. _Unanswered: an add
+        port stream ended before the bookie answered anything on it (it refused the stream, or it broke:
+        the refusal is lost when the bookie's close resets the connection under a write), with the
+        requests written to it, oldest first, to be sent again over gRPC (to the same bookie, which takes
+        an entry again when its bytes are the same: `decisions.check_rewrites`)."""
         reader = asyncio.get_running_loop().create_task(self._read_acks(call))
         sent: list[_Queued] | None = [] if isinstance(call, AddPortCall) else None
+        failure: BaseException | None = None
         try:
             while not self._closed:
                 await self._wakeup.wait()
@@ -334,11 +336,7 @@ class BookieClient:
                 if reader.done():
                     break
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError, AddPortError) as exc:
-            if sent is not None:    # the write may have failed because the bookie refused: hear it out first
-                await asyncio.wait({reader}, timeout=REFUSAL_WAIT_S)
-            if not _refused_before_answering(reader):
-                self._note_tls(exc)
-                log.warning("add stream to %s failed: %s", self.bookie_id, self.tls_error or _short(exc))
+            failure = exc
         finally:
             if not reader.done():
                 if self._closed:
@@ -347,20 +345,26 @@ class BookieClient:
                 reader.cancel()
             if isinstance(call, AddPortCall):
                 call.close()
-        refusal = reader.result() if _refused_before_answering(reader) else None
-        return _Refusal(refusal.reason, sent or []) if refusal is not None and not self._closed else None
+        ended = reader.result() if reader.done() and not reader.cancelled() and not reader.exception() else None
+        if isinstance(call, AddPortCall) and not call.responses and not self._closed:
+            how = ended or failure
+            return _Unanswered(_short(how) if how is not None else "it closed the stream", sent or [])
+        if failure is not None:
+            self._note_tls(failure)
+            log.warning("add stream to %s failed: %s", self.bookie_id, self.tls_error or _short(failure))
+        return None
 
     def _requeue(self, sent: list[_Queued]) -> None:
-        """The requests of a refused stream go first again, and nothing is in flight."""
+        """The requests of an unanswered stream go first again, and nothing is in flight."""
         self._queued.extendleft(reversed(sent))
         self._in_flight.clear()
         self._in_flight_bytes = self._answered = 0
         if self._queued:
             self._wakeup.set()
 
-    async def _read_acks(self, call: grpc.aio.StreamStreamCall | AddPortCall) -> AddPortRefused | None:
-        """Hand the acks to their ledgers' handlers until the stream ends. Returned: the add port's refusal
-        of the stream before it answered anything (not logged here: the connection falls back to gRPC)."""
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall | AddPortCall) -> AddPortError | None:
+        """Hand the acks to their ledgers' handlers until the stream ends. Returned: how an add port stream
+        failed before any answer (not logged here: the connection goes on over gRPC, see `_serve`)."""
         try:
             async for response in call:
                 for ack in response.acks:
@@ -368,12 +372,9 @@ class BookieClient:
                     if handler is not None:
                         handler.on_ack(self.bookie_id, ack)
                 self._answer(len(response.acks))
-        except AddPortRefused as exc:
-            if not exc.answered:
-                return exc
-            if not self._closed:
-                log.warning("ack stream from %s failed: %s", self.bookie_id, _short(exc))
         except (grpc.aio.AioRpcError, AddPortError) as exc:
+            if isinstance(call, AddPortCall) and not call.responses:
+                return exc if isinstance(exc, AddPortError) else None
             if not self._closed:
                 self._note_tls(exc)
                 log.warning("ack stream from %s failed: %s", self.bookie_id, self.tls_error or _short(exc))
@@ -531,16 +532,11 @@ def _pieces(sizes: Sequence[int] | IntArray, limit: int) -> Iterator[tuple[int, 
 
 
 @dataclasses.dataclass(frozen=True)
-class _Refusal:
-    """The add port refused a stream before answering any request: why, and the requests written to it."""
+class _Unanswered:
+    """An add port stream that ended before the bookie answered anything: how, and the requests written to it."""
 
-    reason: str
+    why: str
     sent: list[_Queued]
-
-
-def _refused_before_answering(reader: asyncio.Task[AddPortRefused | None]) -> bool:
-    """Did the stream's ack reader end with the add port's refusal before any answer?"""
-    return reader.done() and not reader.cancelled() and reader.exception() is None and reader.result() is not None
 
 
 def _host(address: str) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -139,14 +141,31 @@ def test_a_stream_refused_after_an_answer_fails_the_connection_and_its_ledgers_h
     assert not any("over bookiePort (gRPC) instead" in m for m in messages), messages
 
 
-def test_a_stream_refused_before_any_answer_goes_over_grpc_instead(caplog: pytest.LogCaptureFixture) -> None:
-    """The bookie processed none of the requests: the connection sends them again over gRPC (here unreachable,
+def _resetting() -> Script:
+    """A bookie that reads one request and resets the connection (what a client writing to a bookie that
+    refused it and closed may see instead of the refusal)."""
+    async def bookie(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(len(MAGIC) + HEADER_SIZE)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+    return bookie
+
+
+@pytest.mark.parametrize(("script", "how"), [
+    (_refusing(answer_first=False), "bookie b1 refused the add stream: no"),
+    (_resetting(), "bookie b1: the add stream on 127.0.0.1:"),
+])
+def test_a_stream_that_ends_before_any_answer_goes_over_grpc_instead(script: Script, how: str,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """The bookie answered none of the requests: the connection sends them again over gRPC (here unreachable,
     so the ledgers hear the bookie failed only then)."""
     with caplog.at_level(logging.WARNING, logger="bkledger.client.bookie"):
-        assert _run(_refusing(answer_first=False), _add_until_failed) == []
+        assert _run(script, _add_until_failed) == []
     messages = [r.getMessage() for r in caplog.records]
-    assert any("its add port refused it before answering anything (no); this connection adds over bookiePort "
-               "(gRPC) instead" in m for m in messages), messages
+    fallbacks = [m for m in messages if "this connection adds over bookiePort (gRPC) instead" in m]
+    assert len(fallbacks) == 1 and f"its add port ended the stream before answering anything ({how}" in fallbacks[0], \
+        messages
     assert any("add stream to b1 failed: UNAVAILABLE" in m for m in messages), messages
 
 
