@@ -30,6 +30,7 @@ from bkledger.bookie.bookie import Bookie, EntryRewriteError, NotStoredError
 from bkledger.bookie.config import BookieConfig
 from bkledger.bookie.core import decisions, machine, request_checks
 from bkledger.bookie.core.request_checks import Malformed
+from bkledger.bookie.log_limit import LogLimit, left_out_note
 from bkledger.bookie.metrics import NO_STATS, NoServerStats
 from bkledger.bookie.storage import Batch, StorageError
 from bkledger.proto import bookie_pb2 as pb
@@ -37,6 +38,7 @@ from bkledger.proto import bookie_pb2_grpc as pb_grpc
 from bkledger.wire import codec as wire
 
 log = logging.getLogger("bkledger.server")
+CUT_OFF_LOG_INTERVAL_S = 10.0    # at most one line per this for add streams the client cut off
 Answer = Callable[[int, str], None]     # the machine's reply token here: sends one answer (status, why)
 
 
@@ -51,6 +53,7 @@ class BookieService(pb_grpc.BookieServicer):
         self.max_entry_size = bookie.config.nettyMaxFrameSizeBytes
         self.max_read_batch_bytes = bookie.config.maxReadBatchBytes
         self.stats: NoServerStats = NO_STATS       # bookie.metrics.ServerStats when metrics are on
+        self._cut_off_lines = LogLimit(CUT_OFF_LOG_INTERVAL_S)
         cfg = bookie.config
         self.tracer = AddTracer(cfg.addTraceSampleEvery, cfg.slowAddThresholdMs, cfg.slowAddLogSize)
         self.machine: machine.BookieMachine[Answer] = machine.BookieMachine(
@@ -133,8 +136,13 @@ class BookieService(pb_grpc.BookieServicer):
             pump.cancel()
 
     def _cut_off(self, peer: str) -> None:
-        log.info("add stream from %s cut off: the client went away, or sent a message over the %d-byte "
-                 "limit (refused by gRPC with RESOURCE_EXHAUSTED)", peer, self.max_message_bytes)
+        """Logged at most once per CUT_OFF_LOG_INTERVAL_S: a client may open and cancel streams at will (one
+        opened 50,000 on one connection and cancelled them: as many lines)."""
+        left_out = self._cut_off_lines.allow()
+        if left_out is not None:
+            log.info("add stream from %s cut off: the client went away, or sent a message over the %d-byte "
+                     "limit (refused by gRPC with RESOURCE_EXHAUSTED)%s", peer, self.max_message_bytes,
+                     left_out_note(left_out))
 
     @property
     def max_message_bytes(self) -> int:

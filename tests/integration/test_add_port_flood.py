@@ -8,6 +8,7 @@ lines. Real bookie processes; raw sockets play the flood; the bookie's open-file
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import json
@@ -18,14 +19,16 @@ import socket
 import urllib.request
 from collections.abc import Callable, Iterator
 
+import grpc
 import psutil
 import pytest
 
 from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client import BookKeeper
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.proto import bookie_pb2_grpc as pb_grpc
 from bkledger.wire.add_stream import HEADER_SIZE, REFUSED, unpack_header
-from tests.integration.bookie_util import add, add_port_refusals, read, wait_for
+from tests.integration.bookie_util import KEY, add, add_port_refusals, package, read, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -173,6 +176,31 @@ def test_connections_past_the_limit_on_bookie_port_are_closed_and_adds_go_on(flo
         ledger_id = next(_ledger_ids)
         assert add(bookie.bookie_id, ledger_id, [0, 1], add_port=bookie.add_port).ok() == [0, 1]
     wait_for(lambda: _serves(flooded), WAIT_S, "adds and reads once the connections are closed")
+
+
+def test_add_streams_opened_and_cancelled_at_will_make_one_log_line_per_interval(flooded: LocalCluster) -> None:
+    """Each AddStream a client cancels is a line in the bookie's log ("cut off"): 50,000 opened and
+    cancelled on one connection made as many. One per 10 s now, saying how many were left out."""
+    bookie, ledger_id = flooded.bookies[0], next(_ledger_ids)
+
+    async def open_and_cancel(count: int) -> None:
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            calls = [stub.AddStream() for _ in range(count)]
+            for entry_id, call in enumerate(calls):
+                data, sizes = package(ledger_id, [entry_id])
+                await call.write(pb.AddRequest(batches=[pb.AddBatch(ledger_id=ledger_id, master_key=KEY,
+                                                                     entry_ids=[entry_id], sizes=sizes, data=data)]))
+            for call in calls:       # each acknowledged: the bookie serves them all
+                assert [ack.status for ack in (await call.read()).acks] == [pb.EOK]
+            for call in calls:
+                call.cancel()
+
+    before = _log(flooded).count("cut off")
+    asyncio.run(open_and_cancel(50))
+    wait_for(lambda: _log(flooded).count("cut off") > before, WAIT_S, "the bookie hearing the streams cut off")
+    assert read(bookie.bookie_id, ledger_id, 49).status == pb.EOK
+    assert _log(flooded).count("cut off") - before <= 2
 
 
 def test_a_bookie_out_of_descriptors_logs_little_and_stays_writable(flooded: LocalCluster) -> None:
