@@ -16,6 +16,7 @@ torn tail (R23). Also owns the lastMark file I/O.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import struct
@@ -229,6 +230,8 @@ class Journal:
             direct_fd = open_direct(path, os.O_WRONLY) if self.direct_io else None
         except OSError:
             os.close(fd)
+            with contextlib.suppress(OSError):   # no half-made file left behind (it was harmless: empty)
+                path.unlink()
             raise
         if direct_fd is None:
             return fd, file_id, None

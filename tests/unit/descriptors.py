@@ -9,10 +9,11 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def out_of_descriptors() -> Iterator[None]:
-    """Inside the block the next descriptor the process asks for fails with EMFILE: the open-file limit is
-    lowered to a little above what is open and /dev/null is opened until the limit is reached. Both are
-    undone after the block, whatever happens in it."""
+def out_of_descriptors(spare: int = 0) -> Iterator[None]:
+    """Inside the block the process has `spare` descriptors left, and the next one it asks for fails with
+    EMFILE: the open-file limit is lowered to a little above what is open and /dev/null is opened until the
+    limit is reached (then `spare` of those closed). Both are undone after the block, whatever happens
+    in it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     fillers: list[int] = []
     try:
@@ -20,6 +21,8 @@ def out_of_descriptors() -> Iterator[None]:
         with contextlib.suppress(OSError):
             while True:
                 fillers.append(os.open(os.devnull, os.O_RDONLY))
+        for _ in range(spare):
+            os.close(fillers.pop())
         yield
     finally:
         for fd in fillers:

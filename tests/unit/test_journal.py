@@ -251,18 +251,20 @@ def test_roll_at_max_size(tmp_path: Path) -> None:
     assert len(got) == 8 and len({f for f, _, _ in got}) == len(ids)
 
 
-def test_a_roll_with_no_descriptor_to_spare_writes_on_in_the_current_file(tmp_path: Path,
+@pytest.mark.parametrize("spare", [0, 1])
+def test_a_roll_with_no_descriptor_to_spare_writes_on_in_the_current_file(tmp_path: Path, spare: int,
                                                                           caplog: pytest.LogCaptureFixture) -> None:
     """A roll closed the current file before it made the next: with the process out of descriptors (a
     flood of connections), making the next failed with EMFILE and the journal failed for good, so the
     bookie stayed read-only. Now the groups go on into the current file, past journalMaxSizeMB, one
     warning says so, and the first group once a descriptor is free rolls. For real: the open-file limit
-    is lowered and /dev/null opened until EMFILE."""
+    is lowered and /dev/null opened until EMFILE. With one descriptor spare the next file is made and
+    its directory's sync fails: that file is removed again, not left behind empty."""
     big = rec.encode_add_batch(1, [0], [300_000], bytes(300_000))
     j = _write(tmp_path, [big] * 4, max_size_mb=1)      # 1.2 MB in the first file: the next group rolls
     before = jmod.list_journal_ids(tmp_path / "current")
     starved = Waiter()
-    with out_of_descriptors():
+    with out_of_descriptors(spare):
         for _ in range(3):
             j.append([big], starved)
         assert starved.wait(3) == [None] * 3
