@@ -34,6 +34,8 @@ class BookieConfig:
                                            # open-file limit)
     bookiePortMaxConnections: int = 1024   # bkledger's own: gRPC closes more at once (at most a quarter of the
                                            # open-file limit)
+    bookiePortMaxConcurrentCalls: int = 10000   # bkledger's own: calls open at once on bookiePort (streams,
+                                           # long polls, reads); one more gets RESOURCE_EXHAUSTED
     listenAddress: str = "0.0.0.0"         # where the servers bind (default: all interfaces, as BookKeeper)
     advertisedAddress: str = ""            # host part of the bookie id; default: listenAddress, or when that
     #   is 0.0.0.0 this host's address (bookie.core.bookie_address; resolved when the bookie starts)
@@ -261,7 +263,7 @@ def _validate_http(config: BookieConfig) -> None:
         raise ConfigError(f"{', '.join(ports)} must be different ports, got {ports}")
     if config.httpServerSocketTimeoutMs < 1 or config.httpServerMaxConnections < 1:
         raise ConfigError("httpServerSocketTimeoutMs and httpServerMaxConnections must be at least 1")
-    for key in ("addStreamPortMaxConnections", "bookiePortMaxConnections"):
+    for key in ("addStreamPortMaxConnections", "bookiePortMaxConnections", "bookiePortMaxConcurrentCalls"):
         if getattr(config, key) < 1:
             raise ConfigError(f"{key} must be at least 1, got {getattr(config, key)}")
 

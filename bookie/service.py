@@ -215,7 +215,8 @@ class BookieServer:
         self.service = BookieService(self.bookie, cfg.bookie_id, self._loop)
         self.service.read_only = cfg.forceReadOnlyBookie or self.bookie.journal_failed
         self.server = grpc.aio.server(options=grpc_options(
-            cfg, port_connections(cfg.bookiePortMaxConnections, "bookiePortMaxConnections")))
+            cfg, port_connections(cfg.bookiePortMaxConnections, "bookiePortMaxConnections")),
+            maximum_concurrent_rpcs=cfg.bookiePortMaxConcurrentCalls)   # each open call holds memory
         add_to_server(self.service, self.server)
         address = f"{cfg.listenAddress}:{cfg.bookiePort}"
         await self._bind(address)

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 WAIT_S = 20.0
 MAX_CONNECTIONS = 40
+MAX_CALLS = 60
 _ledger_ids = iter(range(7_900_000, 8_000_000))
 
 
@@ -42,6 +43,7 @@ def flooded(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[Loc
     from tests.integration.conftest import start_cluster
 
     conf = {"addStreamPortMaxConnections": str(MAX_CONNECTIONS), "bookiePortMaxConnections": str(MAX_CONNECTIONS),
+            "bookiePortMaxConcurrentCalls": str(MAX_CALLS),
             "flushInterval": "200",
             "checkpointFailuresBeforeReadOnly": "2"}
     made = start_cluster(tmp_path_factory.mktemp("add-port-flood"), zookeeper, 1, conf)
@@ -122,6 +124,12 @@ def _held(cluster: LocalCluster, port: int = 0) -> int:
                if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN)
 
 
+def _add_request(ledger_id: int, entry_id: int) -> pb.AddRequest:
+    data, sizes = package(ledger_id, [entry_id])
+    return pb.AddRequest(batches=[pb.AddBatch(ledger_id=ledger_id, master_key=KEY, entry_ids=[entry_id], sizes=sizes,
+                                              data=data)])
+
+
 def _open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -188,9 +196,7 @@ def test_add_streams_opened_and_cancelled_at_will_make_one_log_line_per_interval
             stub = pb_grpc.BookieStub(channel)
             calls = [stub.AddStream() for _ in range(count)]
             for entry_id, call in enumerate(calls):
-                data, sizes = package(ledger_id, [entry_id])
-                await call.write(pb.AddRequest(batches=[pb.AddBatch(ledger_id=ledger_id, master_key=KEY,
-                                                                     entry_ids=[entry_id], sizes=sizes, data=data)]))
+                await call.write(_add_request(ledger_id, entry_id))
             for call in calls:       # each acknowledged: the bookie serves them all
                 assert [ack.status for ack in (await call.read()).acks] == [pb.EOK]
             for call in calls:
@@ -201,6 +207,36 @@ def test_add_streams_opened_and_cancelled_at_will_make_one_log_line_per_interval
     wait_for(lambda: _log(flooded).count("cut off") > before, WAIT_S, "the bookie hearing the streams cut off")
     assert read(bookie.bookie_id, ledger_id, 49).status == pb.EOK
     assert _log(flooded).count("cut off") - before <= 2
+
+
+def test_calls_past_the_limit_on_bookie_port_are_refused_until_others_end(flooded: LocalCluster) -> None:
+    """bookiePortMaxConcurrentCalls: a client holding that many AddStream calls open on one connection
+    (each costs the bookie memory: 50,000 took one from 60 to 677 MB) gets RESOURCE_EXHAUSTED for one
+    more, and once they end the bookie takes calls again."""
+    bookie, ledger_id = flooded.bookies[0], next(_ledger_ids)
+
+    async def over_the_limit() -> tuple[grpc.StatusCode | None, int]:
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            held = [stub.AddStream() for _ in range(MAX_CALLS)]
+            for entry_id, call in enumerate(held):     # each add answered: the bookie holds every call
+                await call.write(_add_request(ledger_id, entry_id))
+                assert [ack.status for ack in (await call.read()).acks] == [pb.EOK]
+            one_more = stub.AddStream()
+            await one_more.write(_add_request(ledger_id, MAX_CALLS))
+            try:
+                code: grpc.StatusCode | None = await asyncio.wait_for(one_more.code(), WAIT_S)
+            except TimeoutError:       # taken and open: not refused
+                code = None
+            for call in [*held, one_more]:
+                call.cancel()
+            after = stub.Read(pb.ReadRequest(ledger_id=ledger_id, entry_id=MAX_CALLS - 1, master_key=KEY),
+                              timeout=WAIT_S)
+            return code, (await after).status
+
+    code, status = asyncio.run(over_the_limit())
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert status == pb.EOK        # a call past the limit once the others ended is answered
 
 
 def test_a_bookie_out_of_descriptors_logs_little_and_stays_writable(flooded: LocalCluster) -> None:

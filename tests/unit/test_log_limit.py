@@ -36,9 +36,10 @@ def test_the_two_ports_keep_half_the_open_file_limit_for_the_bookies_files() -> 
         assert port_connections(soft, "bookiePortMaxConnections") == max(1, soft // 4)
 
 
-@pytest.mark.parametrize("key", ["addStreamPortMaxConnections", "bookiePortMaxConnections"])
-def test_the_connection_limits_are_checked_in_the_configuration(key: str) -> None:
-    assert getattr(from_mapping({}), key) == 1024
+@pytest.mark.parametrize(("key", "default"), [("addStreamPortMaxConnections", 1024), ("bookiePortMaxConnections", 1024),
+                                              ("bookiePortMaxConcurrentCalls", 10000)])
+def test_the_connection_limits_are_checked_in_the_configuration(key: str, default: int) -> None:
+    assert getattr(from_mapping({}), key) == default
     with pytest.raises(ConfigError, match=key):
         from_mapping({key: "0"})
 
