@@ -25,6 +25,10 @@ class ConfigError(ValueError):
     """A configuration key is unknown or its value is invalid."""
 
 
+MAX_PORT_LIMIT = 1_000_000   # most connections or calls a port's limit may name (gRPC takes C ints, and
+                             # aborts the process at 2^31 - 1 connections)
+
+
 @dataclasses.dataclass(frozen=True)
 class BookieConfig:
     metadataServiceUri: str = "zk://127.0.0.1:2181/ledgers"
@@ -264,8 +268,8 @@ def _validate_http(config: BookieConfig) -> None:
     if config.httpServerSocketTimeoutMs < 1 or config.httpServerMaxConnections < 1:
         raise ConfigError("httpServerSocketTimeoutMs and httpServerMaxConnections must be at least 1")
     for key in ("addStreamPortMaxConnections", "bookiePortMaxConnections", "bookiePortMaxConcurrentCalls"):
-        if getattr(config, key) < 1:
-            raise ConfigError(f"{key} must be at least 1, got {getattr(config, key)}")
+        if not 1 <= getattr(config, key) <= MAX_PORT_LIMIT:   # gRPC aborts the process on a limit of 2^31 - 1
+            raise ConfigError(f"{key} must be 1..{MAX_PORT_LIMIT}, got {getattr(config, key)}")
 
 
 SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}

@@ -40,8 +40,10 @@ def test_the_two_ports_keep_half_the_open_file_limit_for_the_bookies_files() -> 
                                               ("bookiePortMaxConcurrentCalls", 10000)])
 def test_the_connection_limits_are_checked_in_the_configuration(key: str, default: int) -> None:
     assert getattr(from_mapping({}), key) == default
-    with pytest.raises(ConfigError, match=key):
-        from_mapping({key: "0"})
+    for bad in ("0", "1000001", str(2**31 - 1)):     # gRPC aborted the process on 2^31 - 1 (a C int's most)
+        with pytest.raises(ConfigError, match=f"{key} must be 1..1000000"):
+            from_mapping({key: bad})
+    assert getattr(from_mapping({key: "1000000"}), key) == 1_000_000
 
 
 def test_a_threads_rounds_out_of_descriptors_are_counted_each_and_logged_once_without_a_traceback(
