@@ -7,7 +7,7 @@ in its registration; a client uses it unless `useAddStreamPort=false` or the cli
 port is plaintext).
 
 Failures are AddPortError (an OSError): the connection could not be made or broke, the bookie refused
-the stream (AddPortRefused: its REFUSED frame's reason), or it sent bytes that are not this framing.
+the stream (its REFUSED frame's reason), or it sent bytes that are not this framing.
 `AddPortCall.responses` counts the responses received: a stream that ends before any (a bookie refuses a
 connection past its `addStreamPortMaxConnections` before reading from it) goes on over gRPC in
 client.bookie_client.
@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.wire.add_stream import HEADER_SIZE, KINDS, MAGIC, REFUSED, REQUEST, RESPONSE, header, unpack_header
 
-__all__ = ["AddPortCall", "AddPortError", "AddPortRefused"]
+__all__ = ["AddPortCall", "AddPortError"]
 
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 10, 5, 3   # a silent peer is dead after ~25 s
 USER_TIMEOUT_MS = 25_000      # ... and one that does not acknowledge what was sent to it, after 25 s
@@ -33,14 +33,6 @@ USER_TIMEOUT_MS = 25_000      # ... and one that does not acknowledge what was s
 
 class AddPortError(OSError):
     """The add port's stream failed: why, and which bookie."""
-
-
-class AddPortRefused(AddPortError):
-    """The bookie refused the stream (a REFUSED frame), for `reason`."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class AddPortCall:
@@ -113,8 +105,8 @@ class AddPortCall:
             if kind is None:
                 return
             if kind == REFUSED:
-                reason = body.decode("utf-8", "replace")
-                raise AddPortRefused(f"bookie {self.bookie_id} refused the add stream: {reason}", reason)
+                raise AddPortError(f"bookie {self.bookie_id} refused the add stream: "
+                                   f"{body.decode('utf-8', 'replace')}")
             try:
                 response = pb.AddResponse.FromString(body)
             except DecodeError as exc:

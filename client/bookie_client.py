@@ -326,8 +326,10 @@ class BookieClient:
                     self._in_flight.append((len(queued.batches), queued.nbytes))
                     self._in_flight_bytes += queued.nbytes
                     if isinstance(call, AddPortCall):
-                        if sent is not None:    # kept until the bookie answers something on this stream
-                            sent = None if call.responses else [*sent, queued]
+                        if call.responses:      # kept until the bookie answers something on this stream
+                            sent = None
+                        elif sent is not None:
+                            sent.append(queued)
                         await call.write_frame(queued.encode(call.frame_head))
                     else:
                         await call.write(queued.encode())

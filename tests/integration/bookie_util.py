@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -12,6 +13,7 @@ from typing import TypeVar
 from bkledger.client.bookie_client import BookieClient
 from bkledger.client.protocol.digest import make_digest, master_key, package_batch
 from bkledger.proto import bookie_pb2 as pb
+from bkledger.wire.add_stream import HEADER_SIZE, unpack_header
 
 T = TypeVar("T")
 
@@ -152,3 +154,16 @@ def add_port_refusals(metrics_port: int) -> float:
             if line.startswith("bookie_ADD_PORT_REFUSED_total "):
                 return float(line.split()[1])
     return 0.0
+
+
+def frames_until_closed(sock: socket.socket) -> list[tuple[int, bytes]]:
+    """Every frame the bookie sends until it closes the connection (bounded by the socket's timeout)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    frames = []
+    while data:
+        size, kind = unpack_header(data[:HEADER_SIZE])
+        frames.append((kind, data[HEADER_SIZE:HEADER_SIZE + size]))
+        data = data[HEADER_SIZE + size:]
+    return frames

@@ -21,9 +21,8 @@ from bkledger.wire.add_stream import (
     RESPONSE,
     frame,
     header,
-    unpack_header,
 )
-from tests.integration.bookie_util import KEY, add, add_port_refusals, package, read, wait_for
+from tests.integration.bookie_util import KEY, add, add_port_refusals, frames_until_closed, package, read, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -46,19 +45,6 @@ def _connect(cluster: LocalCluster) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", cluster.bookies[0].add_port), timeout=WAIT_S)
     sock.settimeout(WAIT_S)
     return sock
-
-
-def _frames_until_closed(sock: socket.socket) -> list[tuple[int, bytes]]:
-    """Every frame the bookie sends until it closes the connection (bounded by the socket's timeout)."""
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    frames = []
-    while data:
-        size, kind = unpack_header(data[:HEADER_SIZE])
-        frames.append((kind, data[HEADER_SIZE:HEADER_SIZE + size]))
-        data = data[HEADER_SIZE + size:]
-    return frames
 
 
 def _request(ledger_id: int, entry_ids: list[int]) -> bytes:
@@ -108,7 +94,7 @@ def test_a_stream_that_is_not_this_framing_is_refused_with_a_reason(one_bookie: 
     before = add_port_refusals(one_bookie.bookies[0].metrics_port)
     with _connect(one_bookie) as sock:
         sock.sendall(opening)
-        frames = _frames_until_closed(sock)
+        frames = frames_until_closed(sock)
     assert len(frames) == 1 and frames[0][0] == REFUSED
     assert b"preamble" in frames[0][1]
     wait_for(lambda: add_port_refusals(one_bookie.bookies[0].metrics_port) == before + 1, WAIT_S, "the refusal counted")
@@ -120,7 +106,7 @@ def test_a_stream_that_is_not_this_framing_is_refused_with_a_reason(one_bookie: 
 def test_a_frame_over_the_limit_is_refused_from_its_header_without_its_body(one_bookie: LocalCluster) -> None:
     with _connect(one_bookie) as sock:
         sock.sendall(MAGIC + header(REQUEST, 1 << 30))       # 1 GiB announced; not one byte of it sent
-        frames = _frames_until_closed(sock)
+        frames = frames_until_closed(sock)
     assert [kind for kind, _ in frames] == [REFUSED]
     assert b"over the limit" in frames[0][1]
     _still_serves(one_bookie)
@@ -132,7 +118,7 @@ def test_the_batches_before_a_malformed_request_are_answered_then_the_stream_is_
     with _connect(one_bookie) as sock:
         sock.sendall(MAGIC + frame(REQUEST, _request(ledger_id, [0, 1])) + frame(REQUEST, b"\xff\xff\xff\xff")
                      + frame(REQUEST, _request(ledger_id, [2])))     # after the refusal: never read
-        frames = _frames_until_closed(sock)
+        frames = frames_until_closed(sock)
     kinds = [kind for kind, _ in frames]
     assert kinds[-1] == REFUSED and set(kinds[:-1]) == {RESPONSE}, kinds
     acks = [ack for _, body in frames[:-1] for ack in pb.AddResponse.FromString(body).acks]
@@ -148,7 +134,7 @@ def test_a_client_that_ends_its_side_gets_its_acks_then_the_close(one_bookie: Lo
     with _connect(one_bookie) as sock:
         sock.sendall(MAGIC + frame(REQUEST, _request(ledger_id, [0, 1, 2])))
         sock.shutdown(socket.SHUT_WR)
-        frames = _frames_until_closed(sock)
+        frames = frames_until_closed(sock)
     acks = [ack for kind, body in frames if kind == RESPONSE for ack in pb.AddResponse.FromString(body).acks]
     assert [(list(a.entry_ids), a.status) for a in acks] == [([0, 1, 2], pb.EOK)]
 

@@ -27,8 +27,8 @@ from bkledger.bookie.local.cluster import LocalCluster
 from bkledger.client import BookKeeper
 from bkledger.proto import bookie_pb2 as pb
 from bkledger.proto import bookie_pb2_grpc as pb_grpc
-from bkledger.wire.add_stream import HEADER_SIZE, REFUSED, unpack_header
-from tests.integration.bookie_util import KEY, add, add_port_refusals, package, read, wait_for
+from bkledger.wire.add_stream import REFUSED
+from tests.integration.bookie_util import KEY, add, add_port_refusals, frames_until_closed, package, read, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -70,14 +70,6 @@ def _open_connections(cluster: LocalCluster, count: int, port: int = 0) -> Itera
             sock.close()
     # the bookie closes its ends after ours: until then they hold its descriptors (a next test counts them)
     wait_for(lambda: _held(cluster, port) <= held_before, WAIT_S, "the bookie closing the connections")
-
-
-def _first_frame(sock: socket.socket) -> tuple[int, bytes]:
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    size, kind = unpack_header(data[:HEADER_SIZE])
-    return kind, data[HEADER_SIZE:HEADER_SIZE + size]
 
 
 def _log(cluster: LocalCluster) -> str:
@@ -138,7 +130,7 @@ def test_connections_past_the_limit_are_refused_with_a_reason_and_few_log_lines(
     with _open_connections(flooded, MAX_CONNECTIONS) as held:
         wait_for(lambda: _held(flooded) == MAX_CONNECTIONS, WAIT_S, "the connections accepted")
         with _open_connections(flooded, 25) as extra:
-            refusals = [_first_frame(sock) for sock in extra]
+            refusals = [frames_until_closed(sock)[0] for sock in extra]
         assert {kind for kind, _ in refusals} == {REFUSED}
         assert all(b"addStreamPortMaxConnections" in why for _, why in refusals)
         assert len(held) == MAX_CONNECTIONS
@@ -151,7 +143,8 @@ def test_a_client_the_add_port_refuses_adds_over_grpc_instead(flooded: LocalClus
                                                                caplog: pytest.LogCaptureFixture) -> None:
     """Every add port connection held by a flood: a client's stream there is refused before anything is
     read, so its connection sends the same requests over bookiePort. It does not treat the bookie as
-    failed: with one bookie there is none to change the ensemble to, and its adds would fail."""
+    failed (R9 does not apply: the bookie failed nothing): with one bookie there is none to change the
+    ensemble to, and its adds would fail."""
     bookie = flooded.bookies[0]
     payloads = [os.urandom(100 + i) for i in range(50)]
     with _open_connections(flooded, MAX_CONNECTIONS):

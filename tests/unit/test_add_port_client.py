@@ -134,6 +134,7 @@ async def _add_until_failed(port: int) -> list[int]:
 
 def test_a_stream_refused_after_an_answer_fails_the_connection_and_its_ledgers_hear_it(
         caplog: pytest.LogCaptureFixture) -> None:
+    """R9: the bookie may have taken what it did not answer, so its ledgers treat it as failed."""
     with caplog.at_level(logging.WARNING, logger="bkledger.client.bookie"):
         assert _run(_refusing(answer_first=True), _add_until_failed) == [0]
     messages = [r.getMessage() for r in caplog.records]
